@@ -1,0 +1,74 @@
+"""Public entry points: a cupy array runs the real kernel, a numpy array its NumPy model."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import device
+from .registry import Variant, resolve
+
+
+def check_input(x, variant: Variant):
+    """Validate `x` for `variant`; return (x as a 2-D array with unit column stride, on_gpu).
+
+    Raises TypeError for the wrong kind of object or dtype, ValueError for the wrong
+    shape, an empty array, too many columns, or an array on another device.
+    """
+    on_gpu = device.is_cupy_array(x)
+    if not on_gpu and not isinstance(x, np.ndarray):
+        raise TypeError(f"expected a numpy or cupy ndarray, got {type(x).__module__}.{type(x).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"expected a 2-D array (rows x N), got shape {x.shape}")
+    n_rows, n_cols = x.shape
+    if n_rows == 0 or n_cols == 0:
+        raise ValueError(f"expected a non-empty array, got shape {x.shape}")
+    if x.dtype.name not in variant.dtypes:
+        raise TypeError(f"{variant.name} takes {', '.join(variant.dtypes)}, got {x.dtype.name}")
+    if n_cols > variant.max_cols:
+        raise ValueError(f"{variant.name} supports at most {variant.max_cols} columns, got {n_cols}")
+    if on_gpu:
+        import cupy
+
+        if x.device.id != cupy.cuda.Device().id:
+            raise ValueError(f"x is on GPU {x.device.id}, but the current device is {cupy.cuda.Device().id}")
+        if x.strides[1] != x.itemsize or x.strides[0] % x.itemsize or x.strides[0] < 0:
+            x = cupy.ascontiguousarray(x)  # the kernels take strided rows, not strided columns
+    return x, on_gpu
+
+
+def check_out(out, x):
+    """`out` must be a same-kind, same-shape, same-dtype array with unit column stride."""
+    if out is None:
+        return None
+    if type(out) is not type(x) or out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"out must be a {type(x).__name__} of shape {x.shape} and dtype {x.dtype}")
+    if out.strides[1] != out.itemsize:
+        raise ValueError("out must have unit stride along the last axis")
+    return out
+
+
+def run(variant: Variant, x, out=None, **options):
+    """Run one registered variant on a validated 2-D input."""
+    x, on_gpu = check_input(x, variant)
+    out = check_out(out, x)
+    if not on_gpu:
+        result = variant.simulate(x, **options)
+        if out is not None:
+            out[...] = result
+            return out
+        return result
+    import cupy
+
+    y = out if out is not None else cupy.empty(x.shape, dtype=x.dtype)
+    with device.nvtx_range(variant.name):
+        variant.launch(variant, x, y, **options)
+    return y
+
+
+def softmax(x, variant: str = "online", *, out=None):
+    """Softmax over the last axis of a 2-D array, same dtype back.
+
+    `variant` is a registry key (`onlinesoftmax.VARIANTS`) or its short name
+    ("naive", "safe", "online", ...). cupy input runs the CUDA kernel; numpy input
+    runs the kernel's NumPy model (same thread partition and reduction order).
+    """
+    return run(resolve(variant, "softmax"), x, out=out)

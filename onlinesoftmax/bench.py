@@ -1,0 +1,37 @@
+"""Benchmark helpers shared by every suite under benchmarks/ (GPU only).
+
+All timing goes through `timer.time_gpu`; every row carries bytes moved, GB/s and
+the fraction of the copy bandwidth measured in the same run.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import timer
+
+
+def make_rows(n_rows: int, n_cols: int, dtype="float32", seed: int = 0, copies: int = 1):
+    """`copies` random (n_rows, n_cols) cupy inputs (normal, scale 4, random offset)."""
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    out = []
+    for _ in range(copies):
+        x = rng.standard_normal((n_rows, n_cols), dtype=cupy.float32) * 4 + float(rng.uniform(-20, 20))
+        out.append(x.astype(dtype))
+    return out
+
+
+def measure(name: str, fn, inputs, *, bytes_per_call: int, copy_GBps: float, **fields) -> dict:
+    """Time fn(x) over rotated inputs; return a result row."""
+    timing = timer.time_gpu(fn, [(x,) for x in inputs])
+    GBps = bytes_per_call / timing["ms"] / 1e6
+    return {"kernel": name, **fields, **timing, "bytes": bytes_per_call, "GBps": GBps,
+            "fraction_of_copy": GBps / copy_GBps}
+
+
+def rotated_inputs(n_rows: int, n_cols: int, dtype="float32", seed: int = 0):
+    """Enough input copies that each timed call reads from DRAM, not L2."""
+    itemsize = np.dtype(dtype).itemsize if dtype != "bfloat16" else 2
+    copies = timer.rotation_count(n_rows * n_cols * itemsize * 2)
+    return make_rows(n_rows, n_cols, dtype, seed, copies)

@@ -1,0 +1,184 @@
+"""Kernel loader: `.cu` source under kernels/ -> cupy.RawModule.
+
+The loader inlines every local `#include "..."` itself and marks each piece with a
+`#line` directive. Two things follow: cupy's compile cache (keyed on the source
+text) sees header edits, and compiler messages still name the original file and
+line. Built modules are also memoized in-process by the hash of that text.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KERNELS_DIR = REPO_ROOT / "kernels"
+INCLUDE_DIRS = (KERNELS_DIR / "common", KERNELS_DIR)
+COMPILE_OPTIONS = ("-std=c++17",)
+# What `nvcc` builds for the CPU-side checks (the lent GPU is an H200, sm_90).
+NVCC_ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"\s*$')
+
+
+class KernelCompileError(RuntimeError):
+    """A kernel failed to compile; the message names the file and line."""
+
+
+def _find_include(name: str, including: Path) -> Path:
+    for folder in (including.parent, *INCLUDE_DIRS):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate.resolve()
+    raise KernelCompileError(f"{_rel(including)}: cannot find included file \"{name}\"")
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def expand_source(path: Path | str) -> tuple[str, tuple[str, ...]]:
+    """Source of `path` with local includes inlined, and the files it is made of."""
+    path = Path(path)
+    if not path.is_absolute():
+        path = (KERNELS_DIR / path) if (KERNELS_DIR / path).is_file() else (REPO_ROOT / path)
+    seen: list[Path] = []
+
+    def expand(file: Path) -> list[str]:
+        file = file.resolve()
+        if file in seen:  # every header is `#pragma once`
+            return []
+        seen.append(file)
+        out = [f'#line 1 "{_rel(file)}"']
+        for number, line in enumerate(file.read_text().splitlines(), start=1):
+            match = _INCLUDE.match(line)
+            if match:
+                out += expand(_find_include(match.group(1), file))
+                out.append(f'#line {number + 1} "{_rel(file)}"')
+            elif line.strip() == "#pragma once":
+                out.append("")
+            else:
+                out.append(line)
+        return out
+
+    text = "\n".join(expand(path)) + "\n"
+    return text, tuple(_rel(p) for p in seen)
+
+
+def source_key(path, defines=()) -> str:
+    """Hash of everything a build depends on: the expanded source and the defines."""
+    text, _ = expand_source(path)
+    return hashlib.sha256((text + "\0" + " ".join(defines)).encode()).hexdigest()[:16]
+
+
+def define_flags(defines) -> tuple[str, ...]:
+    return tuple(f"-D{d}" for d in defines)
+
+
+_modules: dict[str, object] = {}
+
+
+def load_module(path, defines=()):
+    """Compile (or fetch from the in-process memo) the module for `path` and `defines`."""
+    import cupy
+
+    text, _ = expand_source(path)
+    key = source_key(path, defines)
+    module = _modules.get(key)
+    if module is None:
+        module = cupy.RawModule(code=text, options=COMPILE_OPTIONS + define_flags(defines))
+        try:
+            module.compile()
+        except cupy.cuda.compiler.CompileException as error:
+            raise KernelCompileError(f"{_rel(Path(path))} failed to compile:\n{error}") from None
+        _modules[key] = module
+    return module
+
+
+def get_kernel(path, entry: str, defines=()):
+    """The `cupy.RawKernel` for `entry` in `path` built with `defines`."""
+    return load_module(path, defines).get_function(entry)
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    """What the compiler gave one kernel: registers, shared memory, local memory (spills)."""
+
+    registers: int
+    shared_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    source: str  # "device" (cupy's function attributes) or "nvcc -Xptxas -v (sm_90a)"
+
+
+def resources_from_device(kernel) -> ResourceReport:
+    attributes = kernel.attributes
+    return ResourceReport(
+        registers=attributes["num_regs"],
+        shared_bytes=attributes["shared_size_bytes"],
+        stack_bytes=attributes["local_size_bytes"],
+        spill_store_bytes=-1,  # the driver reports local memory, not spills
+        spill_load_bytes=-1,
+        source="device",
+    )
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def nvcc_available() -> bool:
+    return shutil.which("nvcc") is not None
+
+
+def nvcc_compile(path, defines=(), extra=()) -> str:
+    """Compile with nvcc for sm_90a; return ptxas's verbose report. Raises on errors."""
+    path = Path(path)
+    if not path.is_absolute():
+        path = KERNELS_DIR / path
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["nvcc", *COMPILE_OPTIONS, NVCC_ARCH, "--cubin", "-Xptxas", "-v",
+               *(f"-I{d}" for d in INCLUDE_DIRS), *define_flags(defines), *extra,
+               "-o", str(Path(tmp) / "k.cubin"), str(path)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise KernelCompileError(f"{_rel(path)} failed to compile with nvcc:\n{done.stderr}")
+    return done.stderr
+
+
+@lru_cache(maxsize=None)
+def resources_from_nvcc(path, entry: str, defines=()) -> ResourceReport | None:
+    """Parse `nvcc -Xptxas -v` for `entry`; None where nvcc is not installed."""
+    if not nvcc_available():
+        return None
+    report = parse_ptxas(nvcc_compile(path, defines)).get(entry)
+    if report is None:
+        raise KernelCompileError(f"ptxas reported nothing for entry {entry} in {path}")
+    return report
+
+
+def parse_ptxas(log: str) -> dict[str, ResourceReport]:
+    reports, current, values = {}, None, {}
+    for line in log.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            current, values = m.group(1), {}
+        elif current and (m := _PTXAS_STACK.search(line)):
+            values["stack"] = tuple(int(g) for g in m.groups())
+        elif current and (m := _PTXAS_USED.search(line)):
+            stack, stores, loads = values.get("stack", (0, 0, 0))
+            reports[current] = ResourceReport(
+                registers=int(m.group(1)), shared_bytes=int(m.group(2) or 0), stack_bytes=stack,
+                spill_store_bytes=stores, spill_load_bytes=loads,
+                source="nvcc -Xptxas -v (sm_90a)")
+            current = None
+    return reports

@@ -1,0 +1,102 @@
+"""The float64 references. Chapters, checkers and tests all use these and nothing else.
+
+Conventions follow torch: a row of all -inf gives NaN (0/0); a row holding NaN or
++inf gives NaN everywhere.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+NEG_INF = -np.inf
+
+
+def array_module(x):
+    """numpy for host data, cupy for cupy arrays (the reference runs where the data is)."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def _as_float64(x):
+    xp = array_module(x)
+    return xp.asarray(x, dtype=xp.float64)
+
+
+def row_stats(x) -> tuple[np.ndarray, np.ndarray]:
+    """(m, l) per row in float64: m = max, l = sum e^(x - m). Rows of all -inf give (-inf, nan)."""
+    x = _as_float64(x)
+    x = x.reshape(1, -1) if x.ndim == 1 else x
+    with np.errstate(invalid="ignore", over="ignore"):
+        # NaN anywhere makes max NaN (np.max propagates NaN), and so the row.
+        m = x.max(axis=-1)
+        l = np.exp(x - m[:, None]).sum(axis=-1)
+    return m, l
+
+
+def softmax(x) -> np.ndarray:
+    """Softmax over the last axis in float64 (same shape as x)."""
+    x64 = _as_float64(x)
+    xp = array_module(x64)
+    x2 = x64.reshape(1, -1) if x64.ndim == 1 else x64
+    m, l = row_stats(x2)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y = xp.exp(x2 - m[:, None]) / l[:, None]
+    return y.reshape(x64.shape)
+
+
+def logsumexp(x) -> np.ndarray:
+    """log sum_j e^(x_j) per row in float64. A row of all -inf gives -inf."""
+    x64 = _as_float64(x)
+    xp = array_module(x64)
+    m, l = row_stats(x64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = xp.where(m == NEG_INF, NEG_INF, m + xp.log(l))
+    return out if x64.ndim > 1 else out[0]
+
+
+def log_softmax(x) -> np.ndarray:
+    """x - logsumexp(x) per row in float64. A row of all -inf gives NaN (as torch)."""
+    x64 = _as_float64(x)
+    x2 = x64.reshape(1, -1) if x64.ndim == 1 else x64
+    with np.errstate(invalid="ignore"):
+        y = x2 - logsumexp(x2)[:, None]
+    return y.reshape(x64.shape)
+
+
+def softmax_same_dtype(x):
+    """The plain safe softmax computed in x's own dtype: the error baseline for tests.
+
+    A kernel passes when its error against `softmax` is at most twice this one's
+    (plus a couple of ulps), the rule flash-attention's tests use.
+    """
+    xp = array_module(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = xp.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def online_steps(x) -> list[dict]:
+    """The online recurrence on one vector, step by step, in float64.
+
+    Each step n records x_n, m_n, the rescale factor e^(m_{n-1} - m_n) and l_n.
+    """
+    m, l = NEG_INF, 0.0
+    steps = [{"n": 0, "x": None, "m": m, "rescale": None, "l": l}]
+    for n, xn in enumerate(np.asarray(x, dtype=np.float64).ravel(), start=1):
+        m_new = max(m, float(xn))
+        base = 0.0 if m_new == NEG_INF else m_new  # the -inf guard
+        rescale = float(np.exp(m - base))
+        l = l * rescale + float(np.exp(xn - base))
+        m = m_new
+        steps.append({"n": n, "x": float(xn), "m": m, "rescale": rescale, "l": l})
+    return steps
+
+
+def combine(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """combine((m1, l1), (m2, l2)) in float64, with the -inf guard."""
+    (m1, l1), (m2, l2) = a, b
+    m = max(m1, m2)
+    base = 0.0 if m == NEG_INF else m
+    return m, l1 * np.exp(m1 - base) + l2 * np.exp(m2 - base)

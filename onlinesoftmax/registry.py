@@ -1,0 +1,106 @@
+"""The one registry of kernel variants.
+
+Each kernel family's launcher module (``kernels_*.py``) declares its variants here
+with `register`. Tests, benchmarks, widgets and chapters iterate `REGISTRY`, so a
+variant cannot exist in one place and be missing in another.
+
+Naming: a variant's name is its file stem, which is also its ``extern "C"`` entry
+(``softmax_02_online``). A second build of the same file with preprocessor defines
+adds a suffix (``softmax_02_online_unguarded``) and keeps the file's entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .loader import KERNELS_DIR
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Launch geometry for one call: grid and block (x, y, z) and dynamic shared memory."""
+
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str                 # registry key = file stem (+ suffix for a define build)
+    family: str               # "softmax", "logsumexp", "log_softmax", ...
+    file: str                 # path under kernels/
+    story: str                # one line: what this variant changes
+    geometry: Callable[[int, int], Launch]            # (n_rows, n_cols) -> Launch
+    simulate: Callable[..., object]                   # NumPy model of the kernel
+    launch: Callable[..., None]                       # runs the kernel on cupy arrays
+    reads_per_element: int = 2                        # DRAM reads per element (model)
+    writes_per_element: int = 1
+    defines: tuple[str, ...] = ()
+    entry: str = ""           # defaults to the file stem
+    dtypes: tuple[str, ...] = ("float32",)
+    max_cols: int = 2**31 - 1
+    features: frozenset = field(default_factory=frozenset)  # e.g. {"mask", "valid_lengths"}
+    short: str = ""           # short alias accepted by the API ("online")
+
+    @property
+    def path(self) -> Path:
+        return KERNELS_DIR / self.file
+
+    @property
+    def entry_name(self) -> str:
+        return self.entry or Path(self.file).stem
+
+    def bytes_moved(self, n_rows: int, n_cols: int, itemsize: int) -> int:
+        """Bytes the access model says this variant moves through DRAM."""
+        return (self.reads_per_element + self.writes_per_element) * n_rows * n_cols * itemsize
+
+    def kernel(self):
+        """The compiled `cupy.RawKernel` (GPU only)."""
+        from .loader import get_kernel
+
+        return get_kernel(self.path, self.entry_name, self.defines)
+
+    def resources(self):
+        """Registers / shared / local memory: from the device when there is one, else nvcc."""
+        from . import device
+        from .loader import resources_from_device, resources_from_nvcc
+
+        if device.has_gpu():
+            return resources_from_device(self.kernel())
+        return resources_from_nvcc(self.path, self.entry_name, self.defines)
+
+
+REGISTRY: dict[str, Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+    if variant.name in REGISTRY:
+        raise ValueError(f"variant {variant.name!r} registered twice")
+    if not variant.path.is_file():
+        raise FileNotFoundError(f"variant {variant.name}: no kernel file {variant.path}")
+    REGISTRY[variant.name] = variant
+    return variant
+
+
+def variants(family: str | None = None) -> list[Variant]:
+    """Registered variants in story order (sorted by name), optionally of one family."""
+    return [v for k, v in sorted(REGISTRY.items()) if family is None or v.family == family]
+
+
+def resolve(name: str, family: str) -> Variant:
+    """A registry key or a short alias ("online") -> the Variant."""
+    if name in REGISTRY and REGISTRY[name].family == family:
+        return REGISTRY[name]
+    matches = [v for v in variants(family) if v.short == name]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(sorted({v.name for v in variants(family)} | {v.short for v in variants(family) if v.short}))
+    raise ValueError(f"unknown {family} variant {name!r}; known: {known}")
+
+
+def compile_configurations():
+    """(path, define flags, name) for every build the registry needs: the CI compile check."""
+    for v in variants():
+        yield v.path, tuple(f"-D{d}" for d in v.defines), v.name

@@ -1,0 +1,117 @@
+"""Results with provenance: data/<gpu>/<date>-<suite>.json, and loading them back."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from .loader import REPO_ROOT
+from .timer import METHOD
+
+DATA_DIR = REPO_ROOT / "data"
+META_KEYS = ("gpu", "sm_count", "l2_bytes", "driver", "cuda_runtime", "cupy", "date",
+             "git_commit", "method")
+
+
+def git_commit() -> str:
+    """The commit the run was made from: $ONLINESOFTMAX_GIT_COMMIT (device runs), else git."""
+    commit = os.environ.get("ONLINESOFTMAX_GIT_COMMIT")
+    if commit:
+        return commit
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'h200'."""
+    name = re.sub(r"^(nvidia|amd)\s+", "", name.strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def gpu_meta(method: str = METHOD) -> dict:
+    """Provenance of a measurement made now on the current GPU."""
+    import cupy
+
+    device = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(device.id)
+    meta = {
+        "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+        "sm_count": device.attributes["MultiProcessorCount"],
+        "l2_bytes": device.attributes["L2CacheSize"],
+        "compute_capability": device.compute_capability,
+        "driver": cupy.cuda.runtime.driverGetVersion(),
+        "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
+        "cupy": cupy.__version__,
+        "numpy": __import__("numpy").__version__,
+        "python": platform.python_version(),
+        "date": _dt.date.today().isoformat(),
+        "git_commit": git_commit(),
+        "method": method,
+    }
+    try:
+        import torch
+
+        meta["torch"] = torch.__version__
+    except Exception:
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode == 0:
+            meta["driver_version"] = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return meta
+
+
+def write_results(suite: str, rows: list[dict], meta: dict | None = None, folder: Path | None = None) -> Path:
+    """Write {"meta", "rows"} to data/<gpu>/<date>-<suite>.json and return the path."""
+    meta = meta or gpu_meta()
+    folder = folder or DATA_DIR / gpu_slug(meta["gpu"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{meta['date']}-{suite}.json"
+    path.write_text(json.dumps({"meta": {**meta, "suite": suite}, "rows": rows}, indent=1) + "\n")
+    return path
+
+
+def recorded_files(suite: str, gpu: str = "h200") -> list[Path]:
+    return sorted((DATA_DIR / gpu).glob(f"*-{suite}.json"))
+
+
+def load_recorded(suite: str, gpu: str = "h200") -> dict:
+    """The newest recorded result of `suite` for `gpu`."""
+    files = recorded_files(suite, gpu)
+    if not files:
+        raise FileNotFoundError(f"no recorded results for suite {suite!r} under {DATA_DIR / gpu}")
+    data = json.loads(files[-1].read_text())
+    data["path"] = str(files[-1].relative_to(REPO_ROOT))
+    return data
+
+
+def provenance(meta: dict, live: bool = False) -> str:
+    """One line for a figure: where the numbers came from."""
+    what = "measured live" if live else "recorded"
+    return (f"{what} on {meta['gpu']} ({meta['sm_count']} SMs), {meta['date']}, "
+            f"cupy {meta['cupy']}, commit {str(meta['git_commit'])[:10]}")
+
+
+def measure_or_load(suite: str, measure, gpu: str = "h200") -> tuple[dict, bool]:
+    """Live measurement on a GPU (`measure()` returns {"meta", "rows"}), else the recorded file.
+
+    Returns (data, live).
+    """
+    from .device import has_gpu
+
+    if has_gpu():
+        return measure(), True
+    return load_recorded(suite, gpu), False

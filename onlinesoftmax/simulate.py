@@ -1,0 +1,117 @@
+"""A thread-level NumPy model of the block-per-row kernels.
+
+It follows the kernels' schedule, not just their algebra: thread t of a block scans
+columns t, t + T, t + 2T, ... in order; each warp reduces with an xor butterfly
+(offsets 16, 8, 4, 2, 1, each lane combining `own, partner` in that order); lane 0
+of every warp writes shared memory; warp 0 reads one value per warp, the identity in
+the other lanes, and runs the butterfly again over the offsets below the warp count. Arithmetic is float32, like the kernel
+(NumPy's exp is not CUDA's expf, so the last bit can differ; the order cannot).
+
+Per-thread values are arrays of shape (rows, T): every row of a batch is simulated
+at once, as a grid of blocks would run them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+WARP = 32
+F32 = np.float32
+NEG_INF = F32(-np.inf)
+
+
+def strided_scan(x: np.ndarray, n_threads: int, init, step):
+    """Run `state = step(state, x_col, valid)` for every thread's strided slice.
+
+    `init` is a tuple of (rows, T) arrays; `step` gets the column values (rows, T)
+    and a (T,) mask of threads that own a column at this iteration.
+    """
+    n_rows, n_cols = x.shape
+    state = init
+    threads = np.arange(n_threads)
+    for start in range(0, n_cols, n_threads):
+        cols = start + threads
+        valid = cols < n_cols
+        values = np.empty((n_rows, n_threads), dtype=x.dtype)
+        values[:, valid] = x[:, cols[valid]]
+        values[:, ~valid] = 0
+        state = step(state, values, valid)
+    return state
+
+
+def warp_butterfly(state, combine, width: int = WARP):
+    """xor butterfly inside each warp over offsets below `width`; arrays are (rows, T)."""
+    n_rows, n_threads = state[0].shape
+    shaped = tuple(s.reshape(n_rows, n_threads // WARP, WARP) for s in state)
+    lanes = np.arange(WARP)
+    for offset in (o for o in (16, 8, 4, 2, 1) if o < width):
+        partner = tuple(s[..., lanes ^ offset] for s in shaped)
+        shaped = combine(shaped, partner)
+    return tuple(s.reshape(n_rows, n_threads) for s in shaped)
+
+
+def block_reduce(state, combine, identity):
+    """The kernels' block reduction; returns the row's value, shape (rows,) per field."""
+    n_rows, n_threads = state[0].shape
+    n_warps = -(-n_threads // WARP)
+    state = warp_butterfly(state, combine)
+    per_warp = tuple(s[:, ::WARP] for s in state)  # lane 0 of each warp -> scratch
+    warp0 = tuple(np.full((n_rows, WARP), ident, dtype=F32) for ident in identity)
+    for w0, pw in zip(warp0, per_warp):
+        w0[:, :n_warps] = pw
+    warp0 = warp_butterfly(warp0, combine, n_warps)
+    return tuple(s[:, 0] for s in warp0)
+
+
+# --- the (m, l) state, as in kernels/common/online_state.cuh ---------------------
+
+def online_base(m_new: np.ndarray, guards: bool) -> np.ndarray:
+    return np.where(m_new == NEG_INF, F32(0), m_new) if guards else m_new
+
+
+def online_push(state, x, guards: bool = True):
+    m, l = state
+    m_new = np.fmax(m, x)  # fmaxf: a NaN operand is ignored
+    base = online_base(m_new, guards)
+    l_new = l * np.exp(m - base) + np.exp(x - base)
+    return m_new, l_new.astype(F32)
+
+
+def online_combine(a, b, guards: bool = True):
+    (m1, l1), (m2, l2) = a, b
+    m = np.fmax(m1, m2)
+    base = online_base(m, guards)
+    return m, (l1 * np.exp(m1 - base) + l2 * np.exp(m2 - base)).astype(F32)
+
+
+def online_row_state(x: np.ndarray, n_threads: int = 256, guards: bool = True):
+    """(m, l) per row exactly as the online kernels compute them."""
+    x = np.asarray(x, dtype=F32)
+    n_rows = x.shape[0]
+    init = (np.full((n_rows, n_threads), NEG_INF, F32), np.zeros((n_rows, n_threads), F32))
+
+    def step(state, values, valid):
+        pushed = online_push(state, values, guards)
+        return tuple(np.where(valid, p, s) for p, s in zip(pushed, state))
+
+    with np.errstate(all="ignore"):
+        state = strided_scan(x, n_threads, init, step)
+        return block_reduce(state, lambda a, b: online_combine(a, b, guards), (NEG_INF, F32(0)))
+
+
+def block_max(per_thread: np.ndarray) -> np.ndarray:
+    return block_reduce((per_thread,), lambda a, b: (np.fmax(a[0], b[0]),), (NEG_INF,))[0]
+
+
+def block_sum(per_thread: np.ndarray) -> np.ndarray:
+    return block_reduce((per_thread,), lambda a, b: ((a[0] + b[0]).astype(F32),), (F32(0),))[0]
+
+
+def thread_partials(x: np.ndarray, n_threads: int, f, reduce, init_value) -> np.ndarray:
+    """Per-thread `reduce` of f(x) over the strided slice, shape (rows, T)."""
+    n_rows = x.shape[0]
+    init = (np.full((n_rows, n_threads), init_value, F32),)
+
+    def step(state, values, valid):
+        return (np.where(valid, reduce(state[0], f(values)), state[0]).astype(F32),)
+
+    return strided_scan(x, n_threads, init, step)[0]
