@@ -1,41 +1,59 @@
 """The one timer. Every benchmark in the book goes through `time_gpu`.
 
-Method (also stored, verbatim, in every result file as `meta.method`):
+Its method is the string `METHOD`, stored verbatim in every result file (`meta.method`).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 L2_BYTES_H200 = 60 * 2**20
-SPIN_US = 40
+SPIN_US = 60
 METHOD = (
-    "CUDA events around each call on the default stream; before each timed call a "
-    f"{SPIN_US} us spin kernel keeps the GPU busy so host launch overhead is hidden and "
-    "only device time is measured; inputs rotated over enough copies that each call "
-    "reads beyond L2 (>= 4x the L2 size in total); warm-up calls first (compilation "
-    "excluded); the median of the timed calls is reported"
+    "CUDA events around each call on the default stream; before each timed call one "
+    "kernel reads a buffer of twice the L2 size (evicting the inputs from L2, so the "
+    "timed call reads DRAM) and a second spins for "
+    f"{SPIN_US} us (so host launch overhead is hidden and only device time is "
+    "measured); warm-up calls first (compilation excluded); median of the timed calls"
 )
 
-_SPIN_SOURCE = r"""
+_SOURCE = r"""
 extern "C" __global__ void timer_spin(long long cycles) {
     const long long start = clock64();
     while (clock64() - start < cycles) { }
 }
+extern "C" __global__ void timer_evict_l2(const int4* __restrict__ buffer, long long n, int* sink) {
+    int acc = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int4 v = buffer[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x7fffffff) *sink = acc;  // never true for the buffer's contents; keeps the loads
+}
 """
-_spin_kernel = None
+_state: dict = {}
 
 
-def _spin(us: float) -> None:
-    """Busy-wait on the GPU for about `us` microseconds (a single-thread kernel)."""
-    global _spin_kernel
+def _module():
     import cupy
 
-    if _spin_kernel is None:
-        _spin_kernel = cupy.RawKernel(_SPIN_SOURCE, "timer_spin")
-    clock_khz = cupy.cuda.Device().attributes["ClockRate"]
-    _spin_kernel((1,), (1,), (np.int64(us * clock_khz / 1000),))
+    if "module" not in _state:
+        _state["module"] = cupy.RawModule(code=_SOURCE)
+        n_bytes = 2 * l2_bytes()
+        _state["buffer"] = cupy.ones(n_bytes // 4, dtype=cupy.int32)  # XOR of ones per int4 is 0
+        _state["sink"] = cupy.zeros(1, dtype=cupy.int32)
+        _state["clock_khz"] = cupy.cuda.Device().attributes["ClockRate"]
+        _state["sms"] = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    return _state["module"]
+
+
+def _evict_and_spin(us: float = SPIN_US) -> None:
+    """Read 2x L2 bytes (evicts the timed call's inputs), then busy-wait `us` microseconds."""
+    module = _module()
+    buffer = _state["buffer"]
+    module.get_function("timer_evict_l2")((4 * _state["sms"],), (512,),
+                                          (buffer, np.int64(buffer.size // 4), _state["sink"]))
+    module.get_function("timer_spin")((1,), (1,), (np.int64(us * _state["clock_khz"] / 1000),))
 
 
 def l2_bytes() -> int:
@@ -44,13 +62,8 @@ def l2_bytes() -> int:
     return int(cupy.cuda.Device().attributes.get("L2CacheSize", L2_BYTES_H200))
 
 
-def rotation_count(bytes_per_call: int, factor: int = 4, limit: int = 64) -> int:
-    """How many input copies make each call read beyond L2 (factor x L2 in total)."""
-    return max(1, min(limit, math.ceil(factor * l2_bytes() / max(1, bytes_per_call))))
-
-
 def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30) -> dict:
-    """Median device time of `fn(*args)` in ms, rotating over `arg_sets`.
+    """Median device time of `fn(*args)` in ms (see METHOD), cycling over `arg_sets`.
 
     Returns {"ms": median, "ms_p10": ..., "ms_p90": ..., "reps": reps}.
     """
@@ -63,7 +76,7 @@ def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30) -> dict:
     starts = [cupy.cuda.Event() for _ in range(reps)]
     ends = [cupy.cuda.Event() for _ in range(reps)]
     for i in range(reps):
-        _spin(SPIN_US)
+        _evict_and_spin()
         starts[i].record()
         fn(*arg_sets[i % len(arg_sets)])
         ends[i].record()

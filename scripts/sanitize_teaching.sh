@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over the teaching kernels at a few shapes.
+set -u
+status=0
+for tool in memcheck racecheck synccheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 3 python3 - <<'PY' || status=1
+import cupy as cp, onlinesoftmax as osm
+from onlinesoftmax import checks
+for name in ("softmax_00_naive", "softmax_01_safe", "softmax_02_online"):
+    for shape in ((1, 1), (3, 100), (2, 4097), (1, 65536)):
+        x = checks.random_rows(cp, *shape, max_offset=5)
+        osm.softmax(x, name); cp.cuda.Device().synchronize()
+print("sanitized")
+PY
+  echo "$tool exit $?"
+done
+exit $status

@@ -1,0 +1,125 @@
+"""GPU tier for the teaching kernels softmax_00_naive, softmax_01_safe, softmax_02_online(_unguarded)."""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks, reference
+from onlinesoftmax.kernels_softmax import simulate_online, simulate_naive
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+SAFE_VARIANTS = ("softmax_01_safe", "softmax_02_online")
+ALL_VARIANTS = ("softmax_00_naive",) + SAFE_VARIANTS
+LN_FLT_MAX = float(np.log(np.finfo(np.float32).max))  # 88.72
+
+
+def run_checked(variant, x):
+    """Run on poisoned output, synchronize (surfaces any CUDA error), check nothing was left unwritten."""
+    out = checks.poisoned_like(x)
+    y = osm.softmax(x, variant, out=out)
+    cp.cuda.Device().synchronize()
+    assert y is out
+    assert checks.unwritten(y) == 0, f"{variant}: outputs left unwritten"
+    return y
+
+
+def assert_close(variant, y, x):
+    ref = reference.softmax(x)
+    passed, message = checks.compare(y, ref, reference.softmax_same_dtype(x), np.float32)
+    assert passed, f"{variant} {x.shape}: {message}"
+
+
+@pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
+@pytest.mark.parametrize("n_rows", checks.EDGE_ROWS)
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_edge_matrix(variant, n_rows, n_cols):
+    # The naive kernel is only defined where e^x does not overflow: keep its logits below 60.
+    max_offset = 30.0 if variant != "softmax_00_naive" else 10.0
+    x = checks.random_rows(cp, n_rows, n_cols, seed=n_rows * 7919 + n_cols, max_offset=max_offset,
+                           outliers=variant != "softmax_00_naive")
+    assert_close(variant, run_checked(variant, x), x)
+
+
+@pytest.mark.parametrize("n_cols", checks.HUGE_COLS)
+@pytest.mark.parametrize("variant", SAFE_VARIANTS)
+def test_rows_of_a_million(variant, n_cols):
+    x = checks.random_rows(cp, 3, n_cols, seed=n_cols)
+    assert_close(variant, run_checked(variant, x), x)
+
+
+@pytest.mark.parametrize("n_cols", (1, 3, 100, 257, 4097, 65536))
+@pytest.mark.parametrize("variant", SAFE_VARIANTS)
+def test_special_rows(variant, n_cols):
+    x, nan_rows = checks.special_rows(cp, n_cols)
+    y = run_checked(variant, x)
+    assert (cp.isnan(y).all(axis=1).get() == nan_rows).all(), "NaN rows differ from torch's convention"
+    assert not bool(cp.isnan(y[~cp.asarray(nan_rows)]).any()), "unexpected NaN"
+    assert_close(variant, y, x)
+
+
+@pytest.mark.parametrize("variant", SAFE_VARIANTS)
+def test_strided_and_misaligned_views(variant):
+    base = checks.random_rows(cp, 9, 1001, seed=5)
+    for view in (base[:, 1:], base[::2], base[1::3, 3:-2], base[:, ::2], base.T[:500].T):
+        assert_close(variant, osm.softmax(view, variant), view)
+
+
+def test_unguarded_kernel_gives_nan_exactly_where_the_model_does():
+    """Without the guards: N < 256 and a leading run of -inf come out all NaN, on the GPU as in the model."""
+    rng = np.random.default_rng(3)
+    short = rng.standard_normal((1, 100)).astype(np.float32)
+    leading = rng.standard_normal((1, 1000)).astype(np.float32)
+    leading[0, :300] = -np.inf
+    ordinary = rng.standard_normal((4, 4096)).astype(np.float32)
+    for host, expect_nan in ((short, True), (leading, True), (ordinary, False)):
+        y = run_checked("softmax_02_online_unguarded", cp.asarray(host))
+        model = simulate_online(host, guards=False)
+        assert bool(cp.isnan(y).all()) == expect_nan == bool(np.isnan(model).all())
+        guarded = run_checked("softmax_02_online", cp.asarray(host))
+        assert not bool(cp.isnan(guarded).any())
+        assert_close("softmax_02_online", guarded, cp.asarray(host))
+
+
+def test_naive_kernel_overflows_where_theory_says():
+    """e^x overflows float32 past ln(FLT_MAX) = 88.72: just below it the naive kernel is right, just above NaN."""
+    below = np.full((1, 64), -5.0, np.float32)
+    below[0, 7] = LN_FLT_MAX - 0.05
+    above = below.copy()
+    above[0, 7] = LN_FLT_MAX + 0.05
+    y_below = run_checked("softmax_00_naive", cp.asarray(below))
+    assert_close("softmax_00_naive", y_below, cp.asarray(below))
+    y_above = run_checked("softmax_00_naive", cp.asarray(above)).get()
+    assert np.isnan(y_above[0, 7]) and np.isnan(simulate_naive(above)[0, 7])
+    safe = run_checked("softmax_01_safe", cp.asarray(above))
+    assert_close("softmax_01_safe", safe, cp.asarray(above))
+
+
+def test_gpu_kernels_match_their_models():
+    """The NumPy model follows the kernel's schedule: on the same input they agree to a few ulps."""
+    x = checks.random_rows(np, 7, 4097, seed=11)
+    for variant in osm.VARIANTS:
+        gpu = osm.softmax(cp.asarray(x), variant).get()
+        model = osm.softmax(x, variant)
+        np.testing.assert_allclose(gpu, model, rtol=2e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_bad_gpu_input(variant):
+    with pytest.raises(TypeError):
+        osm.softmax(cp.ones((2, 8), dtype=cp.int32), variant)
+    with pytest.raises(TypeError):
+        osm.softmax(cp.ones((2, 8), dtype=cp.float64), variant)
+    with pytest.raises(ValueError):
+        osm.softmax(cp.ones((2, 3, 4), dtype=cp.float32), variant)
+    with pytest.raises(ValueError):
+        osm.softmax(cp.ones((0, 4), dtype=cp.float32), variant)
+    # the context is still healthy afterwards
+    assert_close(variant, run_checked(variant, cp.ones((2, 8), cp.float32)), cp.ones((2, 8), cp.float32))
+
+
+def test_compiled_resources_are_reported():
+    for variant in osm.variants("softmax"):
+        if variant.name.startswith(ALL_VARIANTS):
+            report = variant.resources()
+            assert report.registers > 0 and report.stack_bytes == 0
