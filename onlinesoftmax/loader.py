@@ -103,9 +103,30 @@ def load_module(path, defines=()):
     return module
 
 
+_kernels: dict[tuple, tuple] = {}
+
+
+def _mtimes(files) -> tuple:
+    return tuple((REPO_ROOT / f).stat().st_mtime_ns for f in files)
+
+
 def get_kernel(path, entry: str, defines=()):
-    """The `cupy.RawKernel` for `entry` in `path` built with `defines`."""
-    return load_module(path, defines).get_function(entry)
+    """The `cupy.RawKernel` for `entry` in `path` built with `defines`.
+
+    The hot path only stats the files the kernel is made of (a few microseconds); an
+    edited `.cu` or header is re-expanded and recompiled on the next call.
+    """
+    key = (str(path), entry, tuple(defines))
+    cached = _kernels.get(key)
+    if cached is not None:
+        kernel, files, mtimes = cached
+        if _mtimes(files) == mtimes:
+            return kernel
+    _, files = expand_source(path)
+    mtimes = _mtimes(files)
+    kernel = load_module(path, defines).get_function(entry)
+    _kernels[key] = (kernel, files, mtimes)
+    return kernel
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,17 @@ Its method is the string `METHOD`, stored verbatim in every result file (`meta.m
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 L2_BYTES_H200 = 60 * 2**20
-SPIN_US = 60
 METHOD = (
     "CUDA events around each call on the default stream; before each timed call one "
     "kernel reads a buffer of twice the L2 size (evicting the inputs from L2, so the "
-    "timed call reads DRAM) and a second spins for "
-    f"{SPIN_US} us (so host launch overhead is hidden and only device time is "
-    "measured); warm-up calls first (compilation excluded); median of the timed calls"
+    "timed call reads DRAM) and a second spins for twice the host time of one call "
+    "(at least 50 us), so host launch overhead is hidden and only device time is "
+    "measured; warm-up calls first (compilation excluded); median of the timed calls"
 )
 
 _SOURCE = r"""
@@ -47,7 +48,7 @@ def _module():
     return _state["module"]
 
 
-def _evict_and_spin(us: float = SPIN_US) -> None:
+def _evict_and_spin(us: float) -> None:
     """Read 2x L2 bytes (evicts the timed call's inputs), then busy-wait `us` microseconds."""
     module = _module()
     buffer = _state["buffer"]
@@ -70,20 +71,27 @@ def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30) -> dict:
     import cupy
 
     arg_sets = list(arg_sets)
+    host_us = []
     for i in range(warmup):
+        cupy.cuda.Device().synchronize()
+        began = time.perf_counter()
         fn(*arg_sets[i % len(arg_sets)])
+        host_us.append((time.perf_counter() - began) * 1e6)
     cupy.cuda.Device().synchronize()
+    # The host time of a call is at most its enqueue time plus device time; twice the
+    # smallest one seen covers the enqueue time.
+    spin_us = min(5000.0, max(50.0, 2 * min(host_us[1:] or host_us)))
     starts = [cupy.cuda.Event() for _ in range(reps)]
     ends = [cupy.cuda.Event() for _ in range(reps)]
     for i in range(reps):
-        _evict_and_spin()
+        _evict_and_spin(spin_us)
         starts[i].record()
         fn(*arg_sets[i % len(arg_sets)])
         ends[i].record()
     ends[-1].synchronize()
     times = np.array([cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)])
     return {"ms": float(np.median(times)), "ms_p10": float(np.percentile(times, 10)),
-            "ms_p90": float(np.percentile(times, 90)), "reps": reps}
+            "ms_p90": float(np.percentile(times, 90)), "reps": reps, "spin_us": spin_us}
 
 
 def copy_bandwidth(nbytes: int = 2**31, reps: int = 20) -> dict:
