@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import device
-from .registry import Variant, resolve
+from .registry import REGISTRY, Variant, resolve
 
 
 def check_input(x, variant: Variant):
@@ -64,11 +64,31 @@ def run(variant: Variant, x, out=None, **options):
     return y
 
 
-def softmax(x, variant: str = "online", *, out=None):
+def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=None,
+            mask_value: float = -np.inf):
     """Softmax over the last axis of a 2-D array, same dtype back.
 
     `variant` is a registry key (`onlinesoftmax.VARIANTS`) or its short name
     ("naive", "safe", "online", ...). cupy input runs the CUDA kernel; numpy input
     runs the kernel's NumPy model (same thread partition and reduction order).
+
+    Masks (fused into softmax_03_online_masked; "online" dispatches there when one is
+    given): `mask` is None, "causal" (row i keeps columns j <= i, like torch's
+    is_causal) or an additive float array of shape (rows, N) or (N,); `valid_lengths`
+    keeps columns j < valid_lengths[i] of row i. Removed columns take `mask_value`
+    (-inf: a fully masked row is NaN, as in torch; -1e6: it is uniform).
     """
-    return run(resolve(variant, "softmax"), x, out=out)
+    chosen = resolve(variant, "softmax")
+    if mask is None and valid_lengths is None:
+        return run(chosen, x, out=out)
+    from . import kernels_masked
+
+    if chosen.name == "softmax_02_online":
+        chosen = kernels_masked.MASKED
+    if "mask" not in chosen.features:
+        supporting = ", ".join(v.name for v in REGISTRY.values() if "mask" in v.features)
+        raise ValueError(f"{chosen.name} does not take a mask or valid_lengths; "
+                         f"use variant=\"online\" or one of: {supporting}")
+    x, _ = check_input(x, chosen)
+    options = kernels_masked.prepare(x, mask, valid_lengths, mask_value)
+    return run(chosen, x, out=out, **options)

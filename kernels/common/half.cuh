@@ -1,0 +1,63 @@
+// half.cuh — IEEE fp16 storage without <cuda_fp16.h>.
+//
+// NVRTC (cupy's compiler) does not find <cuda_fp16.h> without the CUDA include path,
+// so a half lives in an `unsigned short` and converts with one PTX instruction each way:
+// cvt.f32.f16 is exact; cvt.rn.f16.f32 rounds to nearest even (as numpy's astype does).
+// All arithmetic stays in fp32. Packing helpers split the 32-bit words of a vector
+// load (uint2 = 4 halves, int4 = 8 halves) into floats, lowest address first.
+#pragma once
+
+typedef unsigned short half_bits;  // the 16 bits of one IEEE binary16
+
+__device__ __forceinline__ float half_to_float(half_bits h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ half_bits float_to_half(float f) {
+    half_bits h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// A 32-bit word holds two halves; the one at the lower address is the low 16 bits.
+__device__ __forceinline__ void unpack_half2(unsigned int word, float& lo, float& hi) {
+    lo = half_to_float(static_cast<half_bits>(word & 0xffffu));
+    hi = half_to_float(static_cast<half_bits>(word >> 16));
+}
+
+__device__ __forceinline__ unsigned int pack_half2(float lo, float hi) {
+    return static_cast<unsigned int>(float_to_half(lo)) |
+           (static_cast<unsigned int>(float_to_half(hi)) << 16);
+}
+
+// 4 halves <-> uint2 (one 8-byte access).
+__device__ __forceinline__ void unpack_half4(uint2 v, float f[4]) {
+    unpack_half2(v.x, f[0], f[1]);
+    unpack_half2(v.y, f[2], f[3]);
+}
+
+__device__ __forceinline__ uint2 pack_half4(const float f[4]) {
+    return make_uint2(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]));
+}
+
+// 8 halves <-> int4 (one 16-byte access).
+__device__ __forceinline__ void unpack_half8(int4 v, float f[8]) {
+    unpack_half2(static_cast<unsigned int>(v.x), f[0], f[1]);
+    unpack_half2(static_cast<unsigned int>(v.y), f[2], f[3]);
+    unpack_half2(static_cast<unsigned int>(v.z), f[4], f[5]);
+    unpack_half2(static_cast<unsigned int>(v.w), f[6], f[7]);
+}
+
+__device__ __forceinline__ int4 pack_half8(const float f[8]) {
+    return make_int4(static_cast<int>(pack_half2(f[0], f[1])), static_cast<int>(pack_half2(f[2], f[3])),
+                     static_cast<int>(pack_half2(f[4], f[5])), static_cast<int>(pack_half2(f[6], f[7])));
+}
+
+// How many halves from `p` to the next `bytes`-aligned address (0 when p is aligned).
+// Half pointers are always 2-byte aligned, so the count is exact.
+__device__ __forceinline__ int halves_to_alignment(const void* p, int bytes) {
+    const unsigned long long address = reinterpret_cast<unsigned long long>(p);
+    return static_cast<int>(((bytes - (address & (bytes - 1))) & (bytes - 1)) >> 1);
+}

@@ -1,0 +1,57 @@
+// softmax_03_online_masked — softmax_02_online with the mask fused into both passes.
+//
+// Changed from softmax_02_online: each logit is formed on the fly as
+//               v_j = fill                   if j >= limit(i)      (causal / padding)
+//               v_j = x_ij + mask_ij          otherwise             (additive mask, optional)
+//               where limit(i) = min(N, i + 1 if causal, valid_lengths[i] if given).
+//               Causal is top-left aligned like torch's is_causal: row i keeps columns
+//               j <= i, i.e. ones(rows, N).tril(0), for rows <= N and rows > N alike.
+//               Columns past the limit are never loaded; `fill` stands in for them.
+//               No masked copy of x is ever written: the mask costs no extra pass.
+// Launch:       grid = (n_rows), block = (256), static shared memory 32 states (256 B).
+// Traffic:      x: 2 reads + 1 write per kept element, 1 write per element past the limit
+//               (causal on a square matrix: ~1 + 1 read instead of 2 + 1). An additive mask
+//               of rows x N adds 2 reads per element; a broadcast mask (row stride 0) is one
+//               row of N re-read by every block (mostly from L2).
+// Limits:       fp32 only; 1 <= n_cols < 2^31; rows may be strided (unit column stride);
+//               mask == nullptr: no additive mask; valid_lengths == nullptr: no padding;
+//               0 <= valid_lengths[i] <= N (checked on the host). With fill = -inf a fully
+//               masked row gives NaN (0/0), as torch.softmax does; with a finite fill
+//               (-1e6, -FLT_MAX) it gives the uniform distribution 1/N.
+#include "online_state.cuh"
+
+// The logit column j of one row sees, after masking.
+__device__ __forceinline__ float masked_logit(const float* row_x, const float* row_mask, int j,
+                                              int limit, float fill) {
+    if (j >= limit) return fill;  // not loaded: causal / padding mask
+    float v = row_x[j];
+    if (row_mask != nullptr) v += row_mask[j];
+    return v;
+}
+
+extern "C" __global__ void softmax_03_online_masked(const float* __restrict__ x, float* __restrict__ y,
+                                                    int n_cols, long long x_row_stride,
+                                                    long long y_row_stride,
+                                                    const float* __restrict__ mask,
+                                                    long long mask_row_stride,
+                                                    const int* __restrict__ valid_lengths,
+                                                    int causal, float fill) {
+    __shared__ OnlineState scratch[32];
+    const long long row = blockIdx.x;
+    const float* row_x = x + row * x_row_stride;
+    float* row_y = y + row * y_row_stride;
+    const float* row_mask = mask != nullptr ? mask + row * mask_row_stride : nullptr;
+
+    int limit = n_cols;  // columns [limit, N) are masked
+    if (causal && row + 1 < limit) limit = static_cast<int>(row + 1);
+    if (valid_lengths != nullptr && valid_lengths[row] < limit) limit = valid_lengths[row];
+
+    OnlineState s = online_identity();  // pass 1: statistics of the masked row
+    for (int j = threadIdx.x; j < n_cols; j += blockDim.x)
+        online_push(s, masked_logit(row_x, row_mask, j, limit, fill));
+    const OnlineState stats = online_block_reduce(s, scratch);
+
+    const float inv_l = 1.0f / stats.l;  // pass 2: the output, same logits again
+    for (int j = threadIdx.x; j < n_cols; j += blockDim.x)
+        row_y[j] = expf(masked_logit(row_x, row_mask, j, limit, fill) - stats.m) * inv_l;
+}

@@ -1,0 +1,128 @@
+"""Launcher module of the masked online softmax, softmax_03_online_masked (fp32).
+
+Masks are fused into the kernel: an additive mask (rows x N, or one row of N
+broadcast), a causal mask (row i keeps columns j <= i, top-left aligned like
+torch's `is_causal`) and padding (row i keeps columns j < valid_lengths[i]).
+Columns removed by causal/padding take the value `mask_value` (default -inf).
+
+`prepare` validates the mask arguments once and turns them into the keyword
+options that both the kernel launcher and the NumPy model take.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import simulate as sim
+from .kernels_softmax import BLOCK_THREADS, block_per_row
+from .reference import array_module
+from .registry import Variant, register
+
+MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _as_module_of(x, a):
+    """`a` as an array of x's kind (numpy or cupy)."""
+    if array_module(x) is np:
+        return a.get() if type(a).__module__.startswith("cupy") else np.asarray(a)
+    import cupy
+
+    return cupy.asarray(a)
+
+
+def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
+    """Validate mask arguments for the 2-D input `x`; return the kernel/model options.
+
+    mask: None, "causal", or an additive float array of shape (rows, N), (N,) or (1, N).
+    valid_lengths: None or integers, one per row, each in [0, N].
+    mask_value: what causal / padding put in place of a removed logit (-inf, -1e6, ...).
+    Raises TypeError / ValueError with the reason.
+    """
+    n_rows, n_cols = x.shape
+    options = {"mask": None, "causal": False, "valid_lengths": None, "fill": np.float32(-np.inf)}
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f'mask must be None, "causal" or an additive float array, got {mask!r}')
+        options["causal"] = True
+    elif mask is not None:
+        if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+            raise TypeError(f"an additive mask must be a numpy or cupy array, got {type(mask).__name__}")
+        if mask.dtype.kind != "f":
+            raise TypeError(f"an additive mask must hold floats (0 keeps, -inf removes), got {mask.dtype}; "
+                            "for a boolean keep-mask pass np.where(keep, 0.0, -np.inf)")
+        if mask.shape == (n_cols,):
+            mask = mask.reshape(1, n_cols)
+        if mask.shape not in ((n_rows, n_cols), (1, n_cols)):
+            raise ValueError(f"mask shape {mask.shape} does not match x of shape {x.shape}: "
+                             f"expected ({n_rows}, {n_cols}), ({n_cols},) or (1, {n_cols})")
+        mask = _as_module_of(x, mask)
+        xp = array_module(mask)
+        options["mask"] = xp.ascontiguousarray(mask.astype(xp.float32, copy=False))
+    if valid_lengths is not None:
+        lengths = valid_lengths
+        if not hasattr(lengths, "dtype"):
+            lengths = np.asarray(lengths)
+        if lengths.dtype.kind not in "iu":
+            raise TypeError(f"valid_lengths must be integers, got {lengths.dtype}")
+        if lengths.shape != (n_rows,):
+            raise ValueError(f"valid_lengths must have one entry per row, shape ({n_rows},), got {lengths.shape}")
+        low, high = int(lengths.min()), int(lengths.max())
+        if low < 0 or high > n_cols:
+            raise ValueError(f"valid_lengths must lie in [0, N] = [0, {n_cols}], got values in [{low}, {high}]")
+        lengths = _as_module_of(x, lengths)
+        options["valid_lengths"] = array_module(lengths).ascontiguousarray(lengths.astype("int32"))
+    fill = float(mask_value)
+    if np.isnan(fill) or fill == np.inf:
+        raise ValueError(f"mask_value must be -inf or finite, got {mask_value}")
+    if fill != -np.inf and abs(fill) > FLT_MAX:
+        raise ValueError(f"mask_value {mask_value} is not representable in float32")
+    options["fill"] = np.float32(fill)
+    return options
+
+
+def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf) -> np.ndarray:
+    """The float32 logits the kernel sees after masking (x + mask, then `fill` past each row's limit)."""
+    x = np.asarray(x, dtype=np.float32)
+    n_rows, n_cols = x.shape
+    v = x.copy()
+    if mask is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = (v + np.asarray(mask, dtype=np.float32)).astype(np.float32)
+    limit = np.full(n_rows, n_cols, dtype=np.int64)
+    if causal:
+        limit = np.minimum(limit, np.arange(n_rows) + 1)
+    if valid_lengths is not None:
+        limit = np.minimum(limit, np.asarray(valid_lengths, dtype=np.int64))
+    removed = np.arange(n_cols)[None, :] >= limit[:, None]
+    v[removed] = np.float32(fill)
+    return v
+
+
+def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True) -> np.ndarray:
+    """NumPy model of softmax_03_online_masked: same masking, same thread schedule."""
+    v = effective_logits(x, mask, causal, valid_lengths, fill)
+    m, l = sim.online_row_state(v, BLOCK_THREADS, guards)
+    with np.errstate(all="ignore"):
+        inv_l = np.float32(1) / l
+        return (np.exp(v - m[:, None]) * inv_l[:, None]).astype(np.float32)
+
+
+def launch_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf) -> None:
+    """Launch on 2-D cupy arrays; options as returned by `prepare` (None = nullptr)."""
+    geometry = variant.geometry(*x.shape)
+    mask_row_stride = 0 if mask is None or mask.shape[0] == 1 else mask.strides[0] // mask.itemsize
+    variant.kernel()(geometry.grid, geometry.block,
+                     (x, y, np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize),
+                      np.int64(y.strides[0] // y.itemsize),
+                      mask, np.int64(mask_row_stride), valid_lengths,
+                      np.int32(1 if causal else 0), np.float32(fill)),
+                     shared_mem=geometry.shared_bytes)
+
+
+MASKED = register(Variant(
+    name="softmax_03_online_masked", family="softmax", file="softmax/softmax_03_online_masked.cu",
+    short="online_masked",
+    story="softmax_02_online with additive / causal / padding masks fused into both passes",
+    geometry=block_per_row, simulate=simulate_masked, launch=launch_masked,
+    reads_per_element=2, writes_per_element=1,
+    features=frozenset({"mask", "causal", "valid_lengths"})))
