@@ -80,22 +80,33 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
     return options
 
 
-def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf) -> np.ndarray:
-    """The float32 logits the kernel sees after masking (x + mask, then `fill` past each row's limit)."""
-    x = np.asarray(x, dtype=np.float32)
+def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, dtype=np.float32):
+    """The logits the kernel sees after masking: x + mask, then `fill` past each row's limit.
+
+    In float32 (the default) this is exactly what the kernel computes; with
+    dtype=float64 it is the input of the float64 reference. numpy or cupy.
+    """
+    xp = array_module(x)
     n_rows, n_cols = x.shape
-    v = x.copy()
+    v = xp.array(x, dtype=dtype)
     if mask is not None:
         with np.errstate(invalid="ignore", over="ignore"):
-            v = (v + np.asarray(mask, dtype=np.float32)).astype(np.float32)
-    limit = np.full(n_rows, n_cols, dtype=np.int64)
+            v = (v + xp.asarray(mask, dtype=dtype)).astype(dtype)
+    limit = xp.full(n_rows, n_cols, dtype=xp.int64)
     if causal:
-        limit = np.minimum(limit, np.arange(n_rows) + 1)
+        limit = xp.minimum(limit, xp.arange(n_rows) + 1)
     if valid_lengths is not None:
-        limit = np.minimum(limit, np.asarray(valid_lengths, dtype=np.int64))
-    removed = np.arange(n_cols)[None, :] >= limit[:, None]
-    v[removed] = np.float32(fill)
+        limit = xp.minimum(limit, xp.asarray(valid_lengths, dtype=xp.int64))
+    removed = xp.arange(n_cols)[None, :] >= limit[:, None]
+    v[removed] = float(np.float32(fill))
     return v
+
+
+def reference_masked(x, **options):
+    """The float64 reference of the masked softmax (options as from `prepare`)."""
+    from . import reference
+
+    return reference.softmax(effective_logits(x, dtype=np.float64, **options))
 
 
 def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True) -> np.ndarray:

@@ -1,0 +1,89 @@
+"""SASS of a kernel, built on the CPU: nvcc -> cubin (sm_90a) -> cuobjdump -sass.
+
+cuobjdump comes from the PyPI package nvidia-cuda-cuobjdump (requirements.txt) and is
+located through that package's installed files; a cuobjdump on PATH is the fallback.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import loader
+
+
+class ToolMissing(RuntimeError):
+    """nvcc or cuobjdump is not installed; the message says how to get it."""
+
+
+def cuobjdump_path() -> Path:
+    """The cuobjdump binary: from the nvidia-cuda-cuobjdump package, else PATH."""
+    try:
+        for file in importlib.metadata.files("nvidia-cuda-cuobjdump") or ():
+            if file.name == "cuobjdump":
+                path = Path(file.locate())
+                if path.is_file():
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    found = shutil.which("cuobjdump")
+    if found:
+        return Path(found)
+    raise ToolMissing("cuobjdump not found: pip install nvidia-cuda-cuobjdump==13.4.92 "
+                      "'nvidia-cuda-nvdisasm==13.4.*' (see requirements.txt)")
+
+
+def cubin(path, defines=()) -> bytes:
+    """Compile a kernel file with nvcc exactly as the CPU-side checks do; return the cubin."""
+    if not loader.nvcc_available():
+        raise ToolMissing("nvcc not found: the disassembly needs the CUDA toolkit's nvcc on PATH")
+    path = Path(path)
+    if not path.is_absolute():
+        path = loader.KERNELS_DIR / path
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "kernel.cubin"
+        cmd = ["nvcc", *loader.COMPILE_OPTIONS, loader.NVCC_ARCH, "--cubin",
+               *(f"-I{d}" for d in loader.INCLUDE_DIRS), *loader.define_flags(defines),
+               "-o", str(target), str(path)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise loader.KernelCompileError(f"{path} failed to compile with nvcc:\n{done.stderr}")
+        return target.read_bytes()
+
+
+def sass(path, entry: str, defines=()) -> str:
+    """cuobjdump -sass of `entry` in `path` (sm_90a)."""
+    tool = cuobjdump_path()
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "kernel.cubin"
+        target.write_bytes(cubin(path, defines))
+        done = subprocess.run([str(tool), "-sass", "-fun", entry, str(target)],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed: {done.stderr}")
+    return done.stdout
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+
+
+def instructions(sass_text: str, opcodes=("LDG", "STG")) -> list[tuple[str, str]]:
+    """(address, instruction) for every instruction whose opcode starts with one of `opcodes`."""
+    found = []
+    for address, text in _INSTRUCTION.findall(sass_text):
+        opcode = text.split()[0] if not text.startswith("@") else text.split()[1]
+        if opcode.startswith(tuple(opcodes)):
+            found.append((address, text))
+    return found
+
+
+def load_widths(sass_text: str) -> dict[str, int]:
+    """How many global loads/stores of each kind (e.g. 'LDG.E.64.CONSTANT': 2)."""
+    counts: dict[str, int] = {}
+    for _, text in instructions(sass_text):
+        opcode = text.split()[1] if text.startswith("@") else text.split()[0]
+        counts[opcode] = counts.get(opcode, 0) + 1
+    return counts

@@ -1,0 +1,103 @@
+"""GPU tier: the -inf guards on the real kernels give exactly the outcomes tests/test_guards.py
+asserts on the NumPy model, and GPU and model agree.
+
+Unguarded builds: softmax_02_online_unguarded (registered) and softmax_03_online_masked
+built with -DONLINE_SOFTMAX_GUARDS=0 (built here, not registered).
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import api, checks, kernels_masked, reference
+from onlinesoftmax.kernels_masked import simulate_masked
+from onlinesoftmax.kernels_softmax import simulate_online
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+
+def short_row():
+    """N = 100 < 256 threads: threads 100..255 never see an element."""
+    return np.random.default_rng(3).standard_normal((1, 100)).astype(np.float32)
+
+
+def leading_neg_inf_row():
+    """The first 300 of 1000 elements are -inf: threads 0..43 start on -inf."""
+    x = np.random.default_rng(4).standard_normal((1, 1000)).astype(np.float32)
+    x[0, :300] = -np.inf
+    return x
+
+
+GUARD_ROWS = {"N=100": short_row, "first 300 are -inf": leading_neg_inf_row}
+MASKED_UNGUARDED = dataclasses.replace(kernels_masked.MASKED, name="softmax_03_online_masked_unguarded",
+                                       defines=("ONLINE_SOFTMAX_GUARDS=0",))
+
+
+def run_checked(variant, x, **options):
+    """Run a Variant (or a registry name) on poisoned output; synchronize; nothing left unwritten."""
+    variant = osm.REGISTRY[variant] if isinstance(variant, str) else variant
+    out = checks.poisoned_like(x)
+    y = api.run(variant, x, out=out, **options)
+    cp.cuda.Device().synchronize()
+    assert y is out and checks.unwritten(y) == 0, f"{variant.name}: outputs left unwritten"
+    return y.get()
+
+
+@pytest.mark.parametrize("make", GUARD_ROWS.values(), ids=GUARD_ROWS.keys())
+def test_unguarded_kernel_gives_all_nan_like_the_model(make):
+    host = make()
+    gpu = run_checked("softmax_02_online_unguarded", cp.asarray(host))
+    model = simulate_online(host, guards=False)
+    assert np.isnan(gpu).all() and np.isnan(model).all()
+
+
+@pytest.mark.parametrize("make", GUARD_ROWS.values(), ids=GUARD_ROWS.keys())
+def test_guarded_kernel_is_right_and_agrees_with_the_model(make):
+    host = make()
+    gpu = run_checked("softmax_02_online", cp.asarray(host))
+    assert not np.isnan(gpu).any()
+    ref = reference.softmax(host)
+    assert checks.max_abs_error(gpu, ref) < 1e-6
+    passed, message = checks.compare(gpu, ref, reference.softmax_same_dtype(host), np.float32)
+    assert passed, message
+    np.testing.assert_allclose(gpu, simulate_online(host), rtol=2e-6, atol=1e-12)
+
+
+def test_unguarded_kernel_is_fine_when_every_thread_has_finite_data():
+    host = checks.random_rows(np, 3, 4096, seed=8)
+    gpu = run_checked("softmax_02_online_unguarded", cp.asarray(host))
+    assert not np.isnan(gpu).any()
+    np.testing.assert_allclose(gpu, simulate_online(host, guards=False), rtol=2e-6, atol=1e-12)
+
+
+def test_fully_masked_row_is_nan_as_in_torch():
+    host = np.full((2, 300), -np.inf, np.float32)
+    for variant in ("softmax_01_safe", "softmax_02_online", "softmax_02_online_unguarded",
+                    "softmax_03_online_masked"):
+        assert np.isnan(run_checked(variant, cp.asarray(host))).all(), variant
+    ones = cp.ones((2, 300), cp.float32)
+    masked = run_checked("softmax_03_online_masked", ones,
+                         **kernels_masked.prepare(ones, None, np.zeros(2, np.int64)))
+    assert np.isnan(masked).all()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        assert torch.softmax(torch.full((2, 300), float("-inf"), device="cuda"), dim=1).isnan().all()
+
+
+def test_causal_mask_unguarded_gives_nan_rows_exactly_where_the_model_does():
+    host = checks.random_rows(np, 300, 300, seed=6)
+    x = cp.asarray(host)
+    options = kernels_masked.prepare(x, "causal")
+    gpu = run_checked(MASKED_UNGUARDED, x, **options)
+    model = simulate_masked(host, causal=True, guards=False)
+    assert np.array_equal(np.isnan(gpu), np.isnan(model))
+    assert np.isnan(gpu[:255]).all() and not np.isnan(gpu[255:]).any()
+    guarded = run_checked("softmax_03_online_masked", x, **options)
+    assert not np.isnan(guarded).any()
+    sentinel = kernels_masked.prepare(x, "causal", mask_value=-1e6)
+    assert not np.isnan(run_checked(MASKED_UNGUARDED, x, **sentinel)).any()
