@@ -35,13 +35,14 @@ def check_input(x, variant: Variant):
     return x, on_gpu
 
 
-def check_out(out, x):
-    """`out` must be a same-kind, same-shape, same-dtype array with unit column stride."""
+def check_out(out, x, shape=None):
+    """`out` must be a same-kind, same-dtype array of `shape` (default x's) with unit last stride."""
     if out is None:
         return None
-    if type(out) is not type(x) or out.shape != x.shape or out.dtype != x.dtype:
-        raise ValueError(f"out must be a {type(x).__name__} of shape {x.shape} and dtype {x.dtype}")
-    if out.strides[1] != out.itemsize:
+    shape = x.shape if shape is None else shape
+    if type(out) is not type(x) or out.shape != shape or out.dtype != x.dtype:
+        raise ValueError(f"out must be a {type(x).__name__} of shape {shape} and dtype {x.dtype}")
+    if out.strides[-1] != out.itemsize:
         raise ValueError("out must have unit stride along the last axis")
     return out
 
@@ -49,7 +50,9 @@ def check_out(out, x):
 def run(variant: Variant, x, out=None, **options):
     """Run one registered variant on a validated 2-D input."""
     x, on_gpu = check_input(x, variant)
-    out = check_out(out, x)
+    # Row reductions (logsumexp) write one value per row; the rest one per element.
+    shape = x.shape[:1] if "one_value_per_row" in variant.features else x.shape
+    out = check_out(out, x, shape)
     if not on_gpu:
         result = variant.simulate(x, **options)
         if out is not None:
@@ -58,7 +61,7 @@ def run(variant: Variant, x, out=None, **options):
         return result
     import cupy
 
-    y = out if out is not None else cupy.empty(x.shape, dtype=x.dtype)
+    y = out if out is not None else cupy.empty(shape, dtype=x.dtype)
     with device.nvtx_range(variant.name):
         variant.launch(variant, x, y, **options)
     return y
@@ -92,3 +95,25 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
     x, _ = check_input(x, chosen)
     options = kernels_masked.prepare(x, mask, valid_lengths, mask_value)
     return run(chosen, x, out=out, **options)
+
+def logsumexp(x, variant: str = "online", *, out=None):
+    """log sum_j e^(x_ij) for each row of a 2-D array: shape (rows,), dtype of x.
+
+    A row of all -inf gives -inf; a row holding NaN or +inf gives NaN. cupy input runs
+    the CUDA kernel (`logsumexp_01_online`), numpy input its NumPy model.
+    """
+    return run(resolve(variant, "logsumexp"), x, out=out)
+
+
+def log_softmax(x, variant: str = "online", *, out=None):
+    """x - logsumexp(x) over the last axis of a 2-D array, same dtype back.
+
+    float16 input runs the fp16 build of the variant (`<name>_fp16`: fp32 arithmetic,
+    fp16 output). A row of all -inf gives NaN (as torch). cupy input runs the kernel,
+    numpy input its NumPy model.
+    """
+    chosen = resolve(variant, "log_softmax")
+    dtype = getattr(getattr(x, "dtype", None), "name", None)
+    if dtype == "float16" and dtype not in chosen.dtypes and f"{chosen.name}_fp16" in REGISTRY:
+        chosen = resolve(f"{chosen.name}_fp16", "log_softmax")
+    return run(chosen, x, out=out)

@@ -77,6 +77,29 @@ def softmax_same_dtype(x):
         return e / e.sum(axis=-1, keepdims=True)
 
 
+def logsumexp_same_dtype(x):
+    """LSE computed in float32 (for fp16 and fp32 input): the error baseline for LSE tests."""
+    xp = array_module(x)
+    x = x.astype(xp.float32)
+    m = x.max(axis=-1)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        lse = m + xp.log(xp.exp(x - m[..., None]).sum(axis=-1))
+    return xp.where(m == NEG_INF, m, lse)
+
+
+def log_softmax_same_dtype(x):
+    """(x - m) - log sum e^(x - m) in float32, rounded to x's dtype: the baseline for log-softmax tests.
+
+    This is what a kernel with fp32 arithmetic can deliver (and what torch does for fp16).
+    """
+    xp = array_module(x)
+    x32 = x.astype(xp.float32)
+    m = x32.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y = (x32 - m) - xp.log(xp.exp(x32 - m).sum(axis=-1, keepdims=True))
+    return y.astype(x.dtype)
+
+
 def online_steps(x) -> list[dict]:
     """The online recurrence on one vector, step by step, in float64.
 
