@@ -72,8 +72,10 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
     """Softmax over the last axis of a 2-D array, same dtype back.
 
     `variant` is a registry key (`onlinesoftmax.VARIANTS`) or its short name
-    ("naive", "safe", "online", ...). cupy input runs the CUDA kernel; numpy input
-    runs the kernel's NumPy model (same thread partition and reduction order).
+    ("naive", "safe", "online", ...), or "fast": the fastest kernel for the shape and
+    dtype (`kernels_fast.choose`; fp32, fp16, bf16; no mask). cupy input runs the CUDA
+    kernel; numpy input runs the kernel's NumPy model (same thread partition and
+    reduction order).
 
     Masks (fused into softmax_03_online_masked; "online" dispatches there when one is
     given): `mask` is None, "causal" (row i keeps columns j <= i, like torch's
@@ -81,6 +83,13 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
     keeps columns j < valid_lengths[i] of row i. Removed columns take `mask_value`
     (-inf: a fully masked row is NaN, as in torch; -1e6: it is uniform).
     """
+    if variant == "fast":  # dispatch by (rows, N, dtype): kernels_fast.choose
+        from . import kernels_fast
+
+        if mask is not None or valid_lengths is not None:
+            raise ValueError('variant="fast" takes no mask or valid_lengths (the fast kernels are '
+                             'unmasked); use variant="online" for a masked softmax')
+        return kernels_fast.softmax_fast(x, out=out)
     chosen = resolve(variant, "softmax")
     if mask is None and valid_lengths is None:
         return run(chosen, x, out=out)
@@ -95,6 +104,7 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
     x, _ = check_input(x, chosen)
     options = kernels_masked.prepare(x, mask, valid_lengths, mask_value)
     return run(chosen, x, out=out, **options)
+
 
 def logsumexp(x, variant: str = "online", *, out=None):
     """log sum_j e^(x_ij) for each row of a 2-D array: shape (rows,), dtype of x.

@@ -1,0 +1,123 @@
+"""Read a recorded `softmax-fast` file and print ours/torch and ours/copy per shape, with the targets.
+
+No GPU needed:  python benchmarks/compare_fast.py [path/to/<date>-softmax-fast.json]
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+TARGETS = {
+    "copy_fraction_1K_64K": 0.90,    # batch 4000, N 1K..64K, every dtype
+    "copy_fraction_256K_1M": 0.85,   # batch 4000 (capped), N 256K..1M
+    "geomean_vs_torch": 1.4,
+    "never_slower_than_torch": 1.0,
+    "fp32_10x1M_vs_torch": 8.0,
+    "fp32_1x1M_vs_torch": 30.0,
+}
+
+
+def shape_table(data: dict) -> list[dict]:
+    """One entry per (dtype, batch, n_cols): ours ("fast"), torch, cupy, copy fraction, chosen kernel."""
+    by_shape: dict = {}
+    for row in data["rows"]:
+        if row.get("kernel") == "copy" or "n_cols" not in row:
+            continue
+        key = (row["dtype"], row.get("batch", row["n_rows"]), row["n_cols"])
+        by_shape.setdefault(key, {"dtype": key[0], "batch": key[1], "n_cols": key[2],
+                                  "n_rows": row["n_rows"], "kernels": {}})["kernels"][row["kernel"]] = row
+    table = []
+    for key in sorted(by_shape, key=lambda k: (["float32", "float16", "bfloat16"].index(k[0]), k[1], k[2])):
+        entry = by_shape[key]
+        fast = entry["kernels"].get("fast")
+        if not fast or "ms" not in fast:
+            continue
+        torch_row = entry["kernels"].get("torch_softmax", {})
+        cupy_row = entry["kernels"].get("cupy_softmax", {})
+        best = min((r for r in entry["kernels"].values() if "ms" in r and r["kernel"].startswith("softmax_")),
+                   key=lambda r: r["ms"], default=None)
+        table.append({
+            **{k: entry[k] for k in ("dtype", "batch", "n_rows", "n_cols")},
+            "variant": fast.get("variant", ""),
+            "fast_ms": fast["ms"], "fast_GBps": fast["GBps"], "fraction_of_copy": fast["fraction_of_copy"],
+            "vs_torch": torch_row["ms"] / fast["ms"] if "ms" in torch_row else None,
+            "vs_cupy": cupy_row["ms"] / fast["ms"] if "ms" in cupy_row else None,
+            "best_kernel": best["kernel"] if best else None,
+            "best_ms": best["ms"] if best else None,
+        })
+    return table
+
+
+def summarize(data: dict) -> dict:
+    """The targets of issue #5, each with its measured value and the shapes that miss it."""
+    table = shape_table(data)
+    out: dict = {"table": table}
+
+    def copy_target(low: int, high: int, bound: float):
+        rows = [t for t in table if t["batch"] == 4000 and low <= t["n_cols"] <= high]
+        return {"bound": bound, "worst": min((t["fraction_of_copy"] for t in rows), default=None),
+                "misses": [(t["dtype"], t["n_rows"], t["n_cols"], round(t["fraction_of_copy"], 3))
+                           for t in rows if t["fraction_of_copy"] < bound]}
+
+    out["copy_fraction_1K_64K"] = copy_target(1024, 65536, TARGETS["copy_fraction_1K_64K"])
+    out["copy_fraction_256K_1M"] = copy_target(262144, 1048576, TARGETS["copy_fraction_256K_1M"])
+    speedups = [t["vs_torch"] for t in table if t["vs_torch"]]
+    out["geomean_vs_torch"] = {"bound": TARGETS["geomean_vs_torch"],
+                               "value": math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None}
+    out["never_slower_than_torch"] = {
+        "bound": 1.0, "worst": min(speedups, default=None),
+        "misses": [(t["dtype"], t["n_rows"], t["n_cols"], round(t["vs_torch"], 3))
+                   for t in table if t["vs_torch"] and t["vs_torch"] < 1.0]}
+    out["ahead_of_cupy"] = {
+        "bound": 1.0, "worst": min((t["vs_cupy"] for t in table if t["vs_cupy"]), default=None),
+        "misses": [(t["dtype"], t["n_rows"], t["n_cols"], round(t["vs_cupy"], 3))
+                   for t in table if t["vs_cupy"] and t["vs_cupy"] < 1.0]}
+    for name, batch in (("fp32_10x1M_vs_torch", 10), ("fp32_1x1M_vs_torch", 1)):
+        hit = [t for t in table if t["dtype"] == "float32" and t["batch"] == batch and t["n_cols"] == 1048576]
+        out[name] = {"bound": TARGETS[name], "value": hit[0]["vs_torch"] if hit else None}
+    copy_rows = [r for r in data["rows"] if r.get("kernel") == "copy"]
+    out["copy_GBps"] = copy_rows[0]["GBps"] if copy_rows else None
+    return out
+
+
+def _fmt(v, spec=".2f"):
+    return "-" if v is None else format(v, spec)
+
+
+def report(data: dict) -> str:
+    s = summarize(data)
+    lines = [f"copy ceiling {_fmt(s['copy_GBps'], '.0f')} GB/s",
+             f"{'dtype':9s}{'rows':>6s}{'N':>9s} {'GB/s':>6s} {'/copy':>6s} {'/torch':>7s} {'/cupy':>6s}  kernel"]
+    for t in s["table"]:
+        lines.append(f"{t['dtype']:9s}{t['n_rows']:6d}{t['n_cols']:9d} {t['fast_GBps']:6.0f} "
+                     f"{t['fraction_of_copy']:6.2f} {_fmt(t['vs_torch']):>7s} {_fmt(t['vs_cupy']):>6s}  "
+                     f"{t['variant'][8:]}" + ("" if t["best_kernel"] in (None, t["variant"]) else
+                                               f" (best {t['best_kernel'][8:]} {t['best_ms'] / t['fast_ms']:.2f}x time)"))
+    lines.append("targets:")
+    for name in ("copy_fraction_1K_64K", "copy_fraction_256K_1M", "geomean_vs_torch", "never_slower_than_torch",
+                 "ahead_of_cupy", "fp32_10x1M_vs_torch", "fp32_1x1M_vs_torch"):
+        item = s[name]
+        value = item.get("value", item.get("worst"))
+        met = value is not None and value >= item["bound"]
+        lines.append(f"  {name:26s} {'met ' if met else 'MISS'} value {_fmt(value)} (bound {item['bound']})"
+                     + (f" misses {item['misses']}" if item.get("misses") else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        path = Path(argv[1])
+        data = json.loads(path.read_text())
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from onlinesoftmax import results
+
+        data = results.load_recorded("softmax-fast")
+    print(report(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,61 @@
+// softmax_11_split — the row split over C blocks without clusters: partial states, then merge.
+//
+// Changed from softmax_10_cluster: the same split of a row into C chunks, but the blocks of a
+//               row exchange their states through global memory, in two launches (a launch
+//               boundary is the only grid-wide barrier that needs no co-residency guarantee):
+//               softmax_11_split_stats writes one (m, l) per chunk to `partials`;
+//               softmax_11_split_output combines the row's C partials (block butterfly, the
+//               identity past C) and reads its chunk again to write the output. C is not
+//               limited by the cluster size, so a single row can use every SM.
+// Launch:       both: grid = n_rows * C, block = T threads, no dynamic shared memory;
+//               partials: n_rows * C states (8 B each). Entries softmax_11_split_{stats,output}_<dtype>_v<V>
+//               (e.g. softmax_11_split_stats_f32_v4 and softmax_11_split_output_f32_v4).
+// Traffic:      2 reads + 1 write per element from the kernels' point of view; the second read
+//               comes from L2 when the input fits it (H200: ~60 MB), so small batches of long
+//               rows still move about 1 read + 1 write through DRAM.
+// Limits:       C <= 1024 (one state per thread in the merge); any n_cols; V as softmax_10.
+#include "row_chunk.cuh"
+
+template <typename T, int V>
+__device__ __forceinline__ void split_stats(const T* __restrict__ x, OnlineState* __restrict__ partials,
+                                            int n_cols, long long x_row_stride, int n_chunks,
+                                            int chunk_elems) {
+    __shared__ OnlineState scratch[32];
+    const long long row = blockIdx.x / n_chunks;
+    const long long start = static_cast<long long>(blockIdx.x % n_chunks) * chunk_elems;
+    const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
+    const OnlineState s = online_block_reduce(
+        chunk_state<T, V>(x + row * x_row_stride + start, length, 0, nullptr), scratch);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void split_output(const T* __restrict__ x, T* __restrict__ y,
+                                             const OnlineState* __restrict__ partials, int n_cols,
+                                             long long x_row_stride, long long y_row_stride, int n_chunks,
+                                             int chunk_elems) {
+    __shared__ OnlineState scratch[32];
+    const long long row = blockIdx.x / n_chunks;
+    const long long start = static_cast<long long>(blockIdx.x % n_chunks) * chunk_elems;
+    const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
+    const OnlineState mine = static_cast<int>(threadIdx.x) < n_chunks ? partials[row * n_chunks + threadIdx.x]
+                                                                      : online_identity();
+    const OnlineState whole = online_block_reduce(mine, scratch);
+    chunk_output<T, V>(x + row * x_row_stride + start, y + row * y_row_stride + start, length, 0, nullptr,
+                       whole);
+}
+
+#define SOFTMAX_11(TAG, T, V)                                                                       \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_11_split_stats_##TAG##_v##V(          \
+        const T* __restrict__ x, OnlineState* __restrict__ partials, int n_cols,                     \
+        long long x_row_stride, int n_chunks, int chunk_elems) {                                     \
+        split_stats<T, V>(x, partials, n_cols, x_row_stride, n_chunks, chunk_elems);                 \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_11_split_output_##TAG##_v##V(         \
+        const T* __restrict__ x, T* __restrict__ y, const OnlineState* __restrict__ partials,        \
+        int n_cols, long long x_row_stride, long long y_row_stride, int n_chunks, int chunk_elems) { \
+        split_output<T, V>(x, y, partials, n_cols, x_row_stride, y_row_stride, n_chunks, chunk_elems); \
+    }
+
+SOFTMAX_11(f32, float, 4) SOFTMAX_11(f16, half_bits, 8) SOFTMAX_11(bf16, bf16_bits, 8)
+SOFTMAX_11(f32, float, 1) SOFTMAX_11(f16, half_bits, 1) SOFTMAX_11(bf16, bf16_bits, 1)

@@ -1,0 +1,727 @@
+"""Launcher module of the fast softmax kernels (softmax_07 .. softmax_11): fp32, fp16, bf16.
+
+Every kernel reads a row once and writes it once (softmax_11 reads a chunk twice, the
+second time from L2 where it fits). Each `.cu` holds template instantiations with
+extern "C" entries named `<file stem>_<dtype>_v<V>[_...]`: V = 16 / itemsize elements per
+16-byte access, or V = 1 (the scalar path for rows that are not 16-byte aligned).
+
+`choose(n_rows, n_cols, dtype)` is the dispatcher behind `softmax(x, variant="fast")`;
+each variant's NumPy model (`simulate`) follows its partition and reduction order.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import simulate as sim
+from .loader import get_kernel, nvcc_available, nvcc_compile, parse_ptxas
+from .registry import Launch, Variant, register
+
+F32 = np.float32
+LOG2E = F32(1.4426950408889634)
+DTYPES = ("float32", "float16", "bfloat16")
+TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+SMS_H200 = 132
+SHARED_LIMIT_BYTES = 227 * 1024 - 1024      # dynamic shared memory per block, minus the static part
+CHUNK_UNROLL = 4                            # row_chunk.cuh: vectors per thread per step
+MAX_CLUSTER = 16                            # 16 is Hopper's non-portable maximum (8 portable)
+WARP_ROWS_BLOCK = 128                       # softmax_07's block size
+
+# softmax_07: (vectors per lane NV, lanes per row G) for the 16-byte and the scalar path.
+CONFIGS_07 = {
+    "float32": [(1, g) for g in (1, 2, 4, 8, 16, 32)] + [(2, 32), (4, 32), (8, 32)],
+    "float16": [(1, g) for g in (1, 2, 4, 8, 16, 32)] + [(2, 32), (4, 32)],
+    "bfloat16": [(1, g) for g in (1, 2, 4, 8, 16, 32)] + [(2, 32), (4, 32)],
+    "scalar": [(1, g) for g in (1, 2, 4, 8, 16, 32)] + [(n, 32) for n in (2, 4, 8, 16, 32)],
+}
+# softmax_08: (vectors per thread NV, threads T), smallest capacity first.
+CONFIGS_08 = {
+    "float32": [(4, 128), (4, 256), (4, 512), (4, 1024), (8, 1024)],
+    "float16": [(2, 128), (2, 256), (2, 512), (2, 1024), (4, 1024)],
+    "bfloat16": [(2, 128), (2, 256), (2, 512), (2, 1024), (4, 1024)],
+    "scalar": [(16, 128), (16, 256), (16, 512), (16, 1024), (32, 1024)],
+}
+MAX_COLS_07 = 1024
+MAX_COLS_08 = 32768
+
+
+def dtype_name(dtype) -> str:
+    name = getattr(dtype, "name", None) or np.dtype(dtype).name
+    if name not in DTYPES:
+        raise TypeError(f"the fast kernels take {', '.join(DTYPES)}, got {name}")
+    return name
+
+
+def vector_width(dtype) -> int:
+    """Elements per 16-byte access."""
+    return 16 // ITEMSIZE[dtype_name(dtype)]
+
+
+def aligned_for_vectors(*arrays) -> bool:
+    """True when every row of every (2-D, unit column stride) array starts on 16 bytes and
+    N is a multiple of the vector width: the condition of the V > 1 builds."""
+    for a in arrays:
+        data_ptr = a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+        if data_ptr % 16 or a.strides[0] % 16 or (a.shape[1] * a.itemsize) % 16:
+            return False
+    return True
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+# ---- configurations ---------------------------------------------------------------------
+
+def config_07(n_cols: int, dtype: str, vec: int) -> tuple[int, int]:
+    """(NV, G) for softmax_07: the fewest lanes, then the fewest vectors, that hold the row."""
+    key = dtype if vec > 1 else "scalar"
+    n_vec = -(-n_cols // vec)
+    for nv, g in CONFIGS_07[key]:
+        if nv * g >= n_vec:
+            return nv, g
+    raise ValueError(f"softmax_07_warp_per_row holds at most {MAX_COLS_07} columns, got {n_cols}")
+
+
+def config_08(n_cols: int, dtype: str, vec: int) -> tuple[int, int]:
+    """(NV, T) for softmax_08: the smallest register footprint that holds the row."""
+    key = dtype if vec > 1 else "scalar"
+    for nv, t in CONFIGS_08[key]:
+        if nv * t * vec >= n_cols:
+            return nv, t
+    raise ValueError(f"softmax_08_registers holds at most {MAX_COLS_08} columns, got {n_cols}")
+
+
+def chunk_threads(chunk_elems: int, vec: int) -> int:
+    """Threads for a chunk kernel: about 8 vectors per thread, 128 .. 512."""
+    return int(min(512, max(128, _pow2_at_least(-(-chunk_elems // (8 * vec))))))
+
+
+def chunk_elems_for(n_cols: int, n_chunks: int, vec: int) -> int:
+    """Elements per chunk, a multiple of the vector width."""
+    return -(-n_cols // (n_chunks * vec)) * vec
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    n_chunks: int
+    chunk_elems: int
+    cache_elems: int
+    threads: int
+
+
+def plan_09(n_cols: int, dtype: str, vec: int) -> ChunkPlan:
+    itemsize = ITEMSIZE[dtype]
+    chunk = chunk_elems_for(n_cols, 1, vec)
+    cache = min(chunk, (SHARED_LIMIT_BYTES // itemsize) // vec * vec)
+    return ChunkPlan(1, chunk, cache, chunk_threads(chunk, vec))
+
+
+def plan_10(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
+            sms: int = SMS_H200) -> ChunkPlan:
+    """Cluster size: enough blocks to fill the GPU and chunks small enough for ~3 blocks/SM."""
+    itemsize = ITEMSIZE[dtype]
+    if n_chunks is None:
+        fit = _pow2_at_least(-(-n_cols * itemsize // (64 * 1024)))
+        fill = _pow2_at_least(-(-2 * sms // n_rows))
+        min_chunk = _pow2_at_least(-(-n_cols // 4096))  # chunks of at least ~4K elements
+        n_chunks = int(min(MAX_CLUSTER, max(1, fit, min(fill, min_chunk))))
+    chunk = chunk_elems_for(n_cols, n_chunks, vec)
+    cache = min(chunk, (SHARED_LIMIT_BYTES // itemsize) // vec * vec)
+    return ChunkPlan(n_chunks, chunk, cache, chunk_threads(chunk, vec))
+
+
+def plan_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
+            sms: int = SMS_H200) -> ChunkPlan:
+    """Chunks of >= 2K elements, enough of them for ~4 blocks per SM (at most 1024 per row)."""
+    if n_chunks is None:
+        fill = -(-4 * sms // n_rows)
+        n_chunks = int(max(1, min(1024, fill, -(-n_cols // 2048))))
+    chunk = chunk_elems_for(n_cols, n_chunks, vec)
+    return ChunkPlan(n_chunks, chunk, 0, chunk_threads(chunk, vec))
+
+
+# ---- launching ----------------------------------------------------------------------------
+
+_kernels: dict = {}
+
+
+def kernel(path, entry: str):
+    """get_kernel memoized by (file, entry): the loader re-reads the sources on every call,
+    which would cost more host time per launch than the timer's spin hides."""
+    key = (str(path), entry)
+    if key not in _kernels:
+        _kernels[key] = get_kernel(path, entry)
+    return _kernels[key]
+
+
+def _entry(stem: str, dtype: str, vec: int, suffix: str = "") -> str:
+    return f"{stem}_{TAGS[dtype]}_v{vec}{suffix}"
+
+
+def _vec_for(x, y, force_vec: int | None) -> int:
+    vec = vector_width(x.dtype)
+    if force_vec == 1 or not aligned_for_vectors(x, y):
+        return 1
+    return vec
+
+
+def _strides(x, y):
+    return np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize)
+
+
+def _set_shared(kernel, shared_bytes: int) -> None:
+    if shared_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
+        kernel.max_dynamic_shared_size_bytes = shared_bytes
+
+
+def launch_07(variant: Variant, x, y, vec: int | None = None) -> None:
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    nv, g = config_07(x.shape[1], dtype, v)
+    fn = kernel(variant.path, _entry(variant.name, dtype, v, f"_n{nv}_g{g}"))
+    rows_per_block = WARP_ROWS_BLOCK // g
+    grid = (-(-x.shape[0] // rows_per_block),)
+    fn(grid, (WARP_ROWS_BLOCK,), (x, y, np.int32(x.shape[0]), np.int32(x.shape[1]), *_strides(x, y)))
+
+
+def launch_08(variant: Variant, x, y, vec: int | None = None) -> None:
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    nv, t = config_08(x.shape[1], dtype, v)
+    fn = kernel(variant.path, _entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
+    fn((x.shape[0],), (t,), (x, y, np.int32(x.shape[1]), *_strides(x, y)))
+
+
+def launch_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int | None = None) -> None:
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    plan = plan_09(x.shape[1], dtype, v)
+    cache = plan.cache_elems if cache_elems is None else min(plan.cache_elems, cache_elems // v * v)
+    fn = kernel(variant.path, _entry(variant.name, dtype, v))
+    shared = cache * ITEMSIZE[dtype]
+    _set_shared(fn, shared)
+    fn((x.shape[0],), (plan.threads,), (x, y, np.int32(x.shape[1]), *_strides(x, y), np.int32(cache)),
+           shared_mem=shared)
+
+
+def launch_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
+              cache_elems: int | None = None) -> None:
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    plan = plan_10(x.shape[0], x.shape[1], dtype, v, n_chunks)
+    entry = _entry(variant.name, dtype, v)
+    while True:  # a cluster that cannot be resident (shared memory, GPC size) would fail to launch
+        cache = plan.cache_elems if cache_elems is None else min(plan.cache_elems, cache_elems // v * v)
+        shared = cache * ITEMSIZE[dtype]
+        if plan.n_chunks == 1 or max_active_clusters(entry, plan.threads, shared, plan.n_chunks) > 0:
+            break
+        if n_chunks is not None:
+            raise ValueError(f"a cluster of {n_chunks} blocks with {shared} B of shared memory each "
+                             "cannot be resident on this GPU")
+        plan = plan_10(x.shape[0], x.shape[1], dtype, v, plan.n_chunks // 2)
+    launch = kernel(variant.path, entry)
+    x_stride, y_stride = _strides(x, y)
+    args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (x.shape[1], ctypes.c_int),
+            (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
+            (plan.chunk_elems, ctypes.c_int), (cache, ctypes.c_int))
+    cluster_launch(launch, (x.shape[0] * plan.n_chunks,), (plan.threads,), args, shared, plan.n_chunks)
+
+
+def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None) -> None:
+    import cupy
+
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    plan = plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks)
+    if plan.n_chunks > 1024:
+        raise ValueError(f"softmax_11_split merges at most 1024 chunks per row, got {plan.n_chunks}")
+    stats = kernel(variant.path, _entry("softmax_11_split_stats", dtype, v))
+    output = kernel(variant.path, _entry("softmax_11_split_output", dtype, v))
+    partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)
+    grid = (x.shape[0] * plan.n_chunks,)
+    x_stride, y_stride = _strides(x, y)
+    n_cols, n_chunks, chunk = np.int32(x.shape[1]), np.int32(plan.n_chunks), np.int32(plan.chunk_elems)
+    stats(grid, (plan.threads,), (x, partials, n_cols, x_stride, n_chunks, chunk))
+    merge_threads = max(plan.threads, _pow2_at_least(plan.n_chunks), 32)
+    output(grid, (merge_threads,), (x, y, partials, n_cols, x_stride, y_stride, n_chunks, chunk))
+
+
+# ---- clusters: cuLaunchKernelEx through cuda-bindings ------------------------------------
+
+class ClusterLaunchError(RuntimeError):
+    """A cluster launch was refused (no cuda-bindings, no sm_90, or the driver said no)."""
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # older cuda-python
+        except ImportError as error:
+            raise ClusterLaunchError("cluster launches need the cuda-bindings package") from error
+    return driver
+
+
+def _check(result, what: str):
+    driver = _driver()
+    err = result[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        name = driver.cuGetErrorName(err)[1]
+        raise ClusterLaunchError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+    return result[1:] if len(result) > 1 else None
+
+
+def _function_handle(kernel):
+    """The CUfunction of a cupy RawKernel (loaded on the current device)."""
+    driver = _driver()
+    return driver.CUfunction(int(kernel.kernel.ptr))
+
+
+_configs: dict = {}
+
+
+def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> None:
+    """Launch the cupy RawKernel `fn` on cupy's current stream with clusters of `cluster` blocks along x.
+
+    `args` is a sequence of (value, ctypes type) pairs in the kernel's parameter order.
+    """
+    import cupy
+
+    driver = _driver()
+    stream = cupy.cuda.get_current_stream().ptr
+    key = (int(fn.kernel.ptr), tuple(grid), tuple(block), shared_bytes, cluster, stream)
+    prepared = _configs.get(key)
+    if prepared is None:
+        function = _function_handle(fn)
+        attribute = driver.CUfunction_attribute
+        if shared_bytes > 48 * 1024:
+            _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             shared_bytes), "raising the shared memory limit")
+        if cluster > 8:
+            _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                             1), "allowing a non-portable cluster size")
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = (tuple(grid) + (1, 1))[:3]
+        config.blockDimX, config.blockDimY, config.blockDimZ = (tuple(block) + (1, 1))[:3]
+        config.sharedMemBytes = shared_bytes
+        config.hStream = driver.CUstream(stream)
+        dims = driver.CUlaunchAttribute()
+        dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
+        config.attrs = [dims]
+        config.numAttrs = 1
+        prepared = _configs[key] = (function, config)
+    function, config = prepared
+    values = tuple(value for value, _ in args)
+    types = tuple(kind for _, kind in args)
+    _check(driver.cuLaunchKernelEx(config, function, (values, types), 0), f"cuLaunchKernelEx (cluster {cluster})")
+
+
+@lru_cache(maxsize=None)
+def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: int) -> int:
+    """How many clusters of this shape fit on the GPU at once (0: the launch would fail)."""
+    import cupy
+
+    driver = _driver()
+    function_kernel = kernel(FAST_FILES["softmax_10_cluster"], entry)
+    function = _function_handle(function_kernel)
+    attribute = driver.CUfunction_attribute
+    if shared_bytes > 48 * 1024:
+        _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         shared_bytes), "raising the shared memory limit")
+    if cluster > 8:
+        _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+               "allowing a non-portable cluster size")
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+    config.sharedMemBytes = shared_bytes
+    config.hStream = driver.CUstream(cupy.cuda.get_current_stream().ptr)
+    dims = driver.CUlaunchAttribute()
+    dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
+    config.attrs = [dims]
+    config.numAttrs = 1
+    (count,) = _check(driver.cuOccupancyMaxActiveClusters(function, config), "cuOccupancyMaxActiveClusters")
+    return int(count)
+
+
+_cluster_probe: dict = {}
+
+
+def cluster_launch_works() -> bool:
+    """Launch the probe kernel with clusters of 2, 8 and 16 and check the ranks it reports (cached)."""
+    if "ok" in _cluster_probe:
+        return _cluster_probe["ok"]
+    from . import device
+
+    ok, why = False, "no GPU"
+    if device.has_gpu():
+        import cupy
+
+        try:
+            if cupy.cuda.Device().compute_capability < "90":
+                raise ClusterLaunchError("clusters need compute capability 9.0")
+            probe = kernel(FAST_FILES["softmax_10_cluster"], "softmax_10_cluster_probe")
+            for cluster in (2, 8, 16):
+                out = cupy.full(2 * 2 * cluster, -1, dtype=cupy.int32)
+                cluster_launch(probe, (2 * cluster,), (64,), ((out.data.ptr, ctypes.c_void_p),), 0, cluster)
+                got = out.get().reshape(-1, 2)
+                expect = np.stack([np.tile(np.arange(cluster), 2), np.full(2 * cluster, cluster)], axis=1)
+                if not (got == expect).all():
+                    raise ClusterLaunchError(f"cluster {cluster}: probe saw {got.tolist()}")
+            ok, why = True, "cuLaunchKernelEx with a cluster dimension works"
+        except Exception as error:  # any refusal means: use the split fallback
+            ok, why = False, f"{type(error).__name__}: {error}"
+    _cluster_probe.update(ok=ok, why=why)
+    return ok
+
+
+def cluster_status() -> str:
+    cluster_launch_works()
+    return _cluster_probe["why"]
+
+
+# ---- NumPy models ------------------------------------------------------------------------
+
+def as_float32(x) -> np.ndarray:
+    """Storage -> fp32 (exact for fp16 and bf16)."""
+    return np.asarray(x).astype(F32)
+
+
+def to_storage(y32: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return y32.astype(ml_dtypes.bfloat16)
+    return y32.astype(dtype)
+
+
+def exp_sub(v: np.ndarray, m: np.ndarray, folded: bool) -> np.ndarray:
+    """The kernels' e^(v - m): 2^((v - m) log2e) in fp32, or 2^(fma(v, log2e, -m log2e)) (folded)."""
+    with np.errstate(all="ignore"):
+        if folded:
+            m_log2e = (m.astype(F32) * LOG2E).astype(F32)
+            t = (v.astype(np.float64) * np.float64(LOG2E) - m_log2e.astype(np.float64)).astype(F32)
+        else:
+            t = ((v - m).astype(F32) * LOG2E).astype(F32)
+        return np.exp2(t).astype(F32)
+
+
+def online_base(m):
+    return np.where(m == -np.inf, F32(0), m).astype(F32)
+
+
+def combine(a, b):
+    with np.errstate(all="ignore"):
+        return sim.online_combine(a, b, guards=True)
+
+
+def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce) -> np.ndarray:
+    """softmax_07 / softmax_08: lane t of `lanes` holds vectors k lanes + t; one exp per element."""
+    x32 = as_float32(x)
+    n_rows, n_cols = x32.shape
+    folded = ITEMSIZE[dtype] == 2
+    k, t, j = np.meshgrid(np.arange(nv), np.arange(lanes), np.arange(vec), indexing="ij")
+    cols = ((k * lanes + t) * vec + j).transpose(1, 0, 2).reshape(lanes, nv * vec)   # (lanes, E)
+    valid = cols < n_cols
+    v = np.full((n_rows, lanes, nv * vec), -np.inf, dtype=F32)
+    v[:, valid] = x32[:, cols[valid]]
+    with np.errstate(all="ignore"):
+        m = np.fmax.reduce(v, axis=2, initial=-np.inf).astype(F32)
+        e = exp_sub(v, online_base(m)[..., None], folded)
+        l = e.sum(axis=2, dtype=F32)
+        row_m, row_l = reduce((m, l))
+        rebase = np.where(m == -np.inf, F32(0), np.exp2(((m - row_m[:, None]) * LOG2E).astype(F32)))
+        scale = (rebase * (F32(1) / row_l)[:, None]).astype(F32)
+        y = (e * scale[..., None]).astype(F32)
+    out = np.empty((n_rows, n_cols), dtype=F32)
+    out[:, cols[valid]] = y[:, valid]
+    return to_storage(out, dtype)
+
+
+def group_butterfly(state, width: int):
+    """xor butterfly over offsets below `width` (arrays (rows, lanes)); lane 0's result per row."""
+    lanes = np.arange(state[0].shape[1])
+    for offset in (o for o in (16, 8, 4, 2, 1) if o < width):
+        partner = tuple(s[:, lanes ^ offset] for s in state)
+        state = combine(state, partner)
+    return state[0][:, 0], state[1][:, 0]
+
+
+def simulate_07(x, vec: int | None = None) -> np.ndarray:
+    dtype = dtype_name(np.asarray(x).dtype)
+    v = vec or vector_width(dtype)
+    if v > 1 and x.shape[1] % v:
+        v = 1
+    nv, g = config_07(x.shape[1], dtype, v)
+    return registers_model(x, dtype, v, nv, g, lambda s: group_butterfly(s, g))
+
+
+def simulate_08(x, vec: int | None = None) -> np.ndarray:
+    dtype = dtype_name(np.asarray(x).dtype)
+    v = vec or vector_width(dtype)
+    if v > 1 and x.shape[1] % v:
+        v = 1
+    nv, t = config_08(x.shape[1], dtype, v)
+    return registers_model(x, dtype, v, nv, t,
+                           lambda s: sim.block_reduce(s, combine, (F32(-np.inf), F32(0))))
+
+
+def chunk_states(x32: np.ndarray, threads: int, vec: int, folded: bool):
+    """row_chunk.cuh's chunk_state for every chunk row of x32 (rows, chunk): per-thread (m, l)."""
+    n_rows, length = x32.shape
+    n_vec = length // vec
+    m = np.full((n_rows, threads), -np.inf, dtype=F32)
+    l = np.zeros((n_rows, threads), dtype=F32)
+    t = np.arange(threads)
+    with np.errstate(all="ignore"):
+        for first in range(0, n_vec, CHUNK_UNROLL * threads):
+            idx = first + t[:, None] + np.arange(CHUNK_UNROLL)[None, :] * threads      # (T, U)
+            ok = idx < n_vec
+            cols = idx[..., None] * vec + np.arange(vec)                              # (T, U, V)
+            vals = np.full((n_rows, threads, CHUNK_UNROLL, vec), -np.inf, dtype=F32)
+            vals[:, ok] = x32[:, cols[ok]]
+            vals = vals.reshape(n_rows, threads, -1)
+            batch_max = np.fmax.reduce(vals, axis=2, initial=-np.inf).astype(F32)
+            m_new = np.fmax(m, batch_max)
+            base = online_base(m_new)
+            l = (l * np.exp2(((m - base) * LOG2E).astype(F32))).astype(F32) + \
+                exp_sub(vals, base[..., None], folded).sum(axis=2, dtype=F32)
+            l = l.astype(F32)
+            m = m_new
+    return m, l
+
+
+def chunk_output(x32: np.ndarray, row_m: np.ndarray, row_l: np.ndarray, folded: bool) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return (exp_sub(x32, row_m[:, None], folded) * (F32(1) / row_l)[:, None]).astype(F32)
+
+
+def split_rows(x32: np.ndarray, n_chunks: int, chunk: int) -> np.ndarray:
+    """(rows, N) -> (rows * n_chunks, chunk), padded with -inf past N (never read by the kernels)."""
+    n_rows, n_cols = x32.shape
+    padded = np.full((n_rows, n_chunks * chunk), -np.inf, dtype=F32)
+    padded[:, :n_cols] = x32
+    return padded.reshape(n_rows * n_chunks, chunk)
+
+
+def chunked_model(x, plan: ChunkPlan, vec: int, merge: str) -> np.ndarray:
+    """softmax_09 / 10 / 11: per-chunk block states, then the row's merge ("cluster" or "block")."""
+    dtype = dtype_name(np.asarray(x).dtype)
+    x32 = as_float32(x)
+    n_rows, n_cols = x32.shape
+    folded = ITEMSIZE[dtype] == 2
+    chunks = split_rows(x32, plan.n_chunks, plan.chunk_elems)
+    # a chunk's length is what lies inside the row; padding is -inf, which the kernels treat alike
+    m, l = chunk_states(chunks, plan.threads, vec, folded)
+    block = sim.block_reduce((m, l), combine, (F32(-np.inf), F32(0)))
+    states = tuple(s.reshape(n_rows, plan.n_chunks) for s in block)
+    if plan.n_chunks == 1:
+        row_m, row_l = states[0][:, 0], states[1][:, 0]
+    elif merge == "cluster":
+        pad = tuple(np.concatenate([s, np.full((n_rows, 32 - plan.n_chunks), ident, F32)], axis=1)
+                    for s, ident in zip(states, (-np.inf, 0)))
+        row_m, row_l = group_butterfly(pad, plan.n_chunks)
+    else:
+        merge_threads = max(plan.threads, _pow2_at_least(plan.n_chunks), 32)
+        pad = tuple(np.concatenate([s, np.full((n_rows, merge_threads - plan.n_chunks), ident, F32)], axis=1)
+                    for s, ident in zip(states, (-np.inf, 0)))
+        row_m, row_l = sim.block_reduce(pad, combine, (F32(-np.inf), F32(0)))
+    y = chunk_output(x32, row_m.astype(F32), row_l.astype(F32), folded)
+    return to_storage(y, dtype)
+
+
+def _model_vec(x, vec):
+    dtype = dtype_name(np.asarray(x).dtype)
+    v = vec or vector_width(dtype)
+    return dtype, (1 if v > 1 and x.shape[1] % v else v)
+
+
+def simulate_09(x, vec: int | None = None, cache_elems: int | None = None) -> np.ndarray:
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, plan_09(x.shape[1], dtype, v), v, "block")
+
+
+def simulate_10(x, vec: int | None = None, n_chunks: int | None = None, cache_elems: int | None = None) -> np.ndarray:
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, plan_10(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "cluster")
+
+
+def simulate_11(x, vec: int | None = None, n_chunks: int | None = None) -> np.ndarray:
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
+
+
+# ---- geometry (fp32, aligned rows) for the registry ---------------------------------------
+
+def geometry_07(n_rows: int, n_cols: int) -> Launch:
+    nv, g = config_07(n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(-(-n_rows // (WARP_ROWS_BLOCK // g)),), block=(WARP_ROWS_BLOCK,))
+
+
+def geometry_08(n_rows: int, n_cols: int) -> Launch:
+    nv, t = config_08(n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(n_rows,), block=(t,), shared_bytes=0)
+
+
+def geometry_09(n_rows: int, n_cols: int) -> Launch:
+    plan = plan_09(n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(n_rows,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
+
+
+def geometry_10(n_rows: int, n_cols: int) -> Launch:
+    plan = plan_10(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
+
+
+def geometry_11(n_rows: int, n_cols: int) -> Launch:
+    plan = plan_11(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,))
+
+
+FAST_FILES = {
+    "softmax_07_warp_per_row": "softmax/softmax_07_warp_per_row.cu",
+    "softmax_08_registers": "softmax/softmax_08_registers.cu",
+    "softmax_09_shared": "softmax/softmax_09_shared.cu",
+    "softmax_10_cluster": "softmax/softmax_10_cluster.cu",
+    "softmax_11_split": "softmax/softmax_11_split.cu",
+}
+
+WARP_PER_ROW = register(Variant(
+    name="softmax_07_warp_per_row", family="softmax", file=FAST_FILES["softmax_07_warp_per_row"],
+    short="warp_per_row", entry="softmax_07_warp_per_row_f32_v4_n8_g32",
+    story="short rows: a group of 1-32 lanes per row, the row in registers, read once",
+    geometry=geometry_07, simulate=simulate_07, launch=launch_07, reads_per_element=1,
+    writes_per_element=1, dtypes=DTYPES, max_cols=MAX_COLS_07))
+
+REGISTERS = register(Variant(
+    name="softmax_08_registers", family="softmax", file=FAST_FILES["softmax_08_registers"],
+    short="registers", entry="softmax_08_registers_f32_v4_n8_t1024",
+    story="a block per row, the row cached in registers: one read, one exp per element",
+    geometry=geometry_08, simulate=simulate_08, launch=launch_08, reads_per_element=1,
+    writes_per_element=1, dtypes=DTYPES, max_cols=MAX_COLS_08))
+
+SHARED = register(Variant(
+    name="softmax_09_shared", family="softmax", file=FAST_FILES["softmax_09_shared"],
+    short="shared", entry="softmax_09_shared_f32_v4",
+    story="a block per row, the row cached in up to 227 KB of shared memory",
+    geometry=geometry_09, simulate=simulate_09, launch=launch_09, reads_per_element=1,
+    writes_per_element=1, dtypes=DTYPES))
+
+CLUSTER = register(Variant(
+    name="softmax_10_cluster", family="softmax", file=FAST_FILES["softmax_10_cluster"],
+    short="cluster", entry="softmax_10_cluster_f32_v4",
+    story="a thread-block cluster per row: chunks in shared memory, (m, l) through DSMEM",
+    geometry=geometry_10, simulate=simulate_10, launch=launch_10, reads_per_element=1,
+    writes_per_element=1, dtypes=DTYPES))
+
+SPLIT = register(Variant(
+    name="softmax_11_split", family="softmax", file=FAST_FILES["softmax_11_split"],
+    short="split", entry="softmax_11_split_stats_f32_v4",
+    story="the row split over many blocks without clusters: partial states, then a merge launch",
+    geometry=geometry_11, simulate=simulate_11, launch=launch_11, reads_per_element=2,
+    writes_per_element=1, dtypes=DTYPES))
+
+FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT)
+
+
+# ---- the dispatcher ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Choice:
+    variant: Variant
+    reason: str
+
+
+def choose(n_rows: int, n_cols: int, dtype="float32", clusters: bool | None = None,
+           sms: int = SMS_H200) -> Choice:
+    """The fast kernel for a shape: the rule behind softmax(x, variant="fast").
+
+    `clusters` None: ask the GPU whether a cluster launch works (no GPU: assume the H200).
+    """
+    dtype = dtype_name(dtype)
+    if n_rows < 1 or n_cols < 1:
+        raise ValueError(f"expected a non-empty shape, got ({n_rows}, {n_cols})")
+    if clusters is None:
+        from . import device
+
+        clusters = cluster_launch_works() if device.has_gpu() else True
+    row_bytes = n_cols * ITEMSIZE[dtype]
+    if n_cols <= MAX_COLS_07:
+        return Choice(WARP_PER_ROW, "N <= 1024: a lane group per row, the row in registers")
+    few_rows = n_rows < sms
+    if n_cols <= MAX_COLS_08 and (not few_rows or n_cols <= 4096):
+        return Choice(REGISTERS, "N <= 32K and enough rows to fill the SMs: a block per row in registers")
+    small_input = n_rows * row_bytes <= 24 * 2**20
+    if few_rows and n_rows * MAX_CLUSTER < sms and small_input and row_bytes >= 512 * 1024:
+        return Choice(SPLIT, "a few long rows that fit L2: split over every SM, partials merged in a second launch")
+    if clusters:
+        return Choice(CLUSTER, "long rows or few rows: a cluster of blocks per row")
+    if not few_rows:
+        return Choice(SHARED, "no clusters, many rows: a block per row cached in shared memory")
+    return Choice(SPLIT, "no clusters, few rows: partial states and a merge launch")
+
+
+def softmax_fast(x, out=None):
+    """softmax(x, variant="fast"): validate, choose by (rows, N, dtype), run (model on numpy input)."""
+    from .api import check_input, run
+
+    if not hasattr(x, "ndim") or not hasattr(x, "dtype"):
+        raise TypeError(f"expected a numpy or cupy ndarray, got {type(x).__module__}.{type(x).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"expected a 2-D array (rows x N), got shape {x.shape}")
+    x, _ = check_input(x, CLUSTER)  # dtype / emptiness / device checks (every fast variant takes the same dtypes)
+    choice = choose(x.shape[0], x.shape[1], x.dtype)
+    return run(choice.variant, x, out=out)
+
+
+# ---- resources ---------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _nvcc_reports(file: str) -> dict:
+    from .loader import KERNELS_DIR
+
+    return parse_ptxas(nvcc_compile(KERNELS_DIR / file))
+
+
+def resources_table(variant: Variant) -> dict:
+    """{entry: ResourceReport} for every build in the variant's file: the device's view on a GPU,
+    nvcc's (sm_90a) without one; {} when neither is available."""
+    from . import device
+    from .loader import resources_from_device
+
+    if device.has_gpu():
+        names = [name for name in _nvcc_entry_names(variant)]
+        return {name: resources_from_device(get_kernel(variant.path, name)) for name in names}
+    if not nvcc_available():
+        return {}
+    return {name: report for name, report in _nvcc_reports(variant.file).items()}
+
+
+def _nvcc_entry_names(variant: Variant) -> list[str]:
+    """Entry names from the instantiation macros (no nvcc needed)."""
+    names = []
+    for dtype in DTYPES:
+        vecs = (vector_width(dtype), 1)
+        for v in vecs:
+            key = dtype if v > 1 else "scalar"
+            if variant is WARP_PER_ROW:
+                names += [_entry(variant.name, dtype, v, f"_n{nv}_g{g}") for nv, g in CONFIGS_07[key]]
+            elif variant is REGISTERS:
+                names += [_entry(variant.name, dtype, v, f"_n{nv}_t{t}") for nv, t in CONFIGS_08[key]]
+            elif variant is SPLIT:
+                names += [_entry("softmax_11_split_stats", dtype, v), _entry("softmax_11_split_output", dtype, v)]
+            else:
+                names.append(_entry(variant.name, dtype, v))
+    return names
+
+
+entry_names = _nvcc_entry_names

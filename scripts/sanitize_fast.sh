@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over the fast kernels softmax_07 .. 11,
+# all three dtypes, a few shapes each (including forced cluster sizes, a partial shared-memory
+# cache and the scalar path). Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
+set -u
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+for tool in memcheck racecheck synccheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 python3 - <<'PY'
+import cupy as cp
+import onlinesoftmax as osm
+from onlinesoftmax import api, kernels_fast as kf, checks_fast as cf
+
+runs = [("softmax_07_warp_per_row", (3, 100), {}), ("softmax_07_warp_per_row", (5, 1024), {}),
+        ("softmax_07_warp_per_row", (2, 33), {"vec": 1}),
+        ("softmax_08_registers", (2, 4097), {}), ("softmax_08_registers", (2, 32768), {}),
+        ("softmax_08_registers", (2, 2048), {"vec": 1}),
+        ("softmax_09_shared", (2, 65536), {}), ("softmax_09_shared", (1, 100003), {"cache_elems": 4096}),
+        ("softmax_11_split", (2, 200000), {}), ("softmax_11_split", (1, 4099), {"n_chunks": 3})]
+if kf.cluster_launch_works():
+    runs += [("softmax_10_cluster", (2, 65536), {"n_chunks": 4}),
+             ("softmax_10_cluster", (1, 300001), {"n_chunks": 16, "cache_elems": 8192}),
+             ("softmax_10_cluster", (3, 1000), {"n_chunks": 2})]
+else:
+    print("no cluster launch:", kf.cluster_status())
+for name, shape, options in runs:
+    for dtype in cf.DTYPES:
+        x = cf.random_rows(cp, *shape, dtype, seed=1)
+        api.run(osm.REGISTRY[name], x, **options)
+        cp.cuda.Device().synchronize()
+print("sanitized", len(runs) * 3, "launches")
+PY
+  rc=$?
+  echo "$tool exit $rc"
+  [ "$rc" = 0 ] || status=1
+done
+exit $status

@@ -1,0 +1,203 @@
+"""GPU tier for the fast kernels softmax_07 .. softmax_11 and the "fast" dispatcher (fp32, fp16, bf16)."""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import api, checks, kernels_fast as kf
+from onlinesoftmax import checks_fast as cf
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+if not osm.device.has_gpu():
+    pytest.skip("no GPU", allow_module_level=True)
+
+FAST = tuple(v.name for v in kf.FAST_VARIANTS)
+
+
+def run_checked(name, x, **options):
+    """Poisoned output, synchronize (surfaces CUDA errors), nothing left unwritten."""
+    out = cf.poisoned_like(x)
+    if name == "fast":
+        y = osm.softmax(x, "fast", out=out)
+    else:
+        y = api.run(osm.REGISTRY[name], x, out=out, **options)
+    cp.cuda.Device().synchronize()
+    assert y is out
+    assert cf.unwritten(y) == 0, f"{name}: outputs left unwritten"
+    return y
+
+
+def assert_close(name, y, x):
+    passed, message = cf.compare(y, x)
+    assert passed, f"{name} {x.shape}: {message}"
+
+
+def fits(name, n_cols):
+    return name == "fast" or n_cols <= osm.REGISTRY[name].max_cols
+
+
+def test_cluster_launch_works_on_hopper():
+    """Reported first: whether softmax_10 can run (else the dispatcher uses softmax_11)."""
+    print("cluster launch:", kf.cluster_status())
+    if cp.cuda.Device().compute_capability >= "90":
+        assert kf.cluster_launch_works(), kf.cluster_status()
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
+@pytest.mark.parametrize("n_rows", checks.EDGE_ROWS)
+@pytest.mark.parametrize("name", FAST + ("fast",))
+def test_edge_matrix(name, n_rows, n_cols, dtype):
+    if not fits(name, n_cols):
+        pytest.skip(f"{name} holds at most {osm.REGISTRY[name].max_cols} columns")
+    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_rows * 7919 + n_cols)
+    assert_close(name, run_checked(name, x), x)
+
+
+@pytest.mark.parametrize("n_cols", checks.HUGE_COLS)
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "fast"))
+def test_rows_of_a_million(name, dtype, n_cols):
+    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    x = cf.random_rows(cp, 3, n_cols, dtype, seed=n_cols)
+    assert_close(name, run_checked(name, x), x)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("n_cols", (1, 3, 8, 100, 257, 1024, 4097, 32768, 65536))
+@pytest.mark.parametrize("name", FAST + ("fast",))
+def test_special_rows(name, n_cols, dtype):
+    """-inf entries, an all -inf row (NaN), +inf (NaN row), NaN (NaN row), as torch."""
+    if not fits(name, n_cols):
+        pytest.skip("row too long for this kernel")
+    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    x, nan_rows = cf.special_rows(cp, n_cols, dtype)
+    y = run_checked(name, x)
+    y64 = cf.as_float64(y)
+    assert (cp.isnan(y64).all(axis=1).get() == nan_rows).all(), "NaN rows differ from torch's convention"
+    assert not bool(cp.isnan(y64[~cp.asarray(nan_rows)]).any()), "unexpected NaN"
+    assert_close(name, y, x)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", FAST + ("fast",))
+def test_misaligned_and_strided_views(name, dtype):
+    """Views that start at an odd element, skip rows, or stride columns: right, never wrong."""
+    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    for n_cols in (1001, 1024, 8192):
+        base = cf.random_rows(cp, 9, n_cols + 8, dtype, seed=n_cols)
+        views = (base[:, 1:n_cols + 1], base[::2, :n_cols], base[1::3, 3:n_cols - 2], base[:, : 2 * (n_cols // 2):2],
+                 base[:, 8:])
+        for view in views:
+            if not fits(name, view.shape[1]):
+                continue
+            y = run_checked(name, view)
+            assert_close(name, y, view)
+    # a misaligned `out` view (rows start 4 bytes past 16-byte alignment)
+    x = cf.random_rows(cp, 5, 1024, dtype, seed=3)
+    big = cf.poisoned_like(cf.random_rows(cp, 5, 1025, dtype, seed=4))
+    out = big[:, 1:]
+    y = osm.softmax(x, name, out=out) if name == "fast" else api.run(osm.REGISTRY[name], x, out=out)
+    cp.cuda.Device().synchronize()
+    assert cf.unwritten(y) == 0
+    assert_close(name, y, x)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", FAST)
+def test_scalar_path_on_aligned_rows(name, dtype):
+    """The V = 1 builds, forced on aligned data, agree with the reference too."""
+    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    for n_cols in (5, 256, 1000, 4096, 30000, 100000):
+        if not fits(name, n_cols):
+            continue
+        x = cf.random_rows(cp, 7, n_cols, dtype, seed=n_cols + 1)
+        assert_close(name, run_checked(name, x, vec=1), x)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("n_chunks", (1, 2, 4, 8, 16))
+def test_cluster_sizes_and_partial_cache(n_chunks, dtype):
+    if not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    for n_rows, n_cols in ((3, 70001 if dtype == "float32" else 70000), (5, 4096), (2, 100)):
+        x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_chunks)
+        assert_close("softmax_10_cluster", run_checked("softmax_10_cluster", x, n_chunks=n_chunks), x)
+        # only a part of each chunk cached: the rest is read twice
+        y = run_checked("softmax_10_cluster", x, n_chunks=n_chunks, cache_elems=512)
+        assert_close("softmax_10_cluster", y, x)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+def test_shared_with_partial_cache_and_split_chunk_counts(dtype):
+    x = cf.random_rows(cp, 4, 300000, dtype, seed=9)
+    for cache in (0, 1024, 100000):
+        assert_close("softmax_09_shared", run_checked("softmax_09_shared", x, cache_elems=cache), x)
+    for n_chunks in (1, 3, 64, 1000):
+        assert_close("softmax_11_split", run_checked("softmax_11_split", x, n_chunks=n_chunks), x)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", FAST)
+def test_gpu_kernels_match_their_models(name, dtype):
+    """The NumPy model follows the kernel's partition: same NaN pattern, values within an ulp or two."""
+    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    for n_cols in (33, 1000, 4096, 20000):
+        if not fits(name, n_cols):
+            continue
+        host = cf.to_dtype(checks.random_rows(np, 5, n_cols, seed=n_cols), dtype)
+        host[1, 3] = np.nan
+        gpu = cf.as_float64(run_checked(name, cf.on_device(cp, host))).get()
+        model = cf.as_float64(osm.softmax(host, name))
+        assert (np.isnan(gpu) == np.isnan(model)).all()
+        finite = ~np.isnan(model)
+        np.testing.assert_allclose(gpu[finite], model[finite], rtol=8 * cf.EPS[dtype], atol=1e-30)
+
+
+@pytest.mark.parametrize("name", FAST + ("fast",))
+def test_bad_gpu_input(name):
+    def call(x, **kw):
+        return osm.softmax(x, "fast", **kw) if name == "fast" else osm.softmax(x, name, **kw)
+
+    with pytest.raises(TypeError):
+        call(cp.ones((2, 8), dtype=cp.int32))
+    with pytest.raises(TypeError):
+        call(cp.ones((2, 8), dtype=cp.float64))
+    with pytest.raises(ValueError):
+        call(cp.ones((2, 3, 4), dtype=cp.float32))
+    with pytest.raises(ValueError):
+        call(cp.ones((0, 4), dtype=cp.float32))
+    with pytest.raises(ValueError):
+        call(cp.ones((2, 8), dtype=cp.float32), out=cp.ones((2, 8), dtype=cp.float16))
+    if name != "fast" and osm.REGISTRY[name].max_cols < 2**31 - 1:
+        with pytest.raises(ValueError, match="at most"):
+            call(cp.ones((2, osm.REGISTRY[name].max_cols + 1), dtype=cp.float32))
+    if name == "fast":
+        with pytest.raises(ValueError, match="mask"):
+            call(cp.ones((2, 8), dtype=cp.float32), mask="causal")
+    x = cf.random_rows(cp, 2, 8, "float32")
+    assert_close(name, run_checked(name, x), x)  # the context is still healthy
+
+
+def test_dispatch_runs_the_chosen_kernel():
+    for n_rows, n_cols in ((4000, 256), (4000, 4096), (64, 65536), (1, 1 << 20), (10, 1 << 20)):
+        choice = kf.choose(n_rows, n_cols, "float32")
+        x = cf.random_rows(cp, n_rows, n_cols, "float32", seed=n_cols)
+        y = run_checked("fast", x)
+        z = run_checked(choice.variant.name, x)
+        assert bool((y == z).all()), f"fast != {choice.variant.name} at {n_rows}x{n_cols}"
+
+
+def test_compiled_resources_have_no_local_memory():
+    for variant in kf.FAST_VARIANTS:
+        table = kf.resources_table(variant)
+        assert table, variant.name
+        for entry, report in table.items():
+            assert report.registers > 0 and report.stack_bytes == 0, (entry, report)

@@ -1,0 +1,178 @@
+"""CPU tier for the fast kernels: NumPy models vs the float64 reference, dispatch, configurations,
+error messages, and the recorded-data comparison script."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks, kernels_fast as kf
+from onlinesoftmax import checks_fast as cf
+from onlinesoftmax.loader import REPO_ROOT
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+FAST = tuple(v.name for v in kf.FAST_VARIANTS)
+COLS = (1, 2, 3, 31, 33, 100, 255, 256, 257, 1000, 1024, 4096, 4097, 40000)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", FAST)
+def test_models_match_the_reference(name, dtype):
+    for n_cols in COLS:
+        if n_cols > osm.REGISTRY[name].max_cols:
+            continue
+        x = cf.random_rows(np, 3, n_cols, dtype, seed=n_cols)
+        y = osm.softmax(x, name)
+        assert y.dtype == x.dtype and y.shape == x.shape
+        passed, message = cf.compare(y, x)
+        assert passed, f"{name} N={n_cols}: {message}"
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", FAST)
+def test_models_follow_the_nan_convention(name, dtype):
+    for n_cols in (1, 3, 100, 1000, 4097):
+        if n_cols > osm.REGISTRY[name].max_cols:
+            continue
+        x, nan_rows = cf.special_rows(np, n_cols, dtype)
+        y = cf.as_float64(osm.softmax(x, name))
+        assert (np.isnan(y).all(axis=1) == nan_rows).all(), f"{name} N={n_cols}"
+        assert not np.isnan(y[~nan_rows]).any()
+        assert cf.compare(osm.softmax(x, name), x)[0]
+
+
+def test_model_partition_options_agree():
+    """Scalar path, forced cluster sizes, chunk counts: the same function, and a row of 1M."""
+    x = cf.random_rows(np, 2, 70001, "float32", seed=4)
+    for y in (kf.simulate_09(x, vec=1), kf.simulate_10(x, n_chunks=16), kf.simulate_10(x, n_chunks=2, vec=1),
+              kf.simulate_11(x, n_chunks=7), kf.simulate_11(x, n_chunks=1000)):
+        assert cf.compare(y, x)[0]
+    big = cf.random_rows(np, 1, 1 << 20, "bfloat16", seed=5)
+    assert cf.compare(kf.simulate_10(big), big)[0]
+
+
+def test_fast_dispatch_on_numpy_runs_the_chosen_model():
+    for n_rows, n_cols in ((4, 100), (4, 5000), (2, 70000)):
+        x = cf.random_rows(np, n_rows, n_cols, "float16", seed=1)
+        chosen = kf.choose(n_rows, n_cols, "float16").variant.name
+        np.testing.assert_array_equal(osm.softmax(x, "fast"), osm.softmax(x, chosen))
+
+
+@pytest.mark.parametrize(("n_rows", "n_cols", "clusters", "expected"), [
+    (4000, 256, True, "softmax_07_warp_per_row"),
+    (1, 1024, True, "softmax_07_warp_per_row"),
+    (4000, 4096, True, "softmax_08_registers"),
+    (4000, 32768, True, "softmax_08_registers"),
+    (10, 4096, True, "softmax_08_registers"),
+    (4000, 65536, True, "softmax_10_cluster"),
+    (64, 16384, True, "softmax_10_cluster"),
+    (1, 1 << 20, True, "softmax_11_split"),
+    (4000, 65536, False, "softmax_09_shared"),
+    (10, 1 << 20, False, "softmax_11_split"),
+    (4000, 1 << 20, False, "softmax_09_shared"),
+    (64, 1 << 20, False, "softmax_11_split"),
+])
+def test_dispatch_choices(n_rows, n_cols, clusters, expected):
+    assert kf.choose(n_rows, n_cols, "float32", clusters=clusters).variant.name == expected
+
+
+def test_configurations_hold_the_row_and_exist_in_the_source():
+    for dtype in cf.DTYPES:
+        for vec in (kf.vector_width(dtype), 1):
+            for n_cols in (1, 7, 31, 32, 33, 255, 512, 1000, 1024):
+                nv, g = kf.config_07(n_cols, dtype, vec)
+                assert nv * g * vec >= n_cols
+            for n_cols in (1025, 2048, 5000, 16384, 20000, 32768):
+                nv, t = kf.config_08(n_cols, dtype, vec)
+                assert nv * t * vec >= n_cols
+    for variant in kf.FAST_VARIANTS:
+        source = variant.path.read_text()
+        for entry in kf.entry_names(variant):
+            parts = entry.split("_")
+            assert parts[-1].startswith(("v", "n", "g", "t")) and f"SOFTMAX_{variant.name[8:10]}" in source
+    with pytest.raises(ValueError, match="at most 1024"):
+        kf.config_07(1025, "float32", 4)
+    with pytest.raises(ValueError, match="at most 32768"):
+        kf.config_08(40000, "bfloat16", 8)
+
+
+def test_plans_respect_hardware_limits():
+    for n_rows in (1, 10, 64, 4000):
+        for n_cols in (4096, 65536, 1 << 18, 1 << 20, 3_000_001):
+            for dtype in cf.DTYPES:
+                vec = kf.vector_width(dtype)
+                p10 = kf.plan_10(n_rows, n_cols, dtype, vec)
+                assert p10.n_chunks in (1, 2, 4, 8, 16)
+                assert p10.n_chunks * p10.chunk_elems >= n_cols and p10.chunk_elems % vec == 0
+                assert p10.cache_elems * kf.ITEMSIZE[dtype] <= kf.SHARED_LIMIT_BYTES
+                p11 = kf.plan_11(n_rows, n_cols, dtype, vec)
+                assert 1 <= p11.n_chunks <= 1024 and p11.n_chunks * p11.chunk_elems >= n_cols
+                assert 128 <= p11.threads <= 1024
+
+
+def test_bad_input_messages():
+    with pytest.raises(TypeError, match="float32, float16, bfloat16"):
+        osm.softmax(np.ones((2, 8), np.float64), "fast")
+    with pytest.raises(TypeError):
+        osm.softmax(np.ones((2, 8), np.int32), "softmax_08_registers")
+    with pytest.raises(ValueError, match="2-D"):
+        osm.softmax(np.ones(8, np.float32), "fast")
+    with pytest.raises(ValueError, match="non-empty"):
+        osm.softmax(np.ones((0, 8), np.float32), "fast")
+    with pytest.raises(ValueError, match="at most 1024"):
+        osm.softmax(np.ones((2, 2000), np.float32), "softmax_07_warp_per_row")
+    with pytest.raises(ValueError, match="mask"):
+        osm.softmax(np.ones((2, 8), np.float32), "fast", mask="causal")
+    with pytest.raises(TypeError):
+        osm.softmax([[1.0, 2.0]], "fast")
+    with pytest.raises(ValueError, match="out"):
+        osm.softmax(np.ones((2, 8), np.float32), "fast", out=np.ones((2, 8), np.float16))
+
+
+def test_checker_rejects_a_wrong_answer_in_every_dtype():
+    for dtype in cf.DTYPES:
+        x = cf.random_rows(np, 4, 1000, dtype, seed=2)
+        y = osm.softmax(x, "fast")
+        assert cf.compare(y, x)[0]
+        wrong = y.astype(np.float32)
+        wrong[1, int(np.argmax(wrong[1]))] *= 1.05
+        assert not cf.compare(cf.to_dtype(wrong, dtype), x)[0]
+        poisoned = cf.poisoned_like(x)
+        assert cf.unwritten(poisoned) == x.size
+
+
+def test_registry_entries_name_their_files():
+    for variant in kf.FAST_VARIANTS:
+        assert variant.entry_name in variant.path.read_text() or variant.entry_name.startswith(variant.name)
+        assert variant.dtypes == cf.DTYPES
+        assert variant.reads_per_element + variant.writes_per_element <= 3
+
+
+def _recorded():
+    files = sorted((REPO_ROOT / "data" / "h200").glob("*-softmax-fast.json"))
+    return files[-1] if files else None
+
+
+def test_compare_script_runs_on_the_recorded_file(tmp_path):
+    path = _recorded()
+    if path is None:  # no device run recorded yet: exercise the script on a synthetic file instead
+        rows = [{"kernel": "copy", "GBps": 4000.0, "ms": 1.0}]
+        for n_cols in (1024, 1 << 20):
+            for kernel, ms in (("fast", 1.0), ("torch_softmax", 2.0), ("cupy_softmax", 3.0)):
+                rows.append({"kernel": kernel, "dtype": "float32", "batch": 4000, "n_rows": 4000, "n_cols": n_cols,
+                             "ms": ms, "GBps": 3800.0 / ms, "fraction_of_copy": 0.95 / ms,
+                             "variant": "softmax_08_registers"})
+        path = tmp_path / "2026-01-01-softmax-fast.json"
+        path.write_text(json.dumps({"meta": {"gpu": "synthetic"}, "rows": rows}))
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "compare_fast.py"), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "targets:" in done.stdout and "geomean_vs_torch" in done.stdout
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import compare_fast
+
+    summary = compare_fast.summarize(json.loads(Path(path).read_text()))
+    assert summary["table"] and summary["geomean_vs_torch"]["value"] > 0
