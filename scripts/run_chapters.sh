@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Run the chapter scripts made by chapters_to_scripts.sh top to bottom with IPython, from
+# chapters/ (as the book build does), on the real kernels. The combined log is written to
+# data/<gpu>/<date>-chapters-on-gpu.log.  Needs IPython + ipywidgets (carried as wheels).
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD/scripts/chapter_shims:$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
+day=$(date -u +%F)
+log="data/h200/$day-chapters-on-gpu.log"
+mkdir -p data/h200
+status=0
+{
+  echo "# chapters run as scripts (jupytext py:percent, IPython) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
+  for script in build/chapter_scripts/*.py; do
+    echo "## $script"
+    began=$(date +%s)
+    (cd chapters && python3 -m IPython --no-banner --colors=NoColor "../$script") 2>&1; rc=$?
+    echo "## $script: exit $rc after $(( $(date +%s) - began )) s"
+    [ "$rc" = 0 ] || status=1
+  done
+} > "$log" 2>&1
+grep '^## .*exit' "$log"
+exit $status

@@ -1,0 +1,36 @@
+"""CPU tier: every recorded result file has provenance and a well-formed body."""
+import json
+import re
+
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax.results import DATA_DIR, META_KEYS, provenance
+
+FILES = sorted(DATA_DIR.glob("*/*.json"))
+BASELINE = re.compile(r"^(copy|cupy_\w+|torch_\w+)$")
+
+
+def test_there_is_recorded_data():
+    assert FILES, "no recorded GPU data under data/"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_result_file(path):
+    data = json.loads(path.read_text())
+    meta, rows = data["meta"], data["rows"]
+    for key in META_KEYS:
+        assert meta.get(key) not in (None, ""), f"meta.{key} missing"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.json", path.name)
+    assert path.name.startswith(meta["date"]) and path.name[11:-5] == meta["suite"]
+    assert re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", meta["git_commit"]), "a real commit"
+    assert path.parent.name in meta["gpu"].lower()
+    assert rows and provenance(meta)
+    known = set(osm.REGISTRY)
+    for row in rows:
+        name = row.get("kernel")
+        assert name in known or BASELINE.match(name) or name.startswith(tuple(known)), f"unknown kernel {name}"
+        if "ms" in row:
+            assert row["ms"] > 0
+        if "GBps" in row:
+            assert 0 < row["GBps"] < 10_000, "GB/s beyond any HBM"
