@@ -7,7 +7,8 @@ runs, and next to it every fast kernel that applies there (the ladder: softmax_0
 in fp32 at batch 4000 and 10, the teaching softmax_02_online), torch.softmax and
 cupyx.scipy.special.softmax on the same tensors, all through `timer.time_gpu`. GB/s counts
 the ideal traffic, one read and one write per element; `fraction_of_copy` divides by the
-device-to-device copy measured at the start of the same run.
+device-to-device copy of 2 GB measured at the start of the same run; `copy_same_size` rows
+copy the shape's own bytes (the floor that launch and latency set for small tensors).
 
 Run on a GPU machine:  python benchmarks/bench_fast.py [--quick]   (about a minute)
 """
@@ -98,6 +99,10 @@ def measure(quick: bool = False) -> dict:
         shape_rows = [bench.measure("fast", lambda x: osm.softmax(x, "fast", out=out), inputs,
                                     bytes_per_call=ideal, copy_GBps=copy["GBps"], variant=choice.variant.name,
                                     **fields)]
+        # the copy of the same bytes: the floor a small tensor sets (launch and latency bound)
+        shape_rows.append(bench.measure("copy_same_size",
+                                        lambda x: out.data.copy_from_device_async(x.data, ideal // 2), inputs,
+                                        bytes_per_call=ideal, copy_GBps=copy["GBps"], **fields))
         for name in candidates(n_rows, n_cols, dtype):
             variant = osm.REGISTRY[name]
             shape_rows.append(bench.measure(name, lambda x, v=variant: api.run(v, x, out=out), inputs,

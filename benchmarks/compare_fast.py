@@ -44,6 +44,8 @@ def shape_table(data: dict) -> list[dict]:
             "fast_ms": fast["ms"], "fast_GBps": fast["GBps"], "fraction_of_copy": fast["fraction_of_copy"],
             "vs_torch": torch_row["ms"] / fast["ms"] if "ms" in torch_row else None,
             "vs_cupy": cupy_row["ms"] / fast["ms"] if "ms" in cupy_row else None,
+            "copy_same_size_fraction": (entry["kernels"]["copy_same_size"]["fraction_of_copy"]
+                                        if "ms" in entry["kernels"].get("copy_same_size", {}) else None),
             "best_kernel": best["kernel"] if best else None,
             "best_ms": best["ms"] if best else None,
         })
@@ -89,10 +91,12 @@ def _fmt(v, spec=".2f"):
 def report(data: dict) -> str:
     s = summarize(data)
     lines = [f"copy ceiling {_fmt(s['copy_GBps'], '.0f')} GB/s",
-             f"{'dtype':9s}{'rows':>6s}{'N':>9s} {'GB/s':>6s} {'/copy':>6s} {'/torch':>7s} {'/cupy':>6s}  kernel"]
+             f"{'dtype':9s}{'rows':>6s}{'N':>9s} {'GB/s':>6s} {'/copy':>6s} {'/torch':>7s} {'/cupy':>6s} "
+             f"{'copy@N':>6s}  kernel   (copy@N: a copy of the same bytes / the 2 GB copy)"]
     for t in s["table"]:
         lines.append(f"{t['dtype']:9s}{t['n_rows']:6d}{t['n_cols']:9d} {t['fast_GBps']:6.0f} "
-                     f"{t['fraction_of_copy']:6.2f} {_fmt(t['vs_torch']):>7s} {_fmt(t['vs_cupy']):>6s}  "
+                     f"{t['fraction_of_copy']:6.2f} {_fmt(t['vs_torch']):>7s} {_fmt(t['vs_cupy']):>6s} "
+                     f"{_fmt(t['copy_same_size_fraction']):>6s}  "
                      f"{t['variant'][8:]}" + ("" if t["best_kernel"] in (None, t["variant"]) else
                                                f" (best {t['best_kernel'][8:]} {t['best_ms'] / t['fast_ms']:.2f}x time)"))
     lines.append("targets:")

@@ -38,7 +38,7 @@ if has bench; then
   timeout 330 python3 benchmarks/bench_fast.py $( has quick && echo --quick ) > "$OUT/bench.log" 2>&1
   rc=$?; [ "$rc" = 0 ] || status=1
   cp data/h200/*-softmax-fast*.json "$OUT/" 2>/dev/null
-  grep -vE "^(float32|float16|bfloat16) " "$OUT/bench.log" | tail -150; echo "bench exit $rc"
+  sed -n '/^copy ceiling/,$p' "$OUT/bench.log" | tail -110; echo "bench exit $rc"
 fi
 echo "round status $status"
 exit $status

@@ -28,6 +28,7 @@ TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMS_H200 = 132
 SHARED_LIMIT_BYTES = 227 * 1024 - 1024      # dynamic shared memory per block, minus the static part
+SHARED_TWO_BLOCKS_BYTES = 112 * 1024        # a row (chunk) this small leaves room for a second block
 CHUNK_UNROLL = 4                            # row_chunk.cuh: vectors per thread per step
 MAX_CLUSTER = 16                            # 16 is Hopper's non-portable maximum (8 portable)
 WARP_ROWS_BLOCK = 128                       # softmax_07's block size
@@ -42,8 +43,8 @@ CONFIGS_07 = {
 # softmax_08: (vectors per thread NV, threads T), smallest capacity first.
 CONFIGS_08 = {
     "float32": [(4, 128), (4, 256), (4, 512), (4, 1024), (8, 1024)],
-    "float16": [(2, 128), (2, 256), (2, 512), (2, 1024), (4, 1024)],
-    "bfloat16": [(2, 128), (2, 256), (2, 512), (2, 1024), (4, 1024)],
+    "float16": [(2, 128), (4, 128), (4, 256), (4, 512), (4, 1024)],
+    "bfloat16": [(2, 128), (4, 128), (4, 256), (4, 512), (4, 1024)],
     "scalar": [(16, 128), (16, 256), (16, 512), (16, 1024), (32, 1024)],
 }
 MAX_COLS_07 = 1024
@@ -97,8 +98,14 @@ def config_08(n_cols: int, dtype: str, vec: int) -> tuple[int, int]:
     raise ValueError(f"softmax_08_registers holds at most {MAX_COLS_08} columns, got {n_cols}")
 
 
-def chunk_threads(chunk_elems: int, vec: int) -> int:
-    """Threads for a chunk kernel: about 8 vectors per thread, 128 .. 512."""
+BIG_CHUNK_BYTES = 96 * 1024   # above this only one block fits an SM: give it 1024 threads
+
+
+def chunk_threads(chunk_elems: int, vec: int, itemsize: int = 4) -> int:
+    """Threads for a chunk kernel: about 8 vectors per thread, 128 .. 512; 1024 for a chunk so
+    large that its block is alone on the SM (then it alone must keep ~64 KB of loads in flight)."""
+    if chunk_elems * itemsize > BIG_CHUNK_BYTES:
+        return 1024
     return int(min(512, max(128, _pow2_at_least(-(-chunk_elems // (8 * vec))))))
 
 
@@ -119,7 +126,7 @@ def plan_09(n_cols: int, dtype: str, vec: int) -> ChunkPlan:
     itemsize = ITEMSIZE[dtype]
     chunk = chunk_elems_for(n_cols, 1, vec)
     cache = min(chunk, (SHARED_LIMIT_BYTES // itemsize) // vec * vec)
-    return ChunkPlan(1, chunk, cache, chunk_threads(chunk, vec))
+    return ChunkPlan(1, chunk, cache, chunk_threads(chunk, vec, itemsize))
 
 
 def plan_10(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
@@ -133,7 +140,7 @@ def plan_10(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None
         n_chunks = int(min(MAX_CLUSTER, max(1, fit, min(fill, min_chunk))))
     chunk = chunk_elems_for(n_cols, n_chunks, vec)
     cache = min(chunk, (SHARED_LIMIT_BYTES // itemsize) // vec * vec)
-    return ChunkPlan(n_chunks, chunk, cache, chunk_threads(chunk, vec))
+    return ChunkPlan(n_chunks, chunk, cache, chunk_threads(chunk, vec, itemsize))
 
 
 def plan_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
@@ -143,7 +150,7 @@ def plan_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None
         fill = -(-4 * sms // n_rows)
         n_chunks = int(max(1, min(1024, fill, -(-n_cols // 2048))))
     chunk = chunk_elems_for(n_cols, n_chunks, vec)
-    return ChunkPlan(n_chunks, chunk, 0, chunk_threads(chunk, vec))
+    return ChunkPlan(n_chunks, chunk, 0, chunk_threads(chunk, vec, ITEMSIZE[dtype]))
 
 
 # ---- launching ----------------------------------------------------------------------------
@@ -655,14 +662,19 @@ def choose(n_rows: int, n_cols: int, dtype="float32", clusters: bool | None = No
 
         clusters = cluster_launch_works() if device.has_gpu() else True
     row_bytes = n_cols * ITEMSIZE[dtype]
+    few_rows = n_rows < sms
+    # Thresholds from the H200 measurements of softmax-fast (data/h200/*-softmax-fast.json).
     if n_cols <= MAX_COLS_07:
         return Choice(WARP_PER_ROW, "N <= 1024: a lane group per row, the row in registers")
-    few_rows = n_rows < sms
-    if n_cols <= MAX_COLS_08 and (not few_rows or n_cols <= 4096):
-        return Choice(REGISTERS, "N <= 32K and enough rows to fill the SMs: a block per row in registers")
+    if n_cols <= 8192 or (few_rows and n_cols <= 16384):
+        return Choice(REGISTERS, "N <= 8K (or 16K with few rows): a block per row, the row in registers")
+    if not few_rows and row_bytes <= SHARED_TWO_BLOCKS_BYTES:
+        return Choice(SHARED, "many rows of <= 112 KB: a block per row cached in shared memory, two blocks per SM")
     small_input = n_rows * row_bytes <= 24 * 2**20
     if few_rows and n_rows * MAX_CLUSTER < sms and small_input and row_bytes >= 512 * 1024:
         return Choice(SPLIT, "a few long rows that fit L2: split over every SM, partials merged in a second launch")
+    if not few_rows and row_bytes > MAX_CLUSTER * SHARED_TWO_BLOCKS_BYTES:
+        return Choice(SPLIT, "many rows too long for a 16-block cluster at two blocks per SM: split, second read from L2")
     if clusters:
         return Choice(CLUSTER, "long rows or few rows: a cluster of blocks per row")
     if not few_rows:

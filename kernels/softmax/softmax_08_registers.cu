@@ -60,14 +60,17 @@ __device__ __forceinline__ void block_per_row_registers(const T* __restrict__ x,
         block_per_row_registers<T, V, NV, THREADS>(x, y, n_cols, x_row_stride, y_row_stride);     \
     }
 
-// 16 elements per thread from 128 to 1024 threads (rows up to 16K), then 32 (up to 32K).
+// fp32: 16 elements per thread from 128 to 1024 threads (rows up to 16K), then 32 (up to 32K).
 #define SOFTMAX_08_LADDER(TAG, T, V, NV)                                                 \
     SOFTMAX_08(TAG, T, V, NV, 128) SOFTMAX_08(TAG, T, V, NV, 256) SOFTMAX_08(TAG, T, V, NV, 512) \
     SOFTMAX_08(TAG, T, V, NV, 1024)
 
 SOFTMAX_08_LADDER(f32, float, 4, 4) SOFTMAX_08(f32, float, 4, 8, 1024)
-SOFTMAX_08_LADDER(f16, half_bits, 8, 2) SOFTMAX_08(f16, half_bits, 8, 4, 1024)
-SOFTMAX_08_LADDER(bf16, bf16_bits, 8, 2) SOFTMAX_08(bf16, bf16_bits, 8, 4, 1024)
+// fp16 / bf16: 32 elements (64 bytes) per thread, as many bytes in flight as fp32's 16.
+SOFTMAX_08(f16, half_bits, 8, 2, 128) SOFTMAX_08(f16, half_bits, 8, 4, 128) SOFTMAX_08(f16, half_bits, 8, 4, 256)
+SOFTMAX_08(f16, half_bits, 8, 4, 512) SOFTMAX_08(f16, half_bits, 8, 4, 1024)
+SOFTMAX_08(bf16, bf16_bits, 8, 2, 128) SOFTMAX_08(bf16, bf16_bits, 8, 4, 128) SOFTMAX_08(bf16, bf16_bits, 8, 4, 256)
+SOFTMAX_08(bf16, bf16_bits, 8, 4, 512) SOFTMAX_08(bf16, bf16_bits, 8, 4, 1024)
 // Scalar path (any alignment).
 SOFTMAX_08_LADDER(f32, float, 1, 16) SOFTMAX_08(f32, float, 1, 32, 1024)
 SOFTMAX_08_LADDER(f16, half_bits, 1, 16) SOFTMAX_08(f16, half_bits, 1, 32, 1024)
