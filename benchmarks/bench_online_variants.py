@@ -28,28 +28,8 @@ SUITE = "online-variants"
 COLS = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
 BATCHES = (10, 4000)
 MAX_ELEMENTS = 2**28                      # 1 GiB per fp32 tensor
-MASKS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")
+MASKS = kernels_masked.MASK_KINDS
 FP16_KERNELS = ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8")
-
-
-def mask_arguments(kind: str, n_rows: int, n_cols: int, seed: int = 0) -> tuple[dict, int]:
-    """softmax keyword arguments for one mask kind, and the bytes the mask adds (read once)."""
-    import cupy
-
-    rng = cupy.random.default_rng(seed)
-    if kind == "none":
-        return {}, 0
-    if kind == "causal":
-        return {"mask": "causal"}, 0
-    if kind == "padding":
-        return {"valid_lengths": rng.integers(n_cols // 2, n_cols + 1, size=n_rows)}, 0
-    if kind == "additive (rows x N)":
-        keep = rng.random((n_rows, n_cols), dtype=cupy.float32) < 0.7
-        return {"mask": cupy.where(keep, 0.0, -cupy.inf).astype(cupy.float32)}, n_rows * n_cols * 4
-    if kind == "additive (N)":
-        keep = rng.random(n_cols, dtype=cupy.float32) < 0.7
-        return {"mask": cupy.where(keep, 0.0, -cupy.inf).astype(cupy.float32)}, n_cols * 4
-    raise ValueError(kind)
 
 
 def shapes():
@@ -75,7 +55,7 @@ def measure() -> dict:
                     "softmax_02_online", lambda x: osm.softmax(x, "softmax_02_online", out=out), inputs,
                     bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], mask="none", **fields))
                 for kind in MASKS:
-                    kwargs, mask_bytes = mask_arguments(kind, n_rows, n_cols)
+                    kwargs, mask_bytes = kernels_masked.example_mask(kind, n_rows, n_cols, cupy)
                     # validated once, outside the timed call (validation reads valid_lengths back)
                     options = kernels_masked.prepare(inputs[0], kwargs.get("mask"), kwargs.get("valid_lengths"))
                     measured.append(bench.measure(

@@ -17,7 +17,7 @@ from .kernels_softmax import BLOCK_THREADS, block_per_row
 from .reference import array_module
 from .registry import Variant, register
 
-MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")
+MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
 
 
@@ -78,6 +78,28 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
         raise ValueError(f"mask_value {mask_value} is not representable in float32")
     options["fill"] = np.float32(fill)
     return options
+
+
+def example_mask(kind: str, n_rows: int, n_cols: int, xp=np, seed: int = 0) -> tuple[dict, int]:
+    """softmax keyword arguments for one of MASK_KINDS, and the bytes the mask adds (read once).
+
+    The masks the benchmark and chapter 03 use: causal; padding with valid lengths uniform
+    in [N/2, N]; additive 0 / -inf with 70% of the entries kept. numpy or cupy (`xp`).
+    """
+    rng = xp.random.default_rng(seed)
+    if kind == "none":
+        return {}, 0
+    if kind == "causal":
+        return {"mask": "causal"}, 0
+    if kind == "padding":
+        return {"valid_lengths": rng.integers(n_cols // 2, n_cols + 1, size=n_rows)}, 0
+    if kind == "additive (rows x N)":
+        keep = rng.random((n_rows, n_cols), dtype=xp.float32) < 0.7
+        return {"mask": xp.where(keep, 0.0, -xp.inf).astype(xp.float32)}, n_rows * n_cols * 4
+    if kind == "additive (N)":
+        keep = rng.random(n_cols, dtype=xp.float32) < 0.7
+        return {"mask": xp.where(keep, 0.0, -xp.inf).astype(xp.float32)}, n_cols * 4
+    raise ValueError(f"unknown mask kind {kind!r}; known: {', '.join(MASK_KINDS)}")
 
 
 def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, dtype=np.float32):
