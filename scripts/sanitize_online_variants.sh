@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over chapter 03's kernels:
+# softmax_03_online_masked with every kind of mask, and the fp16 kernels softmax_04/05 on
+# aligned and misaligned views (scalar head, vector body, scalar tail, scalar-store path).
+# Host API errors are not reported (cuda-bindings probes the driver for entry points).
+# Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
+set -u
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+for tool in memcheck racecheck synccheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 --report-api-errors no python3 - <<'PY'
+import cupy as cp
+import onlinesoftmax as osm
+from onlinesoftmax import checks, checks_fp16, kernels_masked
+
+for shape in ((1, 1), (7, 100), (3, 4097), (300, 257)):
+    x = checks.random_rows(cp, *shape, seed=1)
+    for kind in kernels_masked.MASK_KINDS:
+        kwargs, _ = kernels_masked.example_mask(kind, *shape, cp)
+        osm.softmax(x, "softmax_03_online_masked", **kwargs)
+    osm.softmax(x, mask="causal", valid_lengths=cp.zeros(shape[0], cp.int32))
+for name in ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8"):
+    base = checks.random_rows(cp, 5, 1003, "float16", seed=2, max_offset=8)
+    out = checks_fp16.poisoned_like(base)
+    for view, y in ((base, None), (base[:, 1:], None), (base[:, 3:1000], out[:, 3:1000]),
+                    (base[:, :5], None), (base[:, 7:9], out[:, 7:9])):
+        osm.softmax(view, name, out=y)
+    osm.softmax(checks.random_rows(cp, 2, 65536, "float16", seed=3, max_offset=8), name)
+cp.cuda.Device().synchronize()
+print("sanitized")
+PY
+  rc=$?
+  echo "$tool exit $rc"
+  [ "$rc" = 0 ] || status=1
+done
+exit $status
