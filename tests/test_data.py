@@ -8,7 +8,7 @@ import onlinesoftmax as osm
 from onlinesoftmax.results import DATA_DIR, META_KEYS, provenance
 
 FILES = sorted(DATA_DIR.glob("*/*.json"))
-BASELINE = re.compile(r"^(copy|cupy_\w+|torch_\w+)$")
+BASELINE = re.compile(r"^(copy|copy_\w+|cupy_\w+|torch_\w+|fast)$")  # fast: softmax(x, "fast")
 
 
 def test_there_is_recorded_data():
