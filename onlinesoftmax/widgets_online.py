@@ -21,6 +21,7 @@ MASKED = "softmax_03_online_masked"
 SWEEP_COLS = tuple(4**k for k in range(4, 11))  # 256 .. 1M
 MODEL_MAX_ROWS, MODEL_MAX_COLS = 8, 2**16        # what the NumPy model runs on at most
 LIVE_MAX_ROWS = 64                               # rows checked against the float64 reference on a GPU
+LIVE_MAX_ELEMENTS = 2**30                        # largest batch x N the widget times live
 
 
 # --- recorded throughput ----------------------------------------------------------------------
@@ -162,7 +163,8 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
         key = (kernel.value, dtype.value, mask.value, n_rows.value)
         N = int(round(n_cols.value))
         err = error_of(kernel.value, dtype.value, mask.value, n_rows.value, N, live)
-        if live:
+        too_big = n_rows.value * N > LIVE_MAX_ELEMENTS
+        if live and not too_big:
             point = live_throughput(kernel.value, dtype.value, mask.value, n_rows.value, N)
             live_points.setdefault(key, {})[N] = point
         curve, source = recorded_curve(recorded, kernel.value, mask.value, dtype.value, n_rows.value)
@@ -207,7 +209,9 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
                             color="C3")
             fig.tight_layout()
             plt.show()
-        if live:
+        if live and too_big:
+            where = f"not timed: {n_rows.value} x {N} is more than {LIVE_MAX_ELEMENTS} elements"
+        elif live:
             p = live_points[key][N]
             where = f"measured now: {p['GBps']:.0f} GB/s ({100 * p['fraction_of_copy']:.0f}% of copy)"
         elif source is not None:
