@@ -6,5 +6,6 @@ number the prose would quote.
 
 
 def glue(name, variable, display=True):
-    print(f"[glue] {name} = {variable!r}")
+    shown = getattr(variable, "data", variable)  # IPython Markdown/HTML objects: their text
+    print(f"[glue] {name} = {shown!r}")
     return variable
