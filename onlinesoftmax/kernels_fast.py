@@ -1,4 +1,4 @@
-"""Launcher module of the fast softmax kernels (softmax_07 .. softmax_11): fp32, fp16, bf16.
+"""Launcher module of the fast softmax kernels (softmax_07 .. softmax_12): fp32, fp16, bf16.
 
 Every kernel reads a row once and writes it once (softmax_11 reads a chunk twice, the
 second time from L2 where it fits). Each `.cu` holds template instantiations with
@@ -240,6 +240,35 @@ def launch_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     cluster_launch(launch, (x.shape[0] * plan.n_chunks,), (plan.threads,), args, shared, plan.n_chunks)
 
 
+def launch_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
+              cache_elems: int | None = None, max_clusters: int | None = None) -> None:
+    """Persistent clusters: as many as are resident at once (or `max_clusters`), each looping over rows.
+    Rows that are not 16-byte aligned (or vec=1) go to softmax_10, which has the scalar builds."""
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    if v == 1:
+        return launch_10(CLUSTER, x, y, vec=1, n_chunks=n_chunks, cache_elems=cache_elems)
+    plan = plan_10(x.shape[0], x.shape[1], dtype, v, n_chunks)
+    entry = _entry(variant.name, dtype, v)
+    while True:
+        cache = plan.cache_elems if cache_elems is None else min(plan.cache_elems, cache_elems // v * v)
+        shared = cache * ITEMSIZE[dtype]
+        resident = max_active_clusters(entry, plan.threads, shared, plan.n_chunks, variant.file)
+        if resident > 0:
+            break
+        if n_chunks is not None or plan.n_chunks == 1:
+            raise ValueError(f"a cluster of {plan.n_chunks} blocks with {shared} B of shared memory each "
+                             "cannot be resident on this GPU")
+        plan = plan_10(x.shape[0], x.shape[1], dtype, v, plan.n_chunks // 2)
+    clusters = min(x.shape[0], resident if max_clusters is None else max(1, min(resident, max_clusters)))
+    launch = kernel(variant.path, entry)
+    x_stride, y_stride = _strides(x, y)
+    args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (x.shape[0], ctypes.c_int),
+            (x.shape[1], ctypes.c_int), (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
+            (plan.chunk_elems, ctypes.c_int), (cache, ctypes.c_int))
+    cluster_launch(launch, (clusters * plan.n_chunks,), (plan.threads,), args, shared, plan.n_chunks)
+
+
 def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None) -> None:
     import cupy
 
@@ -332,12 +361,13 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> No
 
 
 @lru_cache(maxsize=None)
-def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: int) -> int:
+def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: int,
+                        file: str = "softmax/softmax_10_cluster.cu") -> int:
     """How many clusters of this shape fit on the GPU at once (0: the launch would fail)."""
     import cupy
 
     driver = _driver()
-    function_kernel = kernel(FAST_FILES["softmax_10_cluster"], entry)
+    function_kernel = kernel(file, entry)
     function = _function_handle(function_kernel)
     attribute = driver.CUfunction_attribute
     if shared_bytes > 48 * 1024:
@@ -562,6 +592,12 @@ def simulate_10(x, vec: int | None = None, n_chunks: int | None = None, cache_el
     return chunked_model(x, plan_10(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "cluster")
 
 
+def simulate_12(x, vec: int | None = None, n_chunks: int | None = None, cache_elems: int | None = None,
+                max_clusters: int | None = None) -> np.ndarray:
+    """softmax_12 partitions and reduces a row exactly as softmax_10 (persistence changes only the order of rows)."""
+    return simulate_10(x, vec=vec, n_chunks=n_chunks, cache_elems=cache_elems)
+
+
 def simulate_11(x, vec: int | None = None, n_chunks: int | None = None) -> np.ndarray:
     dtype, v = _model_vec(x, vec)
     return chunked_model(x, plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
@@ -589,6 +625,12 @@ def geometry_10(n_rows: int, n_cols: int) -> Launch:
     return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
 
 
+def geometry_12(n_rows: int, n_cols: int) -> Launch:
+    """Per cluster launched; the grid is capped at the clusters resident at once (known on the GPU only)."""
+    plan = plan_10(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
+
+
 def geometry_11(n_rows: int, n_cols: int) -> Launch:
     plan = plan_11(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
     return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,))
@@ -600,6 +642,7 @@ FAST_FILES = {
     "softmax_09_shared": "softmax/softmax_09_shared.cu",
     "softmax_10_cluster": "softmax/softmax_10_cluster.cu",
     "softmax_11_split": "softmax/softmax_11_split.cu",
+    "softmax_12_pipelined": "softmax/softmax_12_pipelined.cu",
 }
 
 WARP_PER_ROW = register(Variant(
@@ -637,7 +680,14 @@ SPLIT = register(Variant(
     geometry=geometry_11, simulate=simulate_11, launch=launch_11, reads_per_element=2,
     writes_per_element=1, dtypes=DTYPES))
 
-FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT)
+PIPELINED = register(Variant(
+    name="softmax_12_pipelined", family="softmax", file=FAST_FILES["softmax_12_pipelined"],
+    short="pipelined", entry="softmax_12_pipelined_f32_v4",
+    story="persistent clusters: the next row's cp.async loads overlap this row's reduction and stores",
+    geometry=geometry_12, simulate=simulate_12, launch=launch_12, reads_per_element=1,
+    writes_per_element=1, dtypes=DTYPES))
+
+FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT, PIPELINED)
 
 
 # ---- the dispatcher ----------------------------------------------------------------------
@@ -722,7 +772,7 @@ def _nvcc_entry_names(variant: Variant) -> list[str]:
     """Entry names from the instantiation macros (no nvcc needed)."""
     names = []
     for dtype in DTYPES:
-        vecs = (vector_width(dtype), 1)
+        vecs = (vector_width(dtype),) if variant is PIPELINED else (vector_width(dtype), 1)
         for v in vecs:
             key = dtype if v > 1 else "scalar"
             if variant is WARP_PER_ROW:

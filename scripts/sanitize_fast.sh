@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# compute-sanitizer (memcheck, racecheck, synccheck) over the fast kernels softmax_07 .. 11,
+# compute-sanitizer (memcheck, racecheck, synccheck) over the fast kernels softmax_07 .. 12,
 # all three dtypes, a few shapes each (including forced cluster sizes, a partial shared-memory
 # cache and the scalar path). Host API errors are not reported: cuda-bindings probes the
 # driver with cuGetProcAddress for entry points this driver lacks, which is no kernel error.
+# SANITIZE_KERNELS="name ..." limits the runs to those kernels.
 # Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 for tool in memcheck racecheck synccheck; do
   compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 --report-api-errors no python3 - <<'PY'
+import os
+
 import cupy as cp
 import onlinesoftmax as osm
 from onlinesoftmax import api, kernels_fast as kf, checks_fast as cf
@@ -22,9 +25,14 @@ runs = [("softmax_07_warp_per_row", (3, 100), {}), ("softmax_07_warp_per_row", (
 if kf.cluster_launch_works():
     runs += [("softmax_10_cluster", (2, 65536), {"n_chunks": 4}),
              ("softmax_10_cluster", (1, 300001), {"n_chunks": 16, "cache_elems": 8192}),
-             ("softmax_10_cluster", (3, 1000), {"n_chunks": 2})]
+             ("softmax_10_cluster", (3, 1000), {"n_chunks": 2}),
+             ("softmax_12_pipelined", (9, 65536), {"n_chunks": 4, "max_clusters": 2}),
+             ("softmax_12_pipelined", (5, 4096), {"n_chunks": 2, "max_clusters": 1, "cache_elems": 512}),
+             ("softmax_12_pipelined", (3, 96), {"n_chunks": 16})]
 else:
     print("no cluster launch:", kf.cluster_status())
+only = os.environ.get("SANITIZE_KERNELS", "").split()  # e.g. "softmax_12_pipelined": only those
+runs = [r for r in runs if not only or r[0] in only]
 for name, shape, options in runs:
     for dtype in cf.DTYPES:
         x = cf.random_rows(cp, *shape, dtype, seed=1)

@@ -8,16 +8,21 @@
 // `cache_elems` elements go to shared memory on the way; the rest of the chunk (if any) is
 // read again from global memory by chunk_output (L2 when it is still there).
 // chunk_output: y = e^(x - M) / L from shared memory (or global), the row's (M, L) known.
+// Pipelined use (softmax_12): chunk_state<T, V, true> reads the cached part from shared memory
+// that chunk_prefetch filled with cp.async, and chunk_output given `next` refills each
+// cached vector with the next row's vector right after it has been used (same thread, same
+// slot), so the next row's loads are in flight while this row's stores drain.
 // An all -inf row has M = -inf: x - M = NaN, so NaN everywhere; a NaN or +inf gives L = NaN.
 #pragma once
 #include "online_state.cuh"
 #include "vec_io.cuh"
+#include "async_copy.cuh"
 
 #ifndef CHUNK_UNROLL
 #define CHUNK_UNROLL 4
 #endif
 
-template <typename T, int V>
+template <typename T, int V, bool FromCache = false>
 __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int chunk_elems, int cache_elems,
                                                    typename Io<T, V>::raw_t* cache) {
     constexpr bool Folded = FoldExp<T>::value;
@@ -30,7 +35,7 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int i = first + u * step;
-            if (i < n_vec) raw[u] = Io<T, V>::load_raw(cx + i * V);
+            if (i < n_vec) raw[u] = FromCache && i * V < cache_elems ? cache[i] : Io<T, V>::load_raw(cx + i * V);
         }
         float v[U][V];
         float batch_max = neg_inf();
@@ -38,7 +43,7 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
         for (int u = 0; u < U; ++u) {
             const int i = first + u * step;
             if (i < n_vec) {
-                if (i * V < cache_elems) cache[i] = raw[u];
+                if (!FromCache && i * V < cache_elems) cache[i] = raw[u];
                 Io<T, V>::unpack(raw[u], v[u]);
             } else {
 #pragma unroll
@@ -61,8 +66,8 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
 
 template <typename T, int V>
 __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __restrict__ cy, int chunk_elems,
-                                             int cache_elems, const typename Io<T, V>::raw_t* cache,
-                                             OnlineState row) {
+                                             int cache_elems, typename Io<T, V>::raw_t* cache,
+                                             OnlineState row, const T* __restrict__ next = nullptr) {
     constexpr bool Folded = FoldExp<T>::value;
     const int n_vec = chunk_elems / V;
     const ExpShift shift = exp_shift(row.m);
@@ -75,5 +80,17 @@ __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __rest
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = exp_sub<Folded>(v[j], shift) * inv_l;
         Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
+        if (next != nullptr && i * V < cache_elems) cp_async_16(&cache[i], next + i * V);  // raw was used above
     }
+}
+
+// The cached part of a chunk into shared memory with 16-byte cp.async (V > 1 builds only);
+// the caller commits and waits (cp_async_commit / cp_async_wait_all). Thread t copies the
+// vectors t, t + T, ... that chunk_state and chunk_output will read in that thread.
+template <typename T, int V>
+__device__ __forceinline__ void chunk_prefetch(const T* __restrict__ cx, int chunk_elems, int cache_elems,
+                                               typename Io<T, V>::raw_t* cache) {
+    static_assert(sizeof(typename Io<T, V>::raw_t) == 16, "cp.async moves 16-byte vectors here");
+    const int n_vec = min(chunk_elems, cache_elems) / V;
+    for (int i = threadIdx.x; i < n_vec; i += blockDim.x) cp_async_16(&cache[i], cx + i * V);
 }

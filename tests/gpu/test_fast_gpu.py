@@ -1,4 +1,4 @@
-"""GPU tier for the fast kernels softmax_07 .. softmax_11 and the "fast" dispatcher (fp32, fp16, bf16)."""
+"""GPU tier for the fast kernels softmax_07 .. softmax_12 and the "fast" dispatcher (fp32, fp16, bf16)."""
 import numpy as np
 import pytest
 
@@ -12,6 +12,7 @@ if not osm.device.has_gpu():
     pytest.skip("no GPU", allow_module_level=True)
 
 FAST = tuple(v.name for v in kf.FAST_VARIANTS)
+CLUSTERED = ("softmax_10_cluster", "softmax_12_pipelined")
 
 
 def run_checked(name, x, **options):
@@ -50,7 +51,7 @@ def test_cluster_launch_works_on_hopper():
 def test_edge_matrix(name, n_rows, n_cols, dtype):
     if not fits(name, n_cols):
         pytest.skip(f"{name} holds at most {osm.REGISTRY[name].max_cols} columns")
-    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+    if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
     x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_rows * 7919 + n_cols)
     assert_close(name, run_checked(name, x), x)
@@ -58,9 +59,10 @@ def test_edge_matrix(name, n_rows, n_cols, dtype):
 
 @pytest.mark.parametrize("n_cols", checks.HUGE_COLS)
 @pytest.mark.parametrize("dtype", cf.DTYPES)
-@pytest.mark.parametrize("name", ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "fast"))
+@pytest.mark.parametrize("name", ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined",
+                                  "fast"))
 def test_rows_of_a_million(name, dtype, n_cols):
-    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+    if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
     x = cf.random_rows(cp, 3, n_cols, dtype, seed=n_cols)
     assert_close(name, run_checked(name, x), x)
@@ -73,7 +75,7 @@ def test_special_rows(name, n_cols, dtype):
     """-inf entries, an all -inf row (NaN), +inf (NaN row), NaN (NaN row), as torch."""
     if not fits(name, n_cols):
         pytest.skip("row too long for this kernel")
-    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+    if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
     x, nan_rows = cf.special_rows(cp, n_cols, dtype)
     y = run_checked(name, x)
@@ -87,7 +89,7 @@ def test_special_rows(name, n_cols, dtype):
 @pytest.mark.parametrize("name", FAST + ("fast",))
 def test_misaligned_and_strided_views(name, dtype):
     """Views that start at an odd element, skip rows, or stride columns: right, never wrong."""
-    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+    if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
     for n_cols in (1001, 1024, 8192):
         base = cf.random_rows(cp, 9, n_cols + 8, dtype, seed=n_cols)
@@ -112,7 +114,7 @@ def test_misaligned_and_strided_views(name, dtype):
 @pytest.mark.parametrize("name", FAST)
 def test_scalar_path_on_aligned_rows(name, dtype):
     """The V = 1 builds, forced on aligned data, agree with the reference too."""
-    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+    if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
     for n_cols in (5, 256, 1000, 4096, 30000, 100000):
         if not fits(name, n_cols):
@@ -135,6 +137,24 @@ def test_cluster_sizes_and_partial_cache(n_chunks, dtype):
 
 
 @pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("n_chunks", (1, 2, 4, 8, 16))
+def test_pipelined_rows_per_cluster_and_partial_cache(n_chunks, dtype):
+    """softmax_12: few resident clusters, so each loops over many rows (both state parities,
+    a last round where some clusters idle), a partial cache, and rows shorter than the cluster."""
+    if not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    name = "softmax_12_pipelined"
+    for n_rows, n_cols in ((13, 70000), (7, 4096), (5, 96)):
+        x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_chunks + n_cols)
+        for options in ({}, {"max_clusters": 3}, {"max_clusters": 1, "cache_elems": 512}):
+            y = run_checked(name, x, n_chunks=n_chunks, **options)
+            assert_close(name, y, x)
+            cache = {k: v for k, v in options.items() if k == "cache_elems"}
+            z = run_checked("softmax_10_cluster", x, n_chunks=n_chunks, **cache)  # same partition and order
+            assert bool((y == z).all()), f"softmax_12 != softmax_10 at {x.shape} {options}"
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
 def test_shared_with_partial_cache_and_split_chunk_counts(dtype):
     x = cf.random_rows(cp, 4, 300000, dtype, seed=9)
     for cache in (0, 1024, 100000):
@@ -147,7 +167,7 @@ def test_shared_with_partial_cache_and_split_chunk_counts(dtype):
 @pytest.mark.parametrize("name", FAST)
 def test_gpu_kernels_match_their_models(name, dtype):
     """The NumPy model follows the kernel's partition: same NaN pattern, values within an ulp or two."""
-    if name == "softmax_10_cluster" and not kf.cluster_launch_works():
+    if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
     for n_cols in (33, 1000, 4096, 20000):
         if not fits(name, n_cols):

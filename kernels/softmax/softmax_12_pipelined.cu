@@ -1,0 +1,71 @@
+// softmax_12_pipelined — softmax_10's cluster per row, made persistent: the next row's loads
+//                        are in flight while this row is reduced and written.
+//
+// Changed from softmax_10_cluster: each cluster loops over rows (row = cluster index, then
+//               + number of clusters), and the input reaches shared memory by cp.async
+//               (async_copy.cuh) instead of through registers. In the output pass each thread
+//               refills the shared slot it has just used with the same vector of the cluster's
+//               next row, so the DRAM reads of row k + 1 overlap the stores of row k; softmax_10
+//               leaves DRAM idle on an SM between a block's last store and the next block's
+//               first load, and during every reduction and cluster barrier. The state pass
+//               reads shared memory only (chunk_state<T, V, true>); the per-block states are
+//               double-buffered by row parity, so one cluster barrier per row both publishes
+//               this row's states and proves the states of two rows ago were read.
+// Launch:       grid = min(n_rows, clusters resident at once) * C blocks (cuOccupancyMaxActiveClusters),
+//               cluster = (C, 1, 1), block = T threads, dynamic shared memory = cache_elems * sizeof(T).
+//               Entries softmax_12_pipelined_<dtype>_v<V> for the 16-byte builds only
+//               (softmax_12_pipelined_f32_v4, _f16_v8, _bf16_v8).
+// Traffic:      1 read + 1 write per element while a chunk fits shared memory (as softmax_10);
+//               the uncached tail of a chunk is read twice and is not prefetched.
+// Limits:       16-byte aligned rows with n_cols % V == 0 (cp.async moves 16 bytes): the
+//               launcher sends other rows to softmax_10; chunk_elems a multiple of V;
+//               fp32 / fp16 / bf16; -inf / NaN as 07. Same partition and reduction order as
+//               softmax_10, so the same NumPy model.
+#include "cluster.cuh"
+#include "row_chunk.cuh"
+
+template <typename T, int V>
+__device__ __forceinline__ void pipelined_rows(const T* __restrict__ x, T* __restrict__ y, int n_rows, int n_cols,
+                                               long long x_row_stride, long long y_row_stride, int chunk_elems,
+                                               int cache_elems) {
+    extern __shared__ uint4 shared_cache[];
+    __shared__ OnlineState scratch[32];
+    __shared__ __align__(8) OnlineState block_state[2];  // by row parity; read by the other blocks
+    __shared__ OnlineState row_state;
+    typedef typename Io<T, V>::raw_t raw_t;
+    raw_t* cache = reinterpret_cast<raw_t*>(shared_cache);
+
+    const unsigned int n_chunks = cluster_size();
+    const long long n_clusters = gridDim.x / n_chunks;
+    const long long start = static_cast<long long>(cluster_rank()) * chunk_elems;
+    const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
+    long long row = blockIdx.x / n_chunks;
+
+    if (row < n_rows) chunk_prefetch<T, V>(x + row * x_row_stride + start, length, cache_elems, cache);
+    cp_async_commit();
+    for (int k = 0; row < n_rows; ++k, row += n_clusters) {
+        const T* chunk_x = x + row * x_row_stride + start;
+        T* chunk_y = y + row * y_row_stride + start;
+        const long long next = row + n_clusters;
+        cp_async_wait_all();  // this thread's slots hold this row (each thread reads only its own)
+        const OnlineState mine =
+            online_block_reduce(chunk_state<T, V, true>(chunk_x, length, cache_elems, cache), scratch);
+        if (threadIdx.x == 0) block_state[k & 1] = mine;
+        cluster_sync();  // this row's states visible; every block is done reading row k - 1's
+        const OnlineState whole = cluster_reduce_states(&block_state[k & 1], &row_state);
+        chunk_output<T, V>(chunk_x, chunk_y, length, cache_elems, cache, whole,
+                           next < n_rows ? x + next * x_row_stride + start : nullptr);
+        cp_async_commit();
+    }
+    cluster_sync();  // nobody exits while its last state may still be read
+}
+
+#define SOFTMAX_12(TAG, T, V)                                                                     \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_12_pipelined_##TAG##_v##V(          \
+        const T* __restrict__ x, T* __restrict__ y, int n_rows, int n_cols, long long x_row_stride, \
+        long long y_row_stride, int chunk_elems, int cache_elems) {                                \
+        pipelined_rows<T, V>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, chunk_elems,        \
+                             cache_elems);                                                         \
+    }
+
+SOFTMAX_12(f32, float, 4) SOFTMAX_12(f16, half_bits, 8) SOFTMAX_12(bf16, bf16_bits, 8)
