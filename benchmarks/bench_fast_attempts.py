@@ -57,6 +57,12 @@ def measure() -> dict:
                 row = {"kernel": name, **fields, "error": f"{type(error).__name__}: {error}"[:200]}
             if c is not None:
                 row["n_chunks"] = c
+            if name == "softmax_12_pipelined" and "ms" in row:  # the persistent grid: clusters resident at once
+                plan = kf.plan_10(n_rows, n_cols, dtype, kf.vector_width(dtype), c)
+                row["clusters_resident"] = kf.max_active_clusters(
+                    kf._entry(name, dtype, kf.vector_width(dtype)), plan.threads,
+                    plan.cache_elems * kf.ITEMSIZE[dtype], c, osm.REGISTRY[name].file)
+                row["threads"] = plan.threads
             if name == "fast":
                 row["variant"] = kf.choose(n_rows, n_cols, dtype).variant.name
             rows.append(row)
