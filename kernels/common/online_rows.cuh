@@ -32,7 +32,9 @@ struct F32Row {
     static __device__ __forceinline__ void unpack(Vec v, float* f) {
         f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
     }
-    static __device__ __forceinline__ Vec pack(const float* f) { return make_float4(f[0], f[1], f[2], f[3]); }
+    static __device__ __forceinline__ Vec pack(const float* f) {
+        return make_float4(f[0], f[1], f[2], f[3]);
+    }
     static __device__ __forceinline__ Elem from_float(float f) { return f; }
     // Elements from p to the next 16-byte boundary (float pointers are 4-byte aligned).
     static __device__ __forceinline__ int to_alignment(const Elem* p) {
@@ -50,7 +52,9 @@ struct F16Row {
     static __device__ __forceinline__ void unpack(Vec v, float* f) { unpack_half8(v, f); }
     static __device__ __forceinline__ Vec pack(const float* f) { return pack_half8(f); }
     static __device__ __forceinline__ Elem from_float(float f) { return float_to_half(f); }
-    static __device__ __forceinline__ int to_alignment(const Elem* p) { return halves_to_alignment(p, 16); }
+    static __device__ __forceinline__ int to_alignment(const Elem* p) {
+        return halves_to_alignment(p, 16);
+    }
 };
 
 // Fold COUNT values into the state with one re-scale: m_new = max(m, max v), then
@@ -117,7 +121,8 @@ __device__ __forceinline__ OnlineState row_online_state(const typename Row::Elem
         }
         online_push_exp2<UNROLL * VEC>(s, v);
     }
-    for (int i = split.tail + lane; i < n_cols; i += group) online_push_exp2(s, Row::load1(row + i));
+    for (int i = split.tail + lane; i < n_cols; i += group)
+        online_push_exp2(s, Row::load1(row + i));
     return s;
 }
 
@@ -126,7 +131,8 @@ __device__ __forceinline__ OnlineState row_online_state(const typename Row::Elem
 // decides whether the block synchronizes). Up to 32 lanes: one butterfly with width
 // `group`, which never crosses a group. More: a full butterfly per warp, one state per
 // warp in `scratch` (32 states), then each warp combines the warps of its own group.
-__device__ __forceinline__ OnlineState online_group_reduce(OnlineState s, int group, OnlineState* scratch) {
+__device__ __forceinline__ OnlineState online_group_reduce(OnlineState s, int group,
+                                                           OnlineState* scratch) {
     if (group <= 32) return online_warp_reduce(s, group);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;

@@ -23,7 +23,8 @@ __device__ __forceinline__ void log_softmax_rows(const typename Row::Elem* __res
     constexpr int VEC = Row::VEC, UNROLL = Row::UNROLL;
     __shared__ OnlineState scratch[32];
     const int lane = threadIdx.x & (group - 1);
-    const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / group) + threadIdx.x / group;
+    const long long row =
+        static_cast<long long>(blockIdx.x) * (blockDim.x / group) + threadIdx.x / group;
     const bool active = row < n_rows;
     const typename Row::Elem* row_x = x + (active ? row : 0) * x_row_stride;
     typename Row::Elem* row_y = y + (active ? row : 0) * y_row_stride;
@@ -63,15 +64,14 @@ __device__ __forceinline__ void log_softmax_rows(const typename Row::Elem* __res
         row_y[i] = Row::from_float((Row::load1(row_x + i) - m) - log_l);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) log_softmax_01_online(const float* __restrict__ x, float* __restrict__ y,
-                                                 int n_rows, int n_cols, long long x_row_stride,
-                                                 long long y_row_stride, int group) {
+extern "C" __global__ void __launch_bounds__(1024)
+log_softmax_01_online(const float* __restrict__ x, float* __restrict__ y, int n_rows, int n_cols,
+                      long long x_row_stride, long long y_row_stride, int group) {
     log_softmax_rows<F32Row>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, group);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) log_softmax_01_online_fp16(const half_bits* __restrict__ x,
-                                                      half_bits* __restrict__ y, int n_rows,
-                                                      int n_cols, long long x_row_stride,
-                                                      long long y_row_stride, int group) {
+extern "C" __global__ void __launch_bounds__(1024)
+log_softmax_01_online_fp16(const half_bits* __restrict__ x, half_bits* __restrict__ y, int n_rows,
+                           int n_cols, long long x_row_stride, long long y_row_stride, int group) {
     log_softmax_rows<F16Row>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, group);
 }

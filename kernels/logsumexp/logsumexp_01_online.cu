@@ -17,12 +17,13 @@
 //               holding NaN or +inf gives NaN, as the float64 reference does.
 #include "online_rows.cuh"
 
-extern "C" __global__ void __launch_bounds__(1024) logsumexp_01_online(const float* __restrict__ x, float* __restrict__ lse,
-                                               int n_rows, int n_cols, long long x_row_stride,
-                                               int group) {
+extern "C" __global__ void __launch_bounds__(1024)
+logsumexp_01_online(const float* __restrict__ x, float* __restrict__ lse, int n_rows, int n_cols,
+                    long long x_row_stride, int group) {
     __shared__ OnlineState scratch[32];
     const int lane = threadIdx.x & (group - 1);
-    const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / group) + threadIdx.x / group;
+    const long long row =
+        static_cast<long long>(blockIdx.x) * (blockDim.x / group) + threadIdx.x / group;
     const bool active = row < n_rows;  // a block's last groups may have no row; they still reduce
 
     OnlineState s = online_identity();
