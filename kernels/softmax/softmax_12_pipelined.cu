@@ -21,6 +21,12 @@
 //               launcher sends other rows to softmax_10; chunk_elems a multiple of V;
 //               fp32 / fp16 / bf16; -inf / NaN as 07. Same partition and reduction order as
 //               softmax_10, so the same NumPy model.
+// Measured:     an attempt, not adopted (suite softmax-fast-attempts, chapter 06 *Limits*):
+//               slower than softmax_10 at every shape and cluster size tried. In this build
+//               nvcc splits the 16-byte output store into four 4-byte stores (SASS: 4 x STG.E
+//               per vector where softmax_10 has one STG.E.128) and the loads lose .CONSTANT;
+//               ncu then shows L2 far busier than DRAM. Forcing the vector store (PTX
+//               st.global.v4) restores STG.E.128 — unmeasured, the next thing to time.
 #include "cluster.cuh"
 #include "row_chunk.cuh"
 

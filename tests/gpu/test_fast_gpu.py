@@ -11,7 +11,7 @@ cp = pytest.importorskip("cupy")
 if not osm.device.has_gpu():
     pytest.skip("no GPU", allow_module_level=True)
 
-FAST = tuple(v.name for v in kf.FAST_VARIANTS)
+FAST = tuple(v.name for v in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS)
 CLUSTERED = ("softmax_10_cluster", "softmax_12_pipelined")
 
 
@@ -216,7 +216,7 @@ def test_dispatch_runs_the_chosen_kernel():
 
 
 def test_compiled_resources_have_no_local_memory():
-    for variant in kf.FAST_VARIANTS:
+    for variant in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS:
         table = kf.resources_table(variant)
         assert table, variant.name
         for entry, report in table.items():
