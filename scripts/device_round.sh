@@ -3,7 +3,10 @@
 # chapters run as scripts, sanitizers. Everything it records lands in data/<gpu>/ and
 # is packed into $OUT/round.tar.gz (with the logs) so it comes back in one file.
 #
-#   bash scripts/device_round.sh "<pytest selection>" "<benchmark scripts>" [chapters] [sanitize]
+#   bash scripts/device_round.sh "<pytest selection>" "<benchmark scripts>" [chapters] ["<sanitizer scripts>"]
+#
+# "chapters" runs scripts/run_chapters.sh over build/chapter_scripts/ (made here beforehand by
+# scripts/chapters_to_scripts.sh and carried, with the IPython/ipywidgets wheels in .whl/).
 #
 # Set ONLINESOFTMAX_GIT_COMMIT to the commit the tree was sent from.
 set -u -o pipefail
@@ -30,10 +33,11 @@ fi
 
 if [ -n "$tests" ]; then
   echo "== GPU tier: pytest -m gpu $tests" | tee -a "$log"
-  python3 -m pytest -m gpu -q -p no:cacheprovider $tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -40 >> "$log"
+  python3 -m pytest -m gpu -q -rfE -p no:cacheprovider $tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -40 >> "$log"
   rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=1
+  suffix=${TESTS_LOG_SUFFIX:-gpu-tests}
   { echo "# pytest -m gpu $tests on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}, exit $rc"
-    cat "$OUT/gpu-tests.log"; } > "$gpu_dir/$day-gpu-tests.log"
+    cat "$OUT/gpu-tests.log"; } > "$gpu_dir/$day-$suffix.log"
   tail -3 "$OUT/gpu-tests.log"
 fi
 
@@ -42,16 +46,18 @@ for bench in $benches; do
   python3 "$bench" 2>&1 | tee -a "$log" | tail -30 || status=1
 done
 
-for chapter in $chapters; do
-  echo "== chapter $chapter as a script" | tee -a "$log"
-  python3 "$chapter" > "$OUT/$(basename "$chapter" .py).out" 2>&1; rc=$?
-  echo "exit $rc" | tee -a "$log"; [ "$rc" = 0 ] || { status=1; tail -20 "$OUT/$(basename "$chapter" .py).out"; }
-done
-
-if [ -n "$sanitize" ]; then
-  echo "== compute-sanitizer: $sanitize" | tee -a "$log"
-  bash $sanitize 2>&1 | tee "$OUT/sanitizer.log" | tail -30 || status=1
+if [ "$chapters" = chapters ]; then
+  echo "== chapters as scripts on the GPU" | tee -a "$log"
+  bash scripts/run_chapters.sh 2>&1 | tee -a "$log" || status=1
 fi
+
+for script in $sanitize; do
+  echo "== compute-sanitizer: $script" | tee -a "$log"
+  bash "$script" > "$OUT/sanitizer-$(basename "$script" .sh).log" 2>&1; rc=$?
+  grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$(basename "$script" .sh).log" | tee -a "$log"
+  [ "$rc" = 0 ] || status=1
+  cp "$OUT/sanitizer-$(basename "$script" .sh).log" "$gpu_dir/$day-sanitizer-$(basename "$script" .sh).log"
+done
 
 tar czf "$OUT/round.tar.gz" "$gpu_dir" 2>/dev/null
 echo "== round done, status $status" | tee -a "$log"
