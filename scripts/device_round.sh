@@ -18,6 +18,7 @@ gpu_dir=data/h200
 mkdir -p "$gpu_dir"
 log="$OUT/round.log"
 status=0
+pack() { tar czf "$OUT/round.tar.gz" "$gpu_dir" 2>/dev/null; }  # after every step: a timeout keeps what was done
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -38,17 +39,19 @@ if [ -n "$tests" ]; then
   suffix=${TESTS_LOG_SUFFIX:-gpu-tests}
   { echo "# pytest -m gpu $tests on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}, exit $rc"
     cat "$OUT/gpu-tests.log"; } > "$gpu_dir/$day-$suffix.log"
-  tail -3 "$OUT/gpu-tests.log"
+  tail -3 "$OUT/gpu-tests.log"; pack
 fi
 
 for bench in $benches; do
   echo "== benchmark $bench" | tee -a "$log"
-  python3 "$bench" 2>&1 | tee -a "$log" | tail -30 || status=1
+  timeout "${BENCH_TIMEOUT:-300}" python3 "$bench" 2>&1 | tee -a "$log" | tail -30 || status=1
+  pack
 done
 
 if [ "$chapters" = chapters ]; then
   echo "== chapters as scripts on the GPU" | tee -a "$log"
   bash scripts/run_chapters.sh 2>&1 | tee -a "$log" || status=1
+  pack
 fi
 
 for script in $sanitize; do
@@ -57,8 +60,8 @@ for script in $sanitize; do
   grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$(basename "$script" .sh).log" | tee -a "$log"
   [ "$rc" = 0 ] || status=1
   cp "$OUT/sanitizer-$(basename "$script" .sh).log" "$gpu_dir/$day-sanitizer-$(basename "$script" .sh).log"
+  pack
 done
 
-tar czf "$OUT/round.tar.gz" "$gpu_dir" 2>/dev/null
 echo "== round done, status $status" | tee -a "$log"
 exit $status
