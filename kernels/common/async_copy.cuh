@@ -16,11 +16,3 @@ __device__ __forceinline__ void cp_async_16(R* shared_dst, const T* global_src) 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-// One 16-byte global store that the compiler cannot split (softmax_12's row loop otherwise
-// gets four 4-byte stores per vector).
-__device__ __forceinline__ void store_global_16(void* p, uint4 r) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(r.x), "r"(r.y),
-                 "r"(r.z), "r"(r.w)
-                 : "memory");
-}

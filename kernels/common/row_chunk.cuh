@@ -64,7 +64,7 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
     return s;
 }
 
-template <typename T, int V, bool Pipelined = false>
+template <typename T, int V>
 __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __restrict__ cy, int chunk_elems,
                                              int cache_elems, typename Io<T, V>::raw_t* cache,
                                              OnlineState row, const T* __restrict__ next = nullptr) {
@@ -79,8 +79,7 @@ __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __rest
         Io<T, V>::unpack(raw, v);
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = exp_sub<Folded>(v[j], shift) * inv_l;
-        if constexpr (Pipelined) store_global_16(cy + i * V, Io<T, V>::pack(v));  // nvcc would split it there
-        else Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
+        Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
         if (next != nullptr && i * V < cache_elems) cp_async_16(&cache[i], next + i * V);  // raw was used above
     }
 }
