@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device round for the fast kernels (issue #5): probes, GPU tests, benchmark, sanitizers.
-#   bash benchmarks/fast_round.sh "probe tests bench sanitize"      (parts to run; default all)
+#   bash benchmarks/fast_round.sh "probe tests bench sanitize"      (parts to run; default these four)
+#   part "attempts": benchmarks/bench_fast_attempts.py (suite softmax-fast-attempts, ~20 s)
 # Logs and the recorded softmax-fast JSON land in $OUT; set ONLINESOFTMAX_GIT_COMMIT first.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -26,7 +27,7 @@ PY
   (compute-sanitizer --version | tail -1) 2>&1 | tee -a "$OUT/probe.log"
 fi
 if has tests; then
-  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/gpu/test_fast_gpu.py > "$OUT/fast-tests.log" 2>&1
+  timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE tests/gpu/test_fast_gpu.py > "$OUT/fast-tests.log" 2>&1
   rc=$?; [ "$rc" = 0 ] || status=1
   grep -E "^(FAILED|ERROR)" "$OUT/fast-tests.log" | head -30; tail -2 "$OUT/fast-tests.log"; echo "tests exit $rc"
 fi
@@ -39,6 +40,11 @@ if has bench; then
   rc=$?; [ "$rc" = 0 ] || status=1
   cp data/h200/*-softmax-fast*.json "$OUT/" 2>/dev/null
   sed -n '/^copy ceiling/,$p' "$OUT/bench.log" | tail -110; echo "bench exit $rc"
+fi
+if has attempts; then
+  timeout 120 python3 benchmarks/bench_fast_attempts.py > "$OUT/attempts.log" 2>&1; rc=$?; [ "$rc" = 0 ] || status=1
+  cp data/h200/*-softmax-fast-attempts.json "$OUT/" 2>/dev/null
+  tail -14 "$OUT/attempts.log"; echo "attempts exit $rc"
 fi
 echo "round status $status"
 exit $status
