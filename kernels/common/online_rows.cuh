@@ -130,7 +130,8 @@ __device__ __forceinline__ OnlineState row_online_state(const typename Row::Elem
 // gets its group's state. `group` must be the same in every thread of the block (it
 // decides whether the block synchronizes). Up to 32 lanes: one butterfly with width
 // `group`, which never crosses a group. More: a full butterfly per warp, one state per
-// warp in `scratch` (32 states), then each warp combines the warps of its own group.
+// warp in `scratch` (32 states), then each warp combines the warps of its own group and
+// broadcasts the result from its lane 0.
 __device__ __forceinline__ OnlineState online_group_reduce(OnlineState s, int group,
                                                            OnlineState* scratch) {
     if (group <= 32) return online_warp_reduce(s, group);
@@ -143,6 +144,10 @@ __device__ __forceinline__ OnlineState online_group_reduce(OnlineState s, int gr
     __syncthreads();
     s = lane < warps_per_group ? scratch[first_warp + lane] : online_identity();
     s = online_warp_reduce(s, warps_per_group);
+    // Only lanes below warps_per_group hold the group's state now (the others combined
+    // identities among themselves): hand lane 0's state to every lane.
+    s.m = __shfl_sync(0xffffffffu, s.m, 0);
+    s.l = __shfl_sync(0xffffffffu, s.l, 0);
     __syncthreads();  // scratch may be reused right after return
     return s;
 }
