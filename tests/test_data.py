@@ -8,7 +8,7 @@ import onlinesoftmax as osm
 from onlinesoftmax.results import DATA_DIR, META_KEYS, provenance
 
 FILES = sorted(DATA_DIR.glob("*/*.json"))
-BASELINE = re.compile(r"^(copy|copy_\w+|cupy_\w+|torch_\w+|fast)$")  # fast: softmax(x, "fast")
+BASELINE = re.compile(r"^(copy|copy_\w+|cupy_\w+|torch_\w+|fast|(torch|cupyx?)\.[\w.]+)$")  # library calls by their Python path too
 
 
 def test_there_is_recorded_data():
