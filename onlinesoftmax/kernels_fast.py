@@ -157,18 +157,6 @@ def plan_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None
 
 # ---- launching ----------------------------------------------------------------------------
 
-_kernels: dict = {}
-
-
-def kernel(path, entry: str):
-    """get_kernel memoized by (file, entry): the loader re-reads the sources on every call,
-    which would cost more host time per launch than the timer's spin hides."""
-    key = (str(path), entry)
-    if key not in _kernels:
-        _kernels[key] = get_kernel(path, entry)
-    return _kernels[key]
-
-
 def _entry(stem: str, dtype: str, vec: int, suffix: str = "") -> str:
     return f"{stem}_{TAGS[dtype]}_v{vec}{suffix}"
 
@@ -193,7 +181,7 @@ def launch_07(variant: Variant, x, y, vec: int | None = None) -> None:
     dtype = dtype_name(x.dtype)
     v = _vec_for(x, y, vec)
     nv, g = config_07(x.shape[1], dtype, v)
-    fn = kernel(variant.path, _entry(variant.name, dtype, v, f"_n{nv}_g{g}"))
+    fn = get_kernel(variant.path, _entry(variant.name, dtype, v, f"_n{nv}_g{g}"))
     rows_per_block = WARP_ROWS_BLOCK // g
     grid = (-(-x.shape[0] // rows_per_block),)
     fn(grid, (WARP_ROWS_BLOCK,), (x, y, np.int32(x.shape[0]), np.int32(x.shape[1]), *_strides(x, y)))
@@ -203,7 +191,7 @@ def launch_08(variant: Variant, x, y, vec: int | None = None) -> None:
     dtype = dtype_name(x.dtype)
     v = _vec_for(x, y, vec)
     nv, t = config_08(x.shape[1], dtype, v)
-    fn = kernel(variant.path, _entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
+    fn = get_kernel(variant.path, _entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
     fn((x.shape[0],), (t,), (x, y, np.int32(x.shape[1]), *_strides(x, y)))
 
 
@@ -212,7 +200,7 @@ def launch_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int |
     v = _vec_for(x, y, vec)
     plan = plan_09(x.shape[1], dtype, v)
     cache = plan.cache_elems if cache_elems is None else min(plan.cache_elems, cache_elems // v * v)
-    fn = kernel(variant.path, _entry(variant.name, dtype, v))
+    fn = get_kernel(variant.path, _entry(variant.name, dtype, v))
     shared = cache * ITEMSIZE[dtype]
     _set_shared(fn, shared)
     fn((x.shape[0],), (plan.threads,), (x, y, np.int32(x.shape[1]), *_strides(x, y), np.int32(cache)),
@@ -234,7 +222,7 @@ def launch_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
             raise ValueError(f"a cluster of {n_chunks} blocks with {shared} B of shared memory each "
                              "cannot be resident on this GPU")
         plan = plan_10(x.shape[0], x.shape[1], dtype, v, plan.n_chunks // 2)
-    launch = kernel(variant.path, entry)
+    launch = get_kernel(variant.path, entry)
     x_stride, y_stride = _strides(x, y)
     args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (x.shape[1], ctypes.c_int),
             (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
@@ -263,7 +251,7 @@ def launch_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
                              "cannot be resident on this GPU")
         plan = plan_10(x.shape[0], x.shape[1], dtype, v, plan.n_chunks // 2)
     clusters = min(x.shape[0], resident if max_clusters is None else max(1, min(resident, max_clusters)))
-    launch = kernel(variant.path, entry)
+    launch = get_kernel(variant.path, entry)
     x_stride, y_stride = _strides(x, y)
     args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (x.shape[0], ctypes.c_int),
             (x.shape[1], ctypes.c_int), (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
@@ -279,8 +267,8 @@ def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     plan = plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks)
     if plan.n_chunks > 1024:
         raise ValueError(f"softmax_11_split merges at most 1024 chunks per row, got {plan.n_chunks}")
-    stats = kernel(variant.path, _entry("softmax_11_split_stats", dtype, v))
-    output = kernel(variant.path, _entry("softmax_11_split_output", dtype, v))
+    stats = get_kernel(variant.path, _entry("softmax_11_split_stats", dtype, v))
+    output = get_kernel(variant.path, _entry("softmax_11_split_output", dtype, v))
     partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)
     grid = (x.shape[0] * plan.n_chunks,)
     x_stride, y_stride = _strides(x, y)
@@ -369,7 +357,7 @@ def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: in
     import cupy
 
     driver = _driver()
-    function_kernel = kernel(file, entry)
+    function_kernel = get_kernel(file, entry)
     function = _function_handle(function_kernel)
     attribute = driver.CUfunction_attribute
     if shared_bytes > 48 * 1024:
@@ -408,7 +396,7 @@ def cluster_launch_works() -> bool:
         try:
             if cupy.cuda.Device().compute_capability < "90":
                 raise ClusterLaunchError("clusters need compute capability 9.0")
-            probe = kernel(FAST_FILES["softmax_10_cluster"], "softmax_10_cluster_probe")
+            probe = get_kernel(FAST_FILES["softmax_10_cluster"], "softmax_10_cluster_probe")
             for cluster in (2, 8, 16):
                 out = cupy.full(2 * 2 * cluster, -1, dtype=cupy.int32)
                 cluster_launch(probe, (2 * cluster,), (64,), ((out.data.ptr, ctypes.c_void_p),), 0, cluster)
