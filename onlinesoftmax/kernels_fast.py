@@ -54,6 +54,8 @@ MAX_COLS_08 = 32768
 
 
 def dtype_name(dtype) -> str:
+    if isinstance(dtype, str) and dtype in DTYPES:  # "bfloat16" needs no ml_dtypes import
+        return dtype
     name = getattr(dtype, "name", None) or np.dtype(dtype).name
     if name not in DTYPES:
         raise TypeError(f"the fast kernels take {', '.join(DTYPES)}, got {name}")
@@ -394,7 +396,7 @@ def cluster_launch_works() -> bool:
         import cupy
 
         try:
-            if cupy.cuda.Device().compute_capability < "90":
+            if int(cupy.cuda.Device().compute_capability) < 90:
                 raise ClusterLaunchError("clusters need compute capability 9.0")
             probe = get_kernel(FAST_FILES["softmax_10_cluster"], "softmax_10_cluster_probe")
             for cluster in (2, 8, 16):

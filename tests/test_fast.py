@@ -180,3 +180,15 @@ def test_compare_script_runs_on_the_recorded_file(tmp_path):
 
     summary = compare_fast.summarize(json.loads(Path(path).read_text()))
     assert summary["table"] and summary["geomean_vs_torch"]["value"] > 0
+
+
+def test_bfloat16_by_name_needs_no_ml_dtypes_import():
+    """A fresh process must not need `import ml_dtypes` before naming bf16."""
+    import subprocess
+    import sys
+
+    code = ("from onlinesoftmax import kernels_fast as kf; "
+            "print(kf.dtype_name('bfloat16'), kf.vector_width('bfloat16'), kf.choose(4, 100, 'bfloat16').variant.name)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["bfloat16", "8"]
