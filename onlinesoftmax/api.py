@@ -44,6 +44,13 @@ def check_out(out, x, shape=None):
         raise ValueError(f"out must be a {type(x).__name__} of shape {shape} and dtype {x.dtype}")
     if out.strides[-1] != out.itemsize:
         raise ValueError("out must have unit stride along the last axis")
+    if out.ndim == 2 and out.shape[0] > 1 and out.strides[0] < out.shape[1] * out.itemsize:
+        raise ValueError("out's rows overlap (row stride smaller than a row): each element needs its own place")
+    if device.is_cupy_array(out) and out.device.id != x.device.id:
+        raise ValueError(f"out is on GPU {out.device.id}, x on GPU {x.device.id}")
+    xp = __import__("cupy") if device.is_cupy_array(out) else np
+    if xp.may_share_memory(out, x):
+        raise ValueError("out overlaps x: the kernels read x after writing out (pass a separate array)")
     return out
 
 
@@ -91,7 +98,11 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
                              'unmasked); use variant="online" for a masked softmax')
         return kernels_fast.softmax_fast(x, out=out)
     chosen = resolve(variant, "softmax")
+    if isinstance(mask_value, bool) or not isinstance(mask_value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"mask_value must be a number, got {type(mask_value).__name__}")
     if mask is None and valid_lengths is None:
+        if mask_value != -np.inf:
+            raise ValueError("mask_value only applies with mask= or valid_lengths=")
         return run(chosen, x, out=out)
     from . import kernels_masked
 

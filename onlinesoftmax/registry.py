@@ -16,6 +16,10 @@ from typing import Callable
 
 from .loader import KERNELS_DIR
 
+# Column indices are 32-bit ints in the kernels; a thread's index plus one block-wide (or
+# group-wide) step must stay below 2^31, so rows stop 2^16 columns short of it.
+MAX_COLS = 2**31 - 2**16
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -40,9 +44,12 @@ class Variant:
     defines: tuple[str, ...] = ()
     entry: str = ""           # defaults to the file stem
     dtypes: tuple[str, ...] = ("float32",)
-    max_cols: int = 2**31 - 1
+    max_cols: int = MAX_COLS
     features: frozenset = field(default_factory=frozenset)  # e.g. {"mask", "valid_lengths"}
     short: str = ""           # short alias accepted by the API ("online")
+    # every extern "C" entry the launcher may call: a tuple, or a callable(variant) -> names;
+    # empty means just `entry_name`. The compile test checks each against ptxas's report.
+    entries: tuple[str, ...] | Callable[["Variant"], object] = ()
 
     @property
     def path(self) -> Path:
@@ -51,6 +58,12 @@ class Variant:
     @property
     def entry_name(self) -> str:
         return self.entry or Path(self.file).stem
+
+    @property
+    def launched_entries(self) -> tuple[str, ...]:
+        """Every entry the launcher may launch (`entries`, or just `entry_name`)."""
+        names = self.entries(self) if callable(self.entries) else self.entries
+        return tuple(names) or (self.entry_name,)
 
     def bytes_moved(self, n_rows: int, n_cols: int, itemsize: int) -> int:
         """Bytes the access model says this variant moves through DRAM."""

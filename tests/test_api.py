@@ -53,3 +53,34 @@ def test_non_contiguous_views_give_the_same_answer():
         passed, message = checks.compare(osm.softmax(view), reference.softmax(view),
                                          reference.softmax_same_dtype(view), np.float32)
         assert passed, message
+
+
+def test_out_that_would_give_a_wrong_answer_is_rejected():
+    x = checks.random_rows(np, 4, 16)
+    with pytest.raises(ValueError, match="overlaps x"):
+        osm.softmax(x, out=x)
+    big = np.empty((4, 32), np.float32)
+    with pytest.raises(ValueError, match="overlaps x"):
+        osm.softmax(big[:, :16], out=big[:, 8:24])
+    shared_rows = np.lib.stride_tricks.as_strided(np.empty(16, np.float32), shape=(4, 16), strides=(0, 4))
+    with pytest.raises(ValueError, match="rows overlap"):
+        osm.softmax(x, out=shared_rows)
+    good = np.empty((4, 40), np.float32)[:, 3:19]  # strided rows, unaligned start: fine
+    assert osm.softmax(x, out=good) is good and checks.unwritten(good) == 0
+
+
+def test_n_cols_beyond_the_int32_index_range_is_refused():
+    from onlinesoftmax.registry import MAX_COLS
+
+    too_long = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(1, MAX_COLS + 1), strides=(0, 0))
+    with pytest.raises(ValueError, match="at most"):
+        osm.softmax(too_long)
+
+
+def test_mask_value_needs_a_mask_and_a_number():
+    x = checks.random_rows(np, 2, 8)
+    with pytest.raises(ValueError, match="only applies"):
+        osm.softmax(x, mask_value=-1e6)
+    with pytest.raises(TypeError, match="must be a number"):
+        osm.softmax(x, mask="causal", mask_value="a")
+    assert np.isfinite(osm.softmax(x, mask="causal", mask_value=-1e6)).all()

@@ -10,7 +10,7 @@
 // Launch:       as logsumexp_01_online: block = (max(256, group)),
 //               grid = (ceil(n_rows / (block / group))); static shared memory 32 states.
 // Traffic:      2 reads + 1 write per element (12 B fp32, 6 B fp16) vs the ideal 1 + 1.
-// Limits:       1 <= n_cols < 2^31; rows strided (unit column stride), any start; group a
+// Limits:       1 <= n_cols <= 2^31 - 2^16; rows strided (unit column stride), any start; group a
 //               power of two in 1 .. 1024. A row of all -inf gives NaN (-inf - -inf, as
 //               torch); a row holding NaN or +inf gives NaN; an element -inf gives -inf.
 #include "online_rows.cuh"

@@ -11,7 +11,7 @@
 // Launch:       block = (max(256, group)), grid = (ceil(n_rows / (block / group))); static
 //               shared memory 32 states (256 B), used only when group > 32.
 // Traffic:      1 read per element + 1 write per row (4 B per element for fp32): the ideal.
-// Limits:       fp32 in, fp32 out (one value per row, contiguous); 1 <= n_cols < 2^31;
+// Limits:       fp32 in, fp32 out (one value per row, contiguous); 1 <= n_cols <= 2^31 - 2^16;
 //               rows may be strided (unit column stride) and start at any element; group a
 //               power of two in 1 .. 1024. A row of all -inf gives -inf (log 0); a row
 //               holding NaN or +inf gives NaN, as the float64 reference does.

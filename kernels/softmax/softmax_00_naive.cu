@@ -6,7 +6,7 @@
 // Launch:       grid = (n_rows), block = (256), static shared memory 32 floats.
 //               One block per row; thread t handles columns t, t + 256, t + 512, ...
 // Traffic:      2 reads + 1 write per element (12 B for fp32) vs the ideal 1 + 1 (8 B).
-// Limits:       fp32 only; 1 <= n_cols < 2^31; rows may be strided (unit column stride).
+// Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride).
 #include "numeric.cuh"
 
 extern "C" __global__ void softmax_00_naive(const float* __restrict__ x, float* __restrict__ y,

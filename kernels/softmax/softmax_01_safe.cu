@@ -4,7 +4,7 @@
 //               exponent becomes e^(x_i - m) <= 1, so nothing overflows.
 // Launch:       grid = (n_rows), block = (256), static shared memory 32 floats.
 // Traffic:      3 reads + 1 write per element (16 B for fp32) vs the ideal 8 B.
-// Limits:       fp32 only; 1 <= n_cols < 2^31; rows may be strided (unit column stride).
+// Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride).
 //               A row of all -inf gives NaN (e^(-inf - -inf)), as torch.softmax does.
 #include "numeric.cuh"
 

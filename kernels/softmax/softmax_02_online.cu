@@ -8,7 +8,7 @@
 //               -DONLINE_SOFTMAX_GUARDS=0 for the unguarded teaching variant.
 // Launch:       grid = (n_rows), block = (256), static shared memory 32 states (256 B).
 // Traffic:      2 reads + 1 write per element (12 B for fp32) vs the ideal 8 B.
-// Limits:       fp32 only; 1 <= n_cols < 2^31; rows may be strided (unit column stride).
+// Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride).
 //               A row of all -inf gives NaN (0/0), as torch.softmax does.
 #include "online_state.cuh"
 

@@ -13,7 +13,7 @@
 //               (causal on a square matrix: ~1 + 1 read instead of 2 + 1). An additive mask
 //               of rows x N adds 2 reads per element; a broadcast mask (row stride 0) is one
 //               row of N re-read by every block (mostly from L2).
-// Limits:       fp32 only; 1 <= n_cols < 2^31; rows may be strided (unit column stride);
+// Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride);
 //               mask == nullptr: no additive mask; valid_lengths == nullptr: no padding;
 //               0 <= valid_lengths[i] <= N (checked on the host). With fill = -inf a fully
 //               masked row gives NaN (0/0), as torch.softmax does; with a finite fill

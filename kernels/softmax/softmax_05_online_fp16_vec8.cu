@@ -10,7 +10,7 @@
 //               element t (the NumPy model follows this order).
 // Launch:       grid = (n_rows), block = (256), static shared memory 32 states (256 B).
 // Traffic:      2 reads + 1 write per element (6 B for fp16) vs the ideal 4 B.
-// Limits:       fp16 in, fp16 out; 1 <= n_cols < 2^31; rows may be strided (unit column
+// Limits:       fp16 in, fp16 out; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column
 //               stride), and may start at any element. A row of all -inf gives NaN (0/0).
 #include "online_state.cuh"
 #include "half.cuh"

@@ -13,7 +13,7 @@
 //               n_rows <= 65535 per launch (grid.y); the launcher splits taller inputs.
 // Traffic:      2 reads + 1 write per element (12 B for fp32) vs the ideal 8 B, plus
 //               8 B per chunk written once and read by each of the row's blocks_per_row blocks.
-// Limits:       fp32 only; 1 <= n_cols < 2^31; rows may be strided (unit column stride).
+// Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride).
 //               A row of all -inf gives NaN (0/0), as torch.softmax does.
 #include "online_state.cuh"
 

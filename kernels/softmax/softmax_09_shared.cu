@@ -12,7 +12,7 @@
 //               (softmax_09_shared_f32_v4, ..., softmax_09_shared_bf16_v1).
 // Traffic:      1 read + 1 write per element while the row fits shared memory; beyond it
 //               the uncached part is read twice (from L2 if it is still there).
-// Limits:       any n_cols < 2^31; V > 1 needs the row start 16-byte aligned and
+// Limits:       any n_cols <= 2^31 - 2^16; V > 1 needs the row start 16-byte aligned and
 //               n_cols % V == 0 (else V = 1); fp32 / fp16 / bf16 storage; -inf / NaN as 07.
 //               One block per row: fewer rows than SMs leave SMs idle (softmax_10 splits rows).
 #include "row_chunk.cuh"

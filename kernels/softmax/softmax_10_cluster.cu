@@ -18,7 +18,7 @@
 //               (softmax_10_cluster_f32_v4, ..., softmax_10_cluster_bf16_v1).
 // Traffic:      1 read + 1 write per element while a chunk fits shared memory; otherwise the
 //               uncached tail of each chunk is read twice.
-// Limits:       any n_cols < 2^31; chunk_elems a multiple of V; V > 1 needs 16-byte aligned
+// Limits:       any n_cols <= 2^31 - 2^16; chunk_elems a multiple of V; V > 1 needs 16-byte aligned
 //               rows and n_cols % V == 0; fp32 / fp16 / bf16 storage; -inf / NaN as 07.
 //               Launched without a cluster (C = 1) it is softmax_09 with two extra barriers.
 #include "cluster.cuh"
