@@ -97,10 +97,12 @@ def test_naive_kernel_overflows_where_theory_says():
 
 def test_gpu_kernels_match_their_models():
     """The NumPy model follows the kernel's schedule: on the same input they agree to a few ulps."""
-    x = checks.random_rows(np, 7, 4097, seed=11)
     for variant in ALL_VARIANTS + ("softmax_02_online_unguarded",):
+        naive = variant == "softmax_00_naive"  # keep e^x finite: NaN == NaN would compare nothing
+        x = checks.random_rows(np, 7, 4097, seed=11, max_offset=10 if naive else 30, outliers=not naive)
         gpu = osm.softmax(cp.asarray(x), variant).get()
         model = osm.softmax(x, variant)
+        assert not np.isnan(model).any()
         np.testing.assert_allclose(gpu, model, rtol=2e-6, atol=1e-9)
 
 
