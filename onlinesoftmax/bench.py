@@ -31,6 +31,3 @@ def measure(name: str, fn, inputs, *, bytes_per_call: int, copy_GBps: float, **f
 def inputs(n_rows: int, n_cols: int, dtype="float32", seed: int = 0):
     """Two random input tensors to alternate between (the timer evicts L2 before each call)."""
     return make_rows(n_rows, n_cols, dtype, seed, copies=2)
-
-
-rotated_inputs = inputs  # older name, kept for the suites that use it
