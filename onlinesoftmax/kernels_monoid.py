@@ -146,6 +146,7 @@ TREES = {"sequential": tree_sequential, "pairwise": tree_pairwise, "warp butterf
 register(Variant(
     name="softmax_06_split_merge", family="softmax", file="softmax/softmax_06_split_merge.cu",
     entry="softmax_06_split_merge_partials", short="split_merge",
+    entries=("softmax_06_split_merge_partials", "softmax_06_split_merge_normalize"),
     story="split a row over several blocks: partial (m, l) per block, merged by a second launch",
     geometry=geometry, simulate=simulate_split_merge, launch=launch_split_merge,
     reads_per_element=2, writes_per_element=1))

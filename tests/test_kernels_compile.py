@@ -35,6 +35,7 @@ NVCC_FLAGS = [
 ]
 SPILL = re.compile(r"(\d+) bytes spill (stores|loads)")
 PTXAS_FUNCTION = re.compile(r"Compiling entry function '([^']+)'|Function properties for (\S+)")
+PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 COMPILE_TIMEOUT_S = 300
 
 
@@ -74,6 +75,19 @@ def kernel_builds() -> list[tuple[Path, tuple[str, ...], str]]:
 BUILDS = kernel_builds()
 
 
+def launched_entries(name: str) -> tuple[str, ...]:
+    """Entries the registered variant `name` launches (none for a file the registry does not know)."""
+    registry = importlib.import_module("onlinesoftmax.registry") if importlib.util.find_spec("onlinesoftmax") else None
+    variant = getattr(registry, "REGISTRY", {}).get(name)
+    return tuple(variant.launched_entries) if variant is not None else ()
+
+
+def missing_entries(log: str, expected) -> list[str]:
+    """Entries in `expected` that ptxas did not compile (its `-v` log names each entry it builds)."""
+    compiled = set(PTXAS_ENTRY.findall(log))
+    return sorted(set(expected) - compiled)
+
+
 @pytest.fixture(scope="module")
 def nvcc() -> str:
     found = find_nvcc()
@@ -94,11 +108,17 @@ def test_every_kernel_file_is_built():
     assert not duplicates, f"two builds share a name: {duplicates}"
 
 
+def test_entry_check_can_fail():
+    log = "ptxas info    : Compiling entry function 'softmax_02_online' for 'sm_90a'\n"
+    assert missing_entries(log, ["softmax_02_online"]) == []
+    assert missing_entries(log, ["softmax_02_online", "softmax_02_onlin"]) == ["softmax_02_onlin"]
+
+
 @pytest.mark.parametrize(
-    ("path", "define_flags"),
-    [pytest.param(path, flags, id=name) for path, flags, name in BUILDS],
+    ("path", "define_flags", "name"),
+    [pytest.param(path, flags, name, id=name) for path, flags, name in BUILDS],
 )
-def test_kernel_compiles_without_spills(nvcc, tmp_path, path: Path, define_flags: tuple[str, ...]):
+def test_kernel_compiles_without_spills(nvcc, tmp_path, path: Path, define_flags: tuple[str, ...], name: str):
     command = [nvcc, *NVCC_FLAGS, *define_flags, "-o", str(tmp_path / "kernel.cubin"), str(path)]
     result = subprocess.run(
         command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S
@@ -118,3 +138,5 @@ def test_kernel_compiles_without_spills(nvcc, tmp_path, path: Path, define_flags
                 spills.append(f"{function}: {count} bytes spill {kind}")
     assert not spills, "register spills:\n" + "\n".join(spills) + f"\n\n{report}"
     assert "ptxas info" in report, f"no ptxas report (is -Xptxas -v honoured?):\n{report}"
+    missing = missing_entries(result.stdout + result.stderr, launched_entries(name))
+    assert not missing, f"{name} launches entries this build does not compile: {missing}\n\n{report}"
