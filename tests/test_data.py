@@ -11,6 +11,26 @@ FILES = sorted(DATA_DIR.glob("*/*.json"))
 BASELINE = re.compile(r"^(copy|copy_\w+|cupy_\w+|torch_\w+|fast|(torch|cupyx?)\.[\w.]+)$")  # library calls by their Python path too
 
 
+# A registry key, or (record_guards_gpu.py) a registered variant rebuilt with ONLINE_SOFTMAX_GUARDS=0 and
+# named with the registry's define-build suffix, as softmax_02_online_unguarded is.
+DEFINE_SUFFIXES = ("_unguarded",)
+
+
+def recorded_kernel_name_ok(name) -> bool:
+    if not isinstance(name, str):
+        return False
+    known = set(osm.REGISTRY)
+    return (name in known or bool(BASELINE.match(name))
+            or any(name == key + suffix for key in known for suffix in DEFINE_SUFFIXES))
+
+
+def test_kernel_name_check_is_exact():
+    assert recorded_kernel_name_ok("softmax_03_online_masked_unguarded")
+    assert recorded_kernel_name_ok("softmax_08_registers") and recorded_kernel_name_ok("torch.softmax")
+    for bad in ("softmax_08_registers_typo", "softmax_02_online_fp16", "softmax_03_online_masked_unguardedx", None):
+        assert not recorded_kernel_name_ok(bad), bad
+
+
 def test_there_is_recorded_data():
     assert FILES, "no recorded GPU data under data/"
 
@@ -26,10 +46,9 @@ def test_result_file(path):
     assert re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", meta["git_commit"]), "a real commit"
     assert path.parent.name in meta["gpu"].lower()
     assert rows and provenance(meta)
-    known = set(osm.REGISTRY)
     for row in rows:
         name = row.get("kernel")
-        assert name in known or BASELINE.match(name) or name.startswith(tuple(known)), f"unknown kernel {name}"
+        assert recorded_kernel_name_ok(name), f"unknown kernel {name}"
         if "ms" in row:
             assert row["ms"] > 0
         if "GBps" in row:
