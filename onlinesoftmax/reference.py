@@ -1,7 +1,10 @@
 """The float64 references. Chapters, checkers and tests all use these and nothing else.
 
-Conventions follow torch: a row of all -inf gives NaN (0/0); a row holding NaN or
-+inf gives NaN everywhere.
+Conventions follow torch for softmax and log_softmax: a row of all -inf gives NaN (0/0);
+a row holding NaN or +inf gives NaN everywhere. logsumexp departs from torch on one row:
+all -inf gives -inf (as torch), but a row holding +inf gives NaN here where
+torch.logsumexp gives +inf, because the (m, l) state sees e^(inf - inf) = NaN and cannot
+tell it apart from a NaN input without an extra flag. The kernels do the same.
 """
 from __future__ import annotations
 
@@ -47,7 +50,11 @@ def softmax(x) -> np.ndarray:
 
 
 def logsumexp(x) -> np.ndarray:
-    """log sum_j e^(x_j) per row in float64. A row of all -inf gives -inf."""
+    """log sum_j e^(x_j) per row in float64. A row of all -inf gives -inf.
+
+    A row holding +inf gives NaN, unlike torch.logsumexp (+inf): m = +inf makes
+    l = sum e^(x - m) hold e^(inf - inf) = NaN, which (m, l) cannot tell apart from a NaN input.
+    """
     x64 = _as_float64(x)
     xp = array_module(x64)
     m, l = row_stats(x64)
