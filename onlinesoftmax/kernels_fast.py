@@ -126,6 +126,24 @@ class ChunkPlan:
     threads: int
 
 
+MAX_SPLIT_CHUNKS = 1024                     # softmax_11: one partial state per merge thread
+
+
+def check_chunks(n_chunks, variant_name: str) -> None:
+    """An explicit chunk count: an int (not a bool); softmax_10/12 take a cluster size 1, 2, 4, 8 or 16,
+    softmax_11 any count in 1 .. 1024. None (choose one) passes."""
+    if n_chunks is None:
+        return
+    if isinstance(n_chunks, (bool, np.bool_)) or not isinstance(n_chunks, (int, np.integer)):
+        raise TypeError(f"{variant_name}: n_chunks must be an int, got {type(n_chunks).__name__} {n_chunks!r}")
+    if variant_name.startswith("softmax_11"):
+        if not 1 <= n_chunks <= MAX_SPLIT_CHUNKS:
+            raise ValueError(f"{variant_name}: n_chunks must be in 1 .. {MAX_SPLIT_CHUNKS}, got {n_chunks}")
+    elif not (1 <= n_chunks <= MAX_CLUSTER and n_chunks & (n_chunks - 1) == 0):
+        raise ValueError(f"{variant_name}: n_chunks is a cluster size, one of 1, 2, 4, 8, {MAX_CLUSTER}; "
+                         f"got {n_chunks}")
+
+
 def plan_09(n_cols: int, dtype: str, vec: int) -> ChunkPlan:
     itemsize = ITEMSIZE[dtype]
     chunk = chunk_elems_for(n_cols, 1, vec)
@@ -136,6 +154,7 @@ def plan_09(n_cols: int, dtype: str, vec: int) -> ChunkPlan:
 def plan_10(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
             sms: int = SMS_H200) -> ChunkPlan:
     """Cluster size: enough blocks to fill the GPU and chunks small enough for ~3 blocks/SM."""
+    check_chunks(n_chunks, "softmax_10_cluster")
     itemsize = ITEMSIZE[dtype]
     if n_chunks is None:
         fit = _pow2_at_least(-(-n_cols * itemsize // (64 * 1024)))
@@ -150,6 +169,7 @@ def plan_10(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None
 def plan_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
             sms: int = SMS_H200) -> ChunkPlan:
     """Chunks of >= 2K elements, enough of them for ~4 blocks per SM (at most 1024 per row)."""
+    check_chunks(n_chunks, "softmax_11_split")
     if n_chunks is None:
         fill = -(-4 * sms // n_rows)
         n_chunks = int(max(1, min(1024, fill, -(-n_cols // 2048))))
@@ -211,6 +231,7 @@ def launch_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int |
 
 def launch_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
               cache_elems: int | None = None) -> None:
+    check_chunks(n_chunks, variant.name)
     dtype = dtype_name(x.dtype)
     v = _vec_for(x, y, vec)
     plan = plan_10(x.shape[0], x.shape[1], dtype, v, n_chunks)
@@ -236,6 +257,7 @@ def launch_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
               cache_elems: int | None = None, max_clusters: int | None = None) -> None:
     """Persistent clusters: as many as are resident at once (or `max_clusters`), each looping over rows.
     Rows that are not 16-byte aligned (or vec=1) go to softmax_10, which has the scalar builds."""
+    check_chunks(n_chunks, variant.name)
     dtype = dtype_name(x.dtype)
     v = _vec_for(x, y, vec)
     if v == 1:
@@ -262,13 +284,12 @@ def launch_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
 
 
 def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None) -> None:
+    check_chunks(n_chunks, variant.name)
     import cupy
 
     dtype = dtype_name(x.dtype)
     v = _vec_for(x, y, vec)
     plan = plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks)
-    if plan.n_chunks > 1024:
-        raise ValueError(f"softmax_11_split merges at most 1024 chunks per row, got {plan.n_chunks}")
     stats = get_kernel(variant.path, _entry("softmax_11_split_stats", dtype, v))
     output = get_kernel(variant.path, _entry("softmax_11_split_output", dtype, v))
     partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)

@@ -29,7 +29,9 @@ def split_geometry(n_rows: int, n_cols: int, blocks_per_row: int | None = None) 
     if blocks_per_row is None:
         blocks_per_row = max(1, min(-(-TARGET_BLOCKS // n_rows), -(-n_cols // MIN_CHUNK_COLS),
                                     MAX_BLOCKS_PER_ROW))
-    if not isinstance(blocks_per_row, (int, np.integer)) or not 1 <= blocks_per_row <= MAX_BLOCKS_PER_ROW:
+    if isinstance(blocks_per_row, (bool, np.bool_)) or not isinstance(blocks_per_row, (int, np.integer)):
+        raise TypeError(f"blocks_per_row must be an int, got {type(blocks_per_row).__name__} {blocks_per_row!r}")
+    if not 1 <= blocks_per_row <= MAX_BLOCKS_PER_ROW:
         raise ValueError(f"blocks_per_row must be an integer in 1 .. {MAX_BLOCKS_PER_ROW}, got {blocks_per_row!r}")
     chunk_cols = -(-n_cols // int(blocks_per_row))
     return int(blocks_per_row), chunk_cols

@@ -197,3 +197,27 @@ def test_bfloat16_by_name_needs_no_ml_dtypes_import():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[:2] == ["bfloat16", "8"]
+
+
+@pytest.mark.parametrize(("name", "launch"), [("softmax_10_cluster", kf.launch_10), ("softmax_12_pipelined", kf.launch_12),
+                                              ("softmax_11_split", kf.launch_11)])
+def test_explicit_chunk_counts_are_checked_before_any_gpu_call(name, launch):
+    """numpy arrays: a bad n_chunks must be refused before the launcher touches the GPU."""
+    variant = osm.REGISTRY[name]
+    x = cf.random_rows(np, 2, 4096, "float32", seed=3)
+    y = np.empty_like(x)
+    too_many = 1025 if name == "softmax_11_split" else 32
+    bad_values = (0, -2, too_many) + (() if name == "softmax_11_split" else (3, 12))
+    for bad in bad_values:
+        with pytest.raises(ValueError, match="n_chunks"):
+            launch(variant, x, y, n_chunks=bad)
+        with pytest.raises(ValueError, match="n_chunks"):
+            osm.api.run(variant, x, n_chunks=bad)     # the NumPy model takes the same option
+    for bad in (True, 2.0, "4"):
+        with pytest.raises(TypeError, match="n_chunks"):
+            launch(variant, x, y, n_chunks=bad)
+        with pytest.raises(TypeError, match="n_chunks"):
+            osm.api.run(variant, x, n_chunks=bad)
+    good = (1, 7, 1024) if name == "softmax_11_split" else (1, 2, 16)
+    for n_chunks in good:
+        assert cf.compare(osm.api.run(variant, x, n_chunks=n_chunks), x)[0]
