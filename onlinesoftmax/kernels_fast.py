@@ -239,7 +239,7 @@ def launch_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     while True:  # a cluster that cannot be resident (shared memory, GPC size) would fail to launch
         cache = plan.cache_elems if cache_elems is None else min(plan.cache_elems, cache_elems // v * v)
         shared = cache * ITEMSIZE[dtype]
-        if plan.n_chunks == 1 or max_active_clusters(entry, plan.threads, shared, plan.n_chunks) > 0:
+        if plan.n_chunks == 1 or max_active_clusters(entry, plan.threads, shared, plan.n_chunks, variant.file) > 0:
             break
         if n_chunks is not None:
             raise ValueError(f"a cluster of {n_chunks} blocks with {shared} B of shared memory each "
@@ -334,6 +334,16 @@ def _function_handle(kernel):
 
 
 _configs: dict = {}
+CACHE_LIMIT = 256   # prepared launch configurations / occupancy answers kept before a cache is cleared
+
+
+def _remember(cache: dict, key, value):
+    """cache[key] = value, clearing the cache first once it holds CACHE_LIMIT entries (streams, shapes and
+    edited sources would otherwise grow it without bound)."""
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> None:
@@ -366,17 +376,50 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> No
         dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
         config.attrs = [dims]
         config.numAttrs = 1
-        prepared = _configs[key] = (function, config)
+        prepared = _remember(_configs, key, (function, config))
     function, config = prepared
     values = tuple(value for value, _ in args)
     types = tuple(kind for _, kind in args)
     _check(driver.cuLaunchKernelEx(config, function, (values, types), 0), f"cuLaunchKernelEx (cluster {cluster})")
 
 
-@lru_cache(maxsize=None)
+_occupancy: dict = {}
+_source_keys: dict = {}
+
+
+def _source_key(file) -> str:
+    """loader.source_key of `file`, recomputed only when one of the files it is made of changed."""
+    from .loader import REPO_ROOT, expand_source, source_key
+
+    cached = _source_keys.get(str(file))
+    if cached is not None:
+        files, mtimes, key = cached
+        if tuple((REPO_ROOT / f).stat().st_mtime_ns for f in files) == mtimes:
+            return key
+    _, files = expand_source(file)
+    mtimes = tuple((REPO_ROOT / f).stat().st_mtime_ns for f in files)
+    return _remember(_source_keys, str(file), (files, mtimes, source_key(file)))[2]
+
+
+def _device_id() -> int:
+    import cupy
+
+    return cupy.cuda.Device().id
+
+
 def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: int,
                         file: str = "softmax/softmax_10_cluster.cu") -> int:
-    """How many clusters of this shape fit on the GPU at once (0: the launch would fail)."""
+    """How many clusters of this shape fit on the current GPU at once (0: the launch would fail).
+
+    Cached per device and per build of the source (an edited .cu or header is asked again)."""
+    key = (_device_id(), _source_key(file), str(file), entry, threads, shared_bytes, cluster)
+    count = _occupancy.get(key)
+    if count is None:
+        count = _remember(_occupancy, key, _max_active_clusters(entry, threads, shared_bytes, cluster, file))
+    return count
+
+
+def _max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: int, file: str) -> int:
     import cupy
 
     driver = _driver()

@@ -221,3 +221,30 @@ def test_explicit_chunk_counts_are_checked_before_any_gpu_call(name, launch):
     good = (1, 7, 1024) if name == "softmax_11_split" else (1, 2, 16)
     for n_chunks in good:
         assert cf.compare(osm.api.run(variant, x, n_chunks=n_chunks), x)[0]
+
+
+def test_cluster_occupancy_cache_follows_the_device_and_the_source(tmp_path, monkeypatch):
+    """max_active_clusters asks again on another device or after a source edit; its caches stay bounded."""
+    import os
+
+    asked = []
+    device = [0]
+    monkeypatch.setattr(kf, "_device_id", lambda: device[0])
+    monkeypatch.setattr(kf, "_max_active_clusters", lambda *args: asked.append(args) or 7)
+    monkeypatch.setattr(kf, "_occupancy", {})
+    source = tmp_path / "k.cu"
+    source.write_text('extern "C" __global__ void k() {}\n')
+    assert kf.max_active_clusters("k", 256, 0, 2, str(source)) == 7
+    assert kf.max_active_clusters("k", 256, 0, 2, str(source)) == 7 and len(asked) == 1
+    device[0] = 1
+    kf.max_active_clusters("k", 256, 0, 2, str(source))
+    assert len(asked) == 2, "another device must be asked"
+    source.write_text('extern "C" __global__ void k() { }\n')
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    kf.max_active_clusters("k", 256, 0, 2, str(source))
+    assert len(asked) == 3, "an edited source must be asked again"
+    cache = {}
+    for i in range(3 * kf.CACHE_LIMIT):
+        kf._remember(cache, i, i)
+    assert 0 < len(cache) <= kf.CACHE_LIMIT and cache[3 * kf.CACHE_LIMIT - 1] == 3 * kf.CACHE_LIMIT - 1
