@@ -293,12 +293,19 @@ def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     stats = get_kernel(variant.path, _entry("softmax_11_split_stats", dtype, v))
     output = get_kernel(variant.path, _entry("softmax_11_split_output", dtype, v))
     partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)
-    grid = (x.shape[0] * plan.n_chunks,)
+    stats_launch, output_launch = launches_11(x.shape[0], plan)
     x_stride, y_stride = _strides(x, y)
     n_cols, n_chunks, chunk = np.int32(x.shape[1]), np.int32(plan.n_chunks), np.int32(plan.chunk_elems)
-    stats(grid, (plan.threads,), (x, partials, n_cols, x_stride, n_chunks, chunk))
+    stats(stats_launch.grid, stats_launch.block, (x, partials, n_cols, x_stride, n_chunks, chunk))
+    output(output_launch.grid, output_launch.block, (x, y, partials, n_cols, x_stride, y_stride, n_chunks, chunk))
+
+
+def launches_11(n_rows: int, plan: ChunkPlan) -> tuple[Launch, Launch]:
+    """softmax_11's two launches: stats with block T; output with block max(T, C rounded up to a power of
+    two, 32), so that every one of the row's C partial states has a thread in the merge."""
+    grid = (n_rows * plan.n_chunks,)
     merge_threads = max(plan.threads, _pow2_at_least(plan.n_chunks), 32)
-    output(grid, (merge_threads,), (x, y, partials, n_cols, x_stride, y_stride, n_chunks, chunk))
+    return Launch(grid=grid, block=(plan.threads,)), Launch(grid=grid, block=(merge_threads,))
 
 
 # ---- clusters: cuLaunchKernelEx through cuda-bindings ------------------------------------
@@ -688,8 +695,10 @@ def geometry_12(n_rows: int, n_cols: int) -> Launch:
 
 
 def geometry_11(n_rows: int, n_cols: int) -> Launch:
+    """The output (merge) launch, the larger block; the stats launch has the same grid and block (T,)
+    (`launches_11` gives both)."""
     plan = plan_11(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
-    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,))
+    return launches_11(n_rows, plan)[1]
 
 
 def _launched(variant: Variant) -> list[str]:

@@ -248,3 +248,14 @@ def test_cluster_occupancy_cache_follows_the_device_and_the_source(tmp_path, mon
     for i in range(3 * kf.CACHE_LIMIT):
         kf._remember(cache, i, i)
     assert 0 < len(cache) <= kf.CACHE_LIMIT and cache[3 * kf.CACHE_LIMIT - 1] == 3 * kf.CACHE_LIMIT - 1
+
+
+def test_split_geometry_is_what_the_launcher_uses():
+    """softmax_11: stats block T; output block max(T, pow2(C), 32), which geometry_11 reports."""
+    plan = kf.plan_11(1, 1 << 20, "float32", 4)
+    assert plan.n_chunks > plan.threads  # a case where the two blocks differ
+    stats, output = kf.launches_11(1, plan)
+    assert stats.block == (plan.threads,) and output.block == (kf._pow2_at_least(plan.n_chunks),)
+    assert stats.grid == output.grid == (plan.n_chunks,)
+    assert osm.REGISTRY["softmax_11_split"].geometry(1, 1 << 20) == output
+    assert kf.launches_11(4, kf.plan_11(4, 4096, "float32", 4, n_chunks=3))[1].block == (128,)

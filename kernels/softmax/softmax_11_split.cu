@@ -7,8 +7,10 @@
 //               softmax_11_split_output combines the row's C partials (block butterfly, the
 //               identity past C) and reads its chunk again to write the output. C is not
 //               limited by the cluster size, so a single row can use every SM.
-// Launch:       both: grid = n_rows * C, block = T threads, no dynamic shared memory;
-//               partials: n_rows * C states (8 B each). Entries softmax_11_split_{stats,output}_<dtype>_v<V>
+// Launch:       both: grid = n_rows * C, no dynamic shared memory; stats: block = T threads;
+//               output: block = max(T, C rounded up to a power of two, 32) threads, so every
+//               partial has a thread in the merge; partials: n_rows * C states (8 B each).
+//               Entries softmax_11_split_{stats,output}_<dtype>_v<V>
 //               (e.g. softmax_11_split_stats_f32_v4 and softmax_11_split_output_f32_v4).
 // Traffic:      2 reads + 1 write per element from the kernels' point of view; the second read
 //               comes from L2 when the input fits it (H200: ~60 MB), so small batches of long
