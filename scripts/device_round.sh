@@ -56,7 +56,8 @@ fi
 
 for script in $sanitize; do
   echo "== compute-sanitizer: $script" | tee -a "$log"
-  bash "$script" > "$OUT/sanitizer-$(basename "$script" .sh).log" 2>&1; rc=$?
+  { echo "# $script (compute-sanitizer) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
+    bash "$script"; } > "$OUT/sanitizer-$(basename "$script" .sh).log" 2>&1; rc=$?
   grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$(basename "$script" .sh).log" | tee -a "$log"
   [ "$rc" = 0 ] || status=1
   cp "$OUT/sanitizer-$(basename "$script" .sh).log" "$gpu_dir/$day-sanitizer-$(basename "$script" .sh).log"
