@@ -156,3 +156,24 @@ def test_the_checker_rejects_an_off_by_one_causal_mask():
     passed, _ = checks.compare(off_by_one, reference_masked(x, **options),
                                reference.softmax_same_dtype(effective_logits(x, **options)), np.float32)
     assert not passed
+
+
+def test_padding_and_additive_masks_from_the_definition():
+    """Independent of kernels_masked's helpers: padding is -inf past each row's length, an
+    additive mask is added to the logits; the float64 softmax of that is the answer."""
+    rng = np.random.default_rng(21)
+    x = checks.random_rows(np, 6, 37, seed=21)
+    lengths = np.array([1, 5, 37, 12, 30, 2])
+    cols = np.arange(37)[None, :]
+    padded = np.where(cols < lengths[:, None], x.astype(np.float64), -np.inf)
+    np.testing.assert_allclose(osm.softmax(x, valid_lengths=lengths), reference.softmax(padded),
+                               rtol=2e-6, atol=1e-12)
+    additive = rng.uniform(-4, 4, x.shape).astype(np.float32)
+    np.testing.assert_allclose(osm.softmax(x, mask=additive),
+                               reference.softmax(x.astype(np.float64) + additive.astype(np.float64)),
+                               rtol=5e-6, atol=1e-12)
+    broadcast = np.where(rng.random(37) < 0.5, 0.0, -np.inf).astype(np.float32)
+    broadcast[0] = 0.0
+    np.testing.assert_allclose(osm.softmax(x, mask=broadcast),
+                               reference.softmax(x.astype(np.float64) + broadcast[None, :].astype(np.float64)),
+                               rtol=2e-6, atol=1e-12)
