@@ -24,11 +24,8 @@ SUITE = "guards-gpu"
 
 
 def guard_rows() -> dict[str, np.ndarray]:
-    """The inputs, built exactly as in tests/test_guards.py and chapter 03."""
-    short = np.random.default_rng(3).standard_normal((1, 100)).astype(np.float32)
-    leading = np.random.default_rng(4).standard_normal((1, 1000)).astype(np.float32)
-    leading[0, :300] = -np.inf
-    return {"N=100": short, "first 300 of 1000 are -inf": leading,
+    """The inputs of tests/test_guards.py and chapter 03 (checks.GUARD_ROWS), and a fully masked row."""
+    return {"N=100": checks.short_row(), "first 300 of 1000 are -inf": checks.leading_neg_inf_row(),
             "all -inf (fully masked)": np.full((1, 300), -np.inf, np.float32)}
 
 

@@ -44,6 +44,22 @@ def special_rows(xp, n_cols: int, dtype="float32", seed: int = 1):
     return xp.asarray(x.astype(dtype)), nan_rows
 
 
+def short_row():
+    """The guard case N = 100 < 256 threads: threads 100..255 never see an element."""
+    return np.random.default_rng(3).standard_normal((1, 100)).astype(np.float32)
+
+
+def leading_neg_inf_row():
+    """The guard case whose first 300 of 1000 elements are -inf: threads 0..43 start on -inf."""
+    x = np.random.default_rng(4).standard_normal((1, 1000)).astype(np.float32)
+    x[0, :300] = -np.inf
+    return x
+
+
+# The two rows that come out all NaN without the -inf guards (chapter 03, tests, guards-gpu suite).
+GUARD_ROWS = {"N=100": short_row, "first 300 are -inf": leading_neg_inf_row}
+
+
 def poisoned_like(x, dtype=None):
     xp = array_module(x)
     return xp.full(x.shape, POISON, dtype=dtype or x.dtype)

@@ -18,19 +18,7 @@ pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 
-def short_row():
-    """N = 100 < 256 threads: threads 100..255 never see an element."""
-    return np.random.default_rng(3).standard_normal((1, 100)).astype(np.float32)
-
-
-def leading_neg_inf_row():
-    """The first 300 of 1000 elements are -inf: threads 0..43 start on -inf."""
-    x = np.random.default_rng(4).standard_normal((1, 1000)).astype(np.float32)
-    x[0, :300] = -np.inf
-    return x
-
-
-GUARD_ROWS = {"N=100": short_row, "first 300 are -inf": leading_neg_inf_row}
+GUARD_ROWS = checks.GUARD_ROWS
 MASKED_UNGUARDED = dataclasses.replace(kernels_masked.MASKED, name="softmax_03_online_masked_unguarded",
                                        defines=("ONLINE_SOFTMAX_GUARDS=0",))
 

@@ -67,11 +67,8 @@ def test_strided_and_misaligned_views(variant):
 
 def test_unguarded_kernel_gives_nan_exactly_where_the_model_does():
     """Without the guards: N < 256 and a leading run of -inf come out all NaN, on the GPU as in the model."""
-    rng = np.random.default_rng(3)
-    short = rng.standard_normal((1, 100)).astype(np.float32)
-    leading = rng.standard_normal((1, 1000)).astype(np.float32)
-    leading[0, :300] = -np.inf
-    ordinary = rng.standard_normal((4, 4096)).astype(np.float32)
+    short, leading = checks.short_row(), checks.leading_neg_inf_row()
+    ordinary = np.random.default_rng(3).standard_normal((4, 4096)).astype(np.float32)
     for host, expect_nan in ((short, True), (leading, True), (ordinary, False)):
         y = run_checked("softmax_02_online_unguarded", cp.asarray(host))
         model = simulate_online(host, guards=False)
