@@ -15,12 +15,11 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from . import simulate as sim
-from .loader import get_kernel, nvcc_available, nvcc_compile, parse_ptxas
+from .loader import get_kernel, nvcc_available, ptxas_reports
 from .registry import Launch, Variant, register
 
 F32 = np.float32
@@ -819,13 +818,6 @@ def softmax_fast(x, out=None):
 
 # ---- resources ---------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
-def _nvcc_reports(file: str) -> dict:
-    from .loader import KERNELS_DIR
-
-    return parse_ptxas(nvcc_compile(KERNELS_DIR / file))
-
-
 def resources_table(variant: Variant) -> dict:
     """{entry: ResourceReport} for every build in the variant's file: the device's view on a GPU,
     nvcc's (sm_90a) without one; {} when neither is available."""
@@ -833,11 +825,10 @@ def resources_table(variant: Variant) -> dict:
     from .loader import resources_from_device
 
     if device.has_gpu():
-        names = [name for name in _nvcc_entry_names(variant)]
-        return {name: resources_from_device(get_kernel(variant.path, name)) for name in names}
+        return {name: resources_from_device(get_kernel(variant.path, name)) for name in _nvcc_entry_names(variant)}
     if not nvcc_available():
         return {}
-    return {name: report for name, report in _nvcc_reports(variant.file).items()}
+    return dict(ptxas_reports(variant.path))
 
 
 def _nvcc_entry_names(variant: Variant) -> list[str]:

@@ -178,11 +178,16 @@ def nvcc_compile(path, defines=(), extra=()) -> str:
 
 
 @lru_cache(maxsize=None)
+def ptxas_reports(path, defines=()) -> dict[str, ResourceReport]:
+    """{entry: report} for every entry of one build: one nvcc run per (file, defines)."""
+    return parse_ptxas(nvcc_compile(path, defines))
+
+
 def resources_from_nvcc(path, entry: str, defines=()) -> ResourceReport | None:
     """Parse `nvcc -Xptxas -v` for `entry`; None where nvcc is not installed."""
     if not nvcc_available():
         return None
-    report = parse_ptxas(nvcc_compile(path, defines)).get(entry)
+    report = ptxas_reports(path, tuple(defines)).get(entry)
     if report is None:
         raise KernelCompileError(f"ptxas reported nothing for entry {entry} in {path}")
     return report

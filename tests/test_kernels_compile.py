@@ -22,17 +22,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS_DIR = REPO_ROOT / "kernels"
 
-NVCC_FLAGS = [
-    "-std=c++17",
-    "-gencode=arch=compute_90a,code=sm_90a",
-    "--cubin",
-    "-Xptxas",
-    "-v",
-    "-I",
-    str(KERNELS_DIR),
-    "-I",
-    str(KERNELS_DIR / "common"),
-]
+from onlinesoftmax.loader import COMPILE_OPTIONS, INCLUDE_DIRS, NVCC_ARCH  # noqa: E402  (the loader's flags)
+
+NVCC_FLAGS = [*COMPILE_OPTIONS, NVCC_ARCH, "--cubin", "-Xptxas", "-v", *(f"-I{d}" for d in INCLUDE_DIRS)]
 SPILL = re.compile(r"(\d+) bytes spill (stores|loads)")
 PTXAS_FUNCTION = re.compile(r"Compiling entry function '([^']+)'|Function properties for (\S+)")
 PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
