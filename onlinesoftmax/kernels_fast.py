@@ -130,12 +130,12 @@ MAX_SPLIT_CHUNKS = 1024                     # softmax_11: one partial state per 
 
 def check_chunks(n_chunks, variant_name: str) -> None:
     """An explicit chunk count: an int (not a bool); softmax_10/12 take a cluster size 1, 2, 4, 8 or 16,
-    softmax_11 any count in 1 .. 1024. None (choose one) passes."""
+    softmax_11 and softmax_13 any count in 1 .. 1024. None (choose one) passes."""
     if n_chunks is None:
         return
     if isinstance(n_chunks, (bool, np.bool_)) or not isinstance(n_chunks, (int, np.integer)):
         raise TypeError(f"{variant_name}: n_chunks must be an int, got {type(n_chunks).__name__} {n_chunks!r}")
-    if variant_name.startswith("softmax_11"):
+    if variant_name.startswith(("softmax_11", "softmax_13")):
         if not 1 <= n_chunks <= MAX_SPLIT_CHUNKS:
             raise ValueError(f"{variant_name}: n_chunks must be in 1 .. {MAX_SPLIT_CHUNKS}, got {n_chunks}")
     elif not (1 <= n_chunks <= MAX_CLUSTER and n_chunks & (n_chunks - 1) == 0):
@@ -174,6 +174,30 @@ def plan_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None
         n_chunks = int(max(1, min(1024, fill, -(-n_cols // 2048))))
     chunk = chunk_elems_for(n_cols, n_chunks, vec)
     return ChunkPlan(n_chunks, chunk, 0, chunk_threads(chunk, vec, ITEMSIZE[dtype]))
+
+
+COOP_CHUNK_BYTES = 32 * 1024               # softmax_13: chunk per block when rows are many (>= 4 blocks/SM)
+COOP_MIN_CHUNK_BYTES = 8 * 1024            # ... and the smallest chunk when few rows must fill the GPU
+COOP_MAX_CHUNKS = 1024
+RESIDENT_BLOCKS_H200 = 4 * SMS_H200         # CPU-side estimate; on a GPU the occupancy API answers
+
+
+def plan_13(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
+            resident: int = RESIDENT_BLOCKS_H200) -> ChunkPlan:
+    """Chunks of ~32 KB (so ~4 blocks share an SM); with few rows, smaller chunks (>= 8 KB) until the
+    rows' blocks fill the resident grid. The whole chunk is cached: chunk bytes <= the shared memory limit."""
+    check_chunks(n_chunks, "softmax_13_cooperative")
+    itemsize = ITEMSIZE[dtype]
+    row_bytes = n_cols * itemsize
+    if n_chunks is None:
+        target = -(-row_bytes // COOP_CHUNK_BYTES)
+        fill = min(-(-resident // n_rows), -(-row_bytes // COOP_MIN_CHUNK_BYTES))
+        n_chunks = int(max(1, min(COOP_MAX_CHUNKS, max(target, fill))))
+    chunk = chunk_elems_for(n_cols, n_chunks, vec)
+    if chunk * itemsize > SHARED_LIMIT_BYTES:
+        raise ValueError(f"softmax_13_cooperative: {n_chunks} chunks of a {n_cols}-column row are "
+                         f"{chunk * itemsize} B each, more than one block's {SHARED_LIMIT_BYTES} B of shared memory")
+    return ChunkPlan(n_chunks, chunk, chunk, chunk_threads(chunk, vec, itemsize))
 
 
 # ---- launching ----------------------------------------------------------------------------
@@ -299,6 +323,40 @@ def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     output(output_launch.grid, output_launch.block, (x, y, partials, n_cols, x_stride, y_stride, n_chunks, chunk))
 
 
+def launch_13(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
+              max_groups: int | None = None) -> None:
+    """Cooperative launch of G groups of P blocks, G * P <= the blocks resident at once (or `max_groups`
+    groups: tests use it to make each group loop over many rows)."""
+    check_chunks(n_chunks, variant.name)
+    import cupy
+
+    dtype = dtype_name(x.dtype)
+    v = _vec_for(x, y, vec)
+    entry = _entry(variant.name, dtype, v)
+    plan = plan_13(x.shape[0], x.shape[1], dtype, v, n_chunks)
+    shared = plan.chunk_elems * ITEMSIZE[dtype]
+    resident = resident_blocks(entry, plan.threads, shared, variant.file)
+    if n_chunks is None and plan.n_chunks > resident:   # estimate too high for this GPU: bigger chunks
+        plan = plan_13(x.shape[0], x.shape[1], dtype, v, max(1, resident // 2))
+        shared = plan.chunk_elems * ITEMSIZE[dtype]
+        resident = resident_blocks(entry, plan.threads, shared, variant.file)
+    if plan.n_chunks > resident:
+        raise ValueError(f"softmax_13_cooperative: {plan.n_chunks} blocks per row, but only {resident} blocks "
+                         f"of {plan.threads} threads and {shared} B fit the GPU at once")
+    groups = min(x.shape[0], resident // plan.n_chunks)
+    if max_groups is not None:
+        groups = max(1, min(groups, int(max_groups)))
+    fn = get_kernel(variant.path, entry)
+    partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)
+    arrived = cupy.zeros(x.shape[0], dtype=cupy.uint32)
+    x_stride, y_stride = _strides(x, y)
+    args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (partials.data.ptr, ctypes.c_void_p),
+            (arrived.data.ptr, ctypes.c_void_p), (x.shape[0], ctypes.c_int), (x.shape[1], ctypes.c_int),
+            (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
+            (plan.n_chunks, ctypes.c_int), (plan.chunk_elems, ctypes.c_int))
+    cluster_launch(fn, (groups * plan.n_chunks,), (plan.threads,), args, shared, 1, cooperative=True)
+
+
 def launches_11(n_rows: int, plan: ChunkPlan) -> tuple[Launch, Launch]:
     """softmax_11's two launches: stats with block T; output with block max(T, C rounded up to a power of
     two, 32), so that every one of the row's C partial states has a thread in the merge."""
@@ -352,8 +410,9 @@ def _remember(cache: dict, key, value):
     return value
 
 
-def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> None:
-    """Launch the cupy RawKernel `fn` on cupy's current stream with clusters of `cluster` blocks along x.
+def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, cooperative: bool = False) -> None:
+    """Launch the cupy RawKernel `fn` on cupy's current stream with clusters of `cluster` blocks along x
+    (cluster = 1: no cluster attribute), cooperatively if asked (every block resident at once, or an error).
 
     `args` is a sequence of (value, ctypes type) pairs in the kernel's parameter order.
     """
@@ -361,7 +420,7 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> No
 
     driver = _driver()
     stream = cupy.cuda.get_current_stream().ptr
-    key = (int(fn.kernel.ptr), tuple(grid), tuple(block), shared_bytes, cluster, stream)
+    key = (int(fn.kernel.ptr), tuple(grid), tuple(block), shared_bytes, cluster, cooperative, stream)
     prepared = _configs.get(key)
     if prepared is None:
         function = _function_handle(fn)
@@ -377,16 +436,25 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int) -> No
         config.blockDimX, config.blockDimY, config.blockDimZ = (tuple(block) + (1, 1))[:3]
         config.sharedMemBytes = shared_bytes
         config.hStream = driver.CUstream(stream)
-        dims = driver.CUlaunchAttribute()
-        dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
-        config.attrs = [dims]
-        config.numAttrs = 1
+        attrs = []
+        if cluster > 1:
+            dims = driver.CUlaunchAttribute()
+            dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
+            attrs.append(dims)
+        if cooperative:
+            together = driver.CUlaunchAttribute()
+            together.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            together.value.cooperative = 1
+            attrs.append(together)
+        config.attrs = attrs
+        config.numAttrs = len(attrs)
         prepared = _remember(_configs, key, (function, config))
     function, config = prepared
     values = tuple(value for value, _ in args)
     types = tuple(kind for _, kind in args)
-    _check(driver.cuLaunchKernelEx(config, function, (values, types), 0), f"cuLaunchKernelEx (cluster {cluster})")
+    what = f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''})"
+    _check(driver.cuLaunchKernelEx(config, function, (values, types), 0), what)
 
 
 _occupancy: dict = {}
@@ -422,6 +490,26 @@ def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: in
     count = _occupancy.get(key)
     if count is None:
         count = _remember(_occupancy, key, _max_active_clusters(entry, threads, shared_bytes, cluster, file))
+    return count
+
+
+def resident_blocks(entry: str, threads: int, shared_bytes: int, file: str) -> int:
+    """Blocks of this shape resident on the current GPU at once (occupancy per SM x SMs), cached like
+    max_active_clusters."""
+    key = (_device_id(), _source_key(file), str(file), entry, threads, shared_bytes, "blocks")
+    count = _occupancy.get(key)
+    if count is None:
+        import cupy
+
+        driver = _driver()
+        function = _function_handle(get_kernel(file, entry))
+        if shared_bytes > 48 * 1024:
+            _check(driver.cuFuncSetAttribute(function,
+                                             driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             shared_bytes), "raising the shared memory limit")
+        (per_sm,) = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared_bytes),
+                           "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        count = _remember(_occupancy, key, int(per_sm) * cupy.cuda.Device().attributes["MultiProcessorCount"])
     return count
 
 
@@ -613,7 +701,7 @@ def split_rows(x32: np.ndarray, n_chunks: int, chunk: int) -> np.ndarray:
 
 
 def chunked_model(x, plan: ChunkPlan, vec: int, merge: str) -> np.ndarray:
-    """softmax_09 / 10 / 11: per-chunk block states, then the row's merge ("cluster" or "block")."""
+    """softmax_09 / 10 / 11 / 13: per-chunk block states, then the row's merge ("cluster", "block" or "fold")."""
     dtype = dtype_name(np.asarray(x).dtype)
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
@@ -629,6 +717,16 @@ def chunked_model(x, plan: ChunkPlan, vec: int, merge: str) -> np.ndarray:
         pad = tuple(np.concatenate([s, np.full((n_rows, 32 - plan.n_chunks), ident, F32)], axis=1)
                     for s, ident in zip(states, (-np.inf, 0)))
         row_m, row_l = group_butterfly(pad, plan.n_chunks)
+    elif merge == "fold":   # softmax_13: thread t folds states t, t + T, ..., then the block reduction
+        threads = plan.threads
+        width = -(-plan.n_chunks // threads) * threads
+        pad = tuple(np.concatenate([s, np.full((n_rows, width - plan.n_chunks), ident, F32)], axis=1)
+                    for s, ident in zip(states, (-np.inf, 0)))
+        folded_m = np.full((n_rows, threads), -np.inf, F32)
+        folded_l = np.zeros((n_rows, threads), F32)
+        for k in range(0, width, threads):
+            folded_m, folded_l = combine((folded_m, folded_l), (pad[0][:, k:k + threads], pad[1][:, k:k + threads]))
+        row_m, row_l = sim.block_reduce((folded_m, folded_l), combine, (F32(-np.inf), F32(0)))
     else:
         merge_threads = max(plan.threads, _pow2_at_least(plan.n_chunks), 32)
         pad = tuple(np.concatenate([s, np.full((n_rows, merge_threads - plan.n_chunks), ident, F32)], axis=1)
@@ -663,6 +761,13 @@ def simulate_12(x, vec: int | None = None, n_chunks: int | None = None, cache_el
 def simulate_11(x, vec: int | None = None, n_chunks: int | None = None) -> np.ndarray:
     dtype, v = _model_vec(x, vec)
     return chunked_model(x, plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
+
+
+def simulate_13(x, vec: int | None = None, n_chunks: int | None = None, max_groups: int | None = None) -> np.ndarray:
+    """softmax_13: softmax_10's chunk states, merged as thread t folding states t, t + T, ... then the
+    block reduction (the number of groups changes only which block handles which row)."""
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, plan_13(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "fold")
 
 
 # ---- geometry (fp32, aligned rows) for the registry ---------------------------------------
@@ -700,6 +805,12 @@ def geometry_11(n_rows: int, n_cols: int) -> Launch:
     return launches_11(n_rows, plan)[1]
 
 
+def geometry_13(n_rows: int, n_cols: int) -> Launch:
+    """Blocks per row and block shape; the grid is G * P with G capped by residency (known on the GPU only)."""
+    plan = plan_13(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
+
+
 def _launched(variant: Variant) -> list[str]:
     return entry_names(variant)
 
@@ -711,6 +822,7 @@ FAST_FILES = {
     "softmax_10_cluster": "softmax/softmax_10_cluster.cu",
     "softmax_11_split": "softmax/softmax_11_split.cu",
     "softmax_12_pipelined": "softmax/softmax_12_pipelined.cu",
+    "softmax_13_cooperative": "softmax/softmax_13_cooperative.cu",
 }
 
 WARP_PER_ROW = register(Variant(
@@ -755,7 +867,14 @@ PIPELINED = register(Variant(
     geometry=geometry_12, simulate=simulate_12, launch=launch_12, reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
-FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT)
+COOPERATIVE = register(Variant(
+    name="softmax_13_cooperative", family="softmax", file=FAST_FILES["softmax_13_cooperative"],
+    short="cooperative", entry="softmax_13_cooperative_f32_v4",
+    story="any number of blocks per row on a cooperative grid: chunks in shared memory, (m, l) met in global memory",
+    geometry=geometry_13, simulate=simulate_13, launch=launch_13, reads_per_element=1,
+    writes_per_element=1, dtypes=DTYPES, entries=_launched))
+
+FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT, COOPERATIVE)
 # Measured and not adopted (suite softmax-fast-attempts; chapter 06, Limits): outside the
 # dispatcher, the softmax-fast benchmark and the chapter's ladder, still tested and sanitized.
 ATTEMPT_VARIANTS = (PIPELINED,)

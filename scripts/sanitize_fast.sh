@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer (memcheck, racecheck, synccheck) over the fast kernels softmax_07 .. 12,
+# compute-sanitizer (memcheck, racecheck, synccheck) over the fast kernels softmax_07 .. 13,
 # all three dtypes, a few shapes each (including forced cluster sizes, a partial shared-memory
 # cache and the scalar path). Host API errors are not reported: cuda-bindings probes the
 # driver with cuGetProcAddress for entry points this driver lacks, which is no kernel error.
@@ -21,7 +21,9 @@ runs = [("softmax_07_warp_per_row", (3, 100), {}), ("softmax_07_warp_per_row", (
         ("softmax_08_registers", (2, 4097), {}), ("softmax_08_registers", (2, 32768), {}),
         ("softmax_08_registers", (2, 2048), {"vec": 1}),
         ("softmax_09_shared", (2, 65536), {}), ("softmax_09_shared", (1, 100003), {"cache_elems": 4096}),
-        ("softmax_11_split", (2, 200000), {}), ("softmax_11_split", (1, 4099), {"n_chunks": 3})]
+        ("softmax_11_split", (2, 200000), {}), ("softmax_11_split", (1, 4099), {"n_chunks": 3}),
+        ("softmax_13_cooperative", (2, 200000), {}), ("softmax_13_cooperative", (7, 4099), {"n_chunks": 3, "max_groups": 2}),
+        ("softmax_13_cooperative", (3, 70000), {"n_chunks": 300, "vec": 1})]
 if kf.cluster_launch_works():
     runs += [("softmax_10_cluster", (2, 65536), {"n_chunks": 4}),
              ("softmax_10_cluster", (1, 300001), {"n_chunks": 16, "cache_elems": 8192}),

@@ -49,7 +49,8 @@ def test_model_partition_options_agree():
     """Scalar path, forced cluster sizes, chunk counts: the same function, and a row of 1M."""
     x = cf.random_rows(np, 2, 70001, "float32", seed=4)
     for y in (kf.simulate_09(x, vec=1), kf.simulate_10(x, n_chunks=16), kf.simulate_10(x, n_chunks=2, vec=1),
-              kf.simulate_11(x, n_chunks=7), kf.simulate_11(x, n_chunks=1000)):
+              kf.simulate_11(x, n_chunks=7), kf.simulate_11(x, n_chunks=1000), kf.simulate_13(x, n_chunks=3),
+              kf.simulate_13(x, n_chunks=700), kf.simulate_13(x, n_chunks=64, vec=1)):
         assert cf.compare(y, x)[0]
     big = cf.random_rows(np, 1, 1 << 20, "bfloat16", seed=5)
     assert cf.compare(kf.simulate_10(big), big)[0]
@@ -120,6 +121,24 @@ def test_plans_respect_hardware_limits():
                 p11 = kf.plan_11(n_rows, n_cols, dtype, vec)
                 assert 1 <= p11.n_chunks <= 1024 and p11.n_chunks * p11.chunk_elems >= n_cols
                 assert 128 <= p11.threads <= 1024
+                p13 = kf.plan_13(n_rows, n_cols, dtype, vec)
+                assert 1 <= p13.n_chunks <= 1024 and p13.n_chunks * p13.chunk_elems >= n_cols
+                assert p13.cache_elems == p13.chunk_elems and p13.chunk_elems % vec == 0
+                assert p13.chunk_elems * kf.ITEMSIZE[dtype] <= kf.SHARED_LIMIT_BYTES
+                if n_rows == 4000 and n_cols >= 65536:   # many rows: ~32 KB chunks, several blocks per SM
+                    assert p13.chunk_elems * kf.ITEMSIZE[dtype] <= kf.COOP_CHUNK_BYTES
+    with pytest.raises(ValueError, match="shared memory"):
+        kf.plan_13(1, 1 << 20, "float32", 4, n_chunks=2)   # 2 MB chunks cannot be cached
+
+
+def test_cooperative_fold_merge_matches_a_sequential_fold():
+    """softmax_13's merge with more chunks than threads: thread t folds states t, t + T, ... in order."""
+    x = cf.random_rows(np, 2, 70000, "float32", seed=8)
+    plan = kf.plan_13(2, 70000, "float32", 4, n_chunks=700)
+    assert plan.n_chunks > plan.threads
+    y = kf.simulate_13(x, n_chunks=700).astype(np.float64)
+    assert cf.compare(kf.simulate_13(x, n_chunks=700), x)[0]
+    np.testing.assert_allclose(y, kf.simulate_11(x, n_chunks=700).astype(np.float64), rtol=4e-7, atol=0)
 
 
 def test_bad_input_messages():
@@ -200,14 +219,16 @@ def test_bfloat16_by_name_needs_no_ml_dtypes_import():
 
 
 @pytest.mark.parametrize(("name", "launch"), [("softmax_10_cluster", kf.launch_10), ("softmax_12_pipelined", kf.launch_12),
-                                              ("softmax_11_split", kf.launch_11)])
+                                              ("softmax_11_split", kf.launch_11),
+                                              ("softmax_13_cooperative", kf.launch_13)])
 def test_explicit_chunk_counts_are_checked_before_any_gpu_call(name, launch):
     """numpy arrays: a bad n_chunks must be refused before the launcher touches the GPU."""
     variant = osm.REGISTRY[name]
     x = cf.random_rows(np, 2, 4096, "float32", seed=3)
     y = np.empty_like(x)
-    too_many = 1025 if name == "softmax_11_split" else 32
-    bad_values = (0, -2, too_many) + (() if name == "softmax_11_split" else (3, 12))
+    any_count = name in ("softmax_11_split", "softmax_13_cooperative")
+    too_many = 1025 if any_count else 32
+    bad_values = (0, -2, too_many) + (() if any_count else (3, 12))
     for bad in bad_values:
         with pytest.raises(ValueError, match="n_chunks"):
             launch(variant, x, y, n_chunks=bad)
@@ -218,7 +239,7 @@ def test_explicit_chunk_counts_are_checked_before_any_gpu_call(name, launch):
             launch(variant, x, y, n_chunks=bad)
         with pytest.raises(TypeError, match="n_chunks"):
             osm.api.run(variant, x, n_chunks=bad)
-    good = (1, 7, 1024) if name == "softmax_11_split" else (1, 2, 16)
+    good = (1, 7, 1024) if any_count else (1, 2, 16)
     for n_chunks in good:
         assert cf.compare(osm.api.run(variant, x, n_chunks=n_chunks), x)[0]
 

@@ -12,6 +12,8 @@
 // that chunk_prefetch filled with cp.async, and chunk_output given `next` refills each
 // cached vector with the next row's vector right after it has been used (same thread, same
 // slot), so the next row's loads are in flight while this row's stores drain.
+// AllCached = true (softmax_13): the caller guarantees cache_elems >= chunk_elems, so the
+// per-vector test "cached or not" disappears from both loops at compile time.
 // An all -inf row has M = -inf: x - M = NaN, so NaN everywhere; a NaN or +inf gives L = NaN.
 #pragma once
 #include "online_state.cuh"
@@ -22,7 +24,7 @@
 #define CHUNK_UNROLL 4
 #endif
 
-template <typename T, int V, bool FromCache = false>
+template <typename T, int V, bool FromCache = false, bool AllCached = false>
 __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int chunk_elems, int cache_elems,
                                                    typename Io<T, V>::raw_t* cache) {
     constexpr bool Folded = FoldExp<T>::value;
@@ -35,7 +37,8 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int i = first + u * step;
-            if (i < n_vec) raw[u] = FromCache && i * V < cache_elems ? cache[i] : Io<T, V>::load_raw(cx + i * V);
+            if (i < n_vec)
+                raw[u] = FromCache && (AllCached || i * V < cache_elems) ? cache[i] : Io<T, V>::load_raw(cx + i * V);
         }
         float v[U][V];
         float batch_max = neg_inf();
@@ -43,7 +46,7 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
         for (int u = 0; u < U; ++u) {
             const int i = first + u * step;
             if (i < n_vec) {
-                if (!FromCache && i * V < cache_elems) cache[i] = raw[u];
+                if (!FromCache && (AllCached || i * V < cache_elems)) cache[i] = raw[u];
                 Io<T, V>::unpack(raw[u], v[u]);
             } else {
 #pragma unroll
@@ -64,7 +67,7 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
     return s;
 }
 
-template <typename T, int V>
+template <typename T, int V, bool AllCached = false>
 __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __restrict__ cy, int chunk_elems,
                                              int cache_elems, typename Io<T, V>::raw_t* cache,
                                              OnlineState row, const T* __restrict__ next = nullptr) {
@@ -74,7 +77,8 @@ __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __rest
     const float inv_l = 1.0f / row.l;
 #pragma unroll 4
     for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
-        const typename Io<T, V>::raw_t raw = i * V < cache_elems ? cache[i] : Io<T, V>::load_raw(cx + i * V);
+        const typename Io<T, V>::raw_t raw =
+            AllCached || i * V < cache_elems ? cache[i] : Io<T, V>::load_raw(cx + i * V);
         float v[V];
         Io<T, V>::unpack(raw, v);
 #pragma unroll

@@ -1,4 +1,4 @@
-"""GPU tier for the fast kernels softmax_07 .. softmax_12 and the "fast" dispatcher (fp32, fp16, bf16)."""
+"""GPU tier for the fast kernels softmax_07 .. softmax_13 and the "fast" dispatcher (fp32, fp16, bf16)."""
 import numpy as np
 import pytest
 
@@ -60,7 +60,7 @@ def test_edge_matrix(name, n_rows, n_cols, dtype):
 @pytest.mark.parametrize("n_cols", checks.HUGE_COLS)
 @pytest.mark.parametrize("dtype", cf.DTYPES)
 @pytest.mark.parametrize("name", ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined",
-                                  "fast"))
+                                  "softmax_13_cooperative", "fast"))
 def test_rows_of_a_million(name, dtype, n_cols):
     if name in CLUSTERED and not kf.cluster_launch_works():
         pytest.skip(kf.cluster_status())
@@ -152,6 +152,35 @@ def test_pipelined_rows_per_cluster_and_partial_cache(n_chunks, dtype):
             cache = {k: v for k, v in options.items() if k == "cache_elems"}
             z = run_checked("softmax_10_cluster", x, n_chunks=n_chunks, **cache)  # same partition and order
             assert bool((y == z).all()), f"softmax_12 != softmax_10 at {x.shape} {options}"
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+def test_cooperative_groups_loop_and_chunk_counts(dtype):
+    """softmax_13: one or three groups looping over many rows, more chunks than threads (the fold merge),
+    empty chunks past the row's end, a single chunk; the group count changes no bit of the result."""
+    name = "softmax_13_cooperative"
+    for n_rows, n_cols in ((13, 70000), (7, 4096), (5, 96), (3, 300001)):
+        host = cf.to_dtype(checks.random_rows(np, n_rows, n_cols, seed=n_rows + n_cols), dtype)
+        x = cf.on_device(cp, host)
+        reference = run_checked(name, x)
+        assert_close(name, reference, x)
+        for options in ({"max_groups": 1}, {"max_groups": 3}):
+            y = run_checked(name, x, **options)
+            assert bool((y == reference).all()), f"{name}: {options} changed the result at {x.shape}"
+        for n_chunks in (1, 5, 700):
+            if n_cols * x.itemsize / n_chunks > kf.SHARED_LIMIT_BYTES:
+                continue
+            y = run_checked(name, x, n_chunks=n_chunks, max_groups=2)
+            assert_close(name, y, x)
+            model = api.run(osm.REGISTRY[name], host, n_chunks=n_chunks)
+            np.testing.assert_allclose(cf.as_float64(y).get(), cf.as_float64(model), rtol=8 * cf.EPS[dtype], atol=1e-30)
+
+
+def test_cooperative_refuses_chunks_that_do_not_fit():
+    x = cf.random_rows(cp, 2, 1 << 20, "float32", seed=1)
+    with pytest.raises(ValueError, match="shared memory"):
+        api.run(osm.REGISTRY["softmax_13_cooperative"], x, n_chunks=2)
+    assert_close("softmax_13_cooperative", run_checked("softmax_13_cooperative", x), x)  # context still healthy
 
 
 @pytest.mark.parametrize("dtype", cf.DTYPES)

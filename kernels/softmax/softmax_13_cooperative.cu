@@ -1,0 +1,70 @@
+// softmax_13_cooperative — P blocks per row on a persistent cooperative grid; (m, l) met in global memory.
+//
+// Changed from softmax_10_cluster: a row is split into P chunks as before, but P is no longer
+//               capped at a cluster's 16 blocks, and blocks never wait to be scheduled. The grid
+//               is launched cooperatively (every block resident at once, or a launch error) and
+//               is made of G groups of P blocks; group g handles rows g, g + G, g + 2G, ...
+//               Per row, each block caches its chunk in shared memory while folding it into a
+//               state (row_chunk.cuh, the whole chunk cached), publishes the state in `partials`
+//               and counts itself in `arrived[row]` (grid_states.cuh), waits until all P blocks
+//               of the row have arrived, combines the P published states (thread t folds states
+//               t, t + T, ...; then online_block_reduce) and writes its chunk from shared memory.
+//               A block waiting on its row leaves the SM to the other resident blocks, which are
+//               loading or storing other rows: on an SM, DRAM never waits for a barrier.
+// Launch:       grid = G * P blocks (G * P <= the blocks resident at once, G <= n_rows),
+//               block = T threads, dynamic shared memory = chunk_elems * sizeof(T),
+//               cooperative (cuLaunchKernelEx, CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
+//               partials: n_rows * P states; arrived: n_rows counters, zero before the launch.
+//               Entries softmax_13_cooperative_<dtype>_v<V>
+//               (softmax_13_cooperative_f32_v4, ..., softmax_13_cooperative_bf16_v1).
+// Traffic:      1 read + 1 write per element, for any N whose chunks fit the resident blocks'
+//               shared memory (about 132 SMs x 227 KB on the H200), plus 8 B and one atomic
+//               per chunk.
+// Limits:       chunk_elems * sizeof(T) <= 227 KB and a multiple of V; P <= blocks resident at
+//               once; V > 1 needs 16-byte aligned rows and n_cols % V == 0; fp32 / fp16 / bf16;
+//               -inf / NaN as softmax_07.
+#include "grid_states.cuh"
+#include "row_chunk.cuh"
+
+template <typename T, int V>
+__device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __restrict__ y,
+                                                 OnlineState* partials, unsigned int* arrived, int n_rows,
+                                                 int n_cols, long long x_row_stride, long long y_row_stride,
+                                                 int n_chunks, int chunk_elems) {
+    extern __shared__ uint4 shared_cache[];
+    __shared__ OnlineState scratch[32];
+    typedef typename Io<T, V>::raw_t raw_t;
+    raw_t* cache = reinterpret_cast<raw_t*>(shared_cache);
+
+    const int n_groups = static_cast<int>(gridDim.x) / n_chunks;
+    const int chunk = static_cast<int>(blockIdx.x) % n_chunks;
+    const long long start = static_cast<long long>(chunk) * chunk_elems;
+    const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
+
+    for (long long row = blockIdx.x / n_chunks; row < n_rows; row += n_groups) {
+        const T* chunk_x = x + row * x_row_stride + start;
+        T* chunk_y = y + row * y_row_stride + start;
+        // Thread t caches and later reads the same slots (t, t + T, ...): no barrier between rows.
+        const OnlineState mine =
+            online_block_reduce(chunk_state<T, V, false, true>(chunk_x, length, length, cache), scratch);
+        OnlineState* row_partials = partials + row * n_chunks;
+        publish_state(row_partials + chunk, arrived + row, mine);
+        wait_for_count(arrived + row, static_cast<unsigned int>(n_chunks));
+        OnlineState s = online_identity();
+        for (int i = threadIdx.x; i < n_chunks; i += blockDim.x) s = online_combine(s, load_state_cg(row_partials + i));
+        const OnlineState whole = online_block_reduce(s, scratch);
+        chunk_output<T, V, true>(chunk_x, chunk_y, length, length, cache, whole);
+    }
+}
+
+#define SOFTMAX_13(TAG, T, V)                                                                          \
+    extern "C" __global__ void __launch_bounds__(1024) softmax_13_cooperative_##TAG##_v##V(             \
+        const T* __restrict__ x, T* __restrict__ y, OnlineState* partials, unsigned int* arrived,       \
+        int n_rows, int n_cols, long long x_row_stride, long long y_row_stride, int n_chunks,           \
+        int chunk_elems) {                                                                              \
+        cooperative_rows<T, V>(x, y, partials, arrived, n_rows, n_cols, x_row_stride, y_row_stride,    \
+                               n_chunks, chunk_elems);                                                  \
+    }
+
+SOFTMAX_13(f32, float, 4) SOFTMAX_13(f16, half_bits, 8) SOFTMAX_13(bf16, bf16_bits, 8)
+SOFTMAX_13(f32, float, 1) SOFTMAX_13(f16, half_bits, 1) SOFTMAX_13(bf16, bf16_bits, 1)
