@@ -3,8 +3,9 @@
 Shapes where `softmax-fast` misses its copy target or leaves SMs idle: batch 4000 at N = 16K, 64K
 and 256K, 1024 rows at N = 1M, and few rows (1, 10, 64) of 64K .. 1M, in fp32 / fp16 / bf16.
 Per shape: the dispatcher ("fast", as it chooses at this commit), a copy of the same bytes,
-softmax_10_cluster and softmax_11_split at their default plans, and softmax_13_cooperative at its
-default plan and at chunks of 16, 32, 64 and 128 KB (`chunk_bytes`). Before any timing, each
+softmax_10_cluster, softmax_11_split and softmax_12_pipelined at their default plans, and
+softmax_13_cooperative at its default plan without the prefetch buffer (`prefetch` false), with
+it, and with it at chunks of 8, 16, 32 and 64 KB (`chunk_bytes`). Before any timing, each
 kernel's output on the shape is checked against the float64 reference (checks_fast.compare):
 a row records `correct` and a wrong kernel is not timed. Rows carry `n_chunks` and `threads`
 for softmax_13 and `resident_blocks` (blocks of that shape resident at once). Same timer and
@@ -27,7 +28,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 SHAPES = ([(4000, n, d) for d in DTYPES for n in (16384, 65536, 262144)]
           + [(1024, 1 << 20, d) for d in DTYPES]
           + [(b, n, d) for d in DTYPES for b in (1, 10, 64) for n in (65536, 262144, 1 << 20)])
-CHUNK_BYTES = (16 * 1024, 32 * 1024, 64 * 1024, 128 * 1024)
+CHUNK_BYTES = (8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024)
 
 
 def chunk_counts(n_cols: int, dtype: str) -> list[int]:
@@ -55,9 +56,10 @@ def measure() -> dict:
         coop = osm.REGISTRY["softmax_13_cooperative"]
         timed = [("fast", {}, lambda x: osm.softmax(x, "fast", out=out)),
                  ("copy_same_size", None, lambda x: out.data.copy_from_device_async(x.data, ideal // 2))]
-        for name in ("softmax_10_cluster", "softmax_11_split"):
+        for name in ("softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined"):
             timed.append((name, {}, lambda x, v=osm.REGISTRY[name]: api.run(v, x, out=out)))
         timed.append(("softmax_13_cooperative", {}, lambda x: api.run(coop, x, out=out)))
+        timed.append(("softmax_13_cooperative", {"prefetch": False}, lambda x: api.run(coop, x, out=out, prefetch=False)))
         for c in chunk_counts(n_cols, dtype):
             timed.append(("softmax_13_cooperative", {"n_chunks": c},
                           lambda x, c=c: api.run(coop, x, out=out, n_chunks=c)))
@@ -78,12 +80,14 @@ def measure() -> dict:
                 row["error"] = f"{type(error).__name__}: {error}"[:300]
             if name == "softmax_13_cooperative":
                 vec = kf.vector_width(dtype)
-                plan = kf.plan_13(n_rows, n_cols, dtype, vec, options.get("n_chunks"))
-                row.update(n_chunks=plan.n_chunks, threads=plan.threads,
+                prefetch = options.get("prefetch", True)
+                plan = kf.plan_13(n_rows, n_cols, dtype, vec, options.get("n_chunks"), prefetch=prefetch)
+                row.update(n_chunks=plan.n_chunks, threads=plan.threads, prefetch=prefetch,
                            chunk_bytes=plan.chunk_elems * kf.ITEMSIZE[dtype])
                 try:
-                    row["resident_blocks"] = kf.resident_blocks(kf._entry(name, dtype, vec), plan.threads,
-                                                                row["chunk_bytes"], coop.file)
+                    row["resident_blocks"] = kf.resident_blocks(
+                        kf._entry(name, dtype, vec), plan.threads, kf.coop_buffers(vec, prefetch) * row["chunk_bytes"],
+                        coop.file, () if prefetch else ("COOPERATIVE_PREFETCH=0",))
                 except Exception as error:
                     row["resident_error"] = str(error)[:200]
             if name == "fast":
@@ -91,7 +95,7 @@ def measure() -> dict:
             rows.append(row)
             label = name[8:10] if name.startswith("softmax_") else name
             if name == "softmax_13_cooperative":
-                label += f"/P{row['n_chunks']}"
+                label += f"/P{row['n_chunks']}" + ("" if row["prefetch"] else "np")
             line.append(f"{label}=" + (f"{row['fraction_of_copy']:.3f}" if "ms" in row else "ERR"))
         print(f"{dtype:8s} {n_rows:5d}x{n_cols:<8d} " + " ".join(line), flush=True)
         inputs = out = poison = None

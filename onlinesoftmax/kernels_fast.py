@@ -182,10 +182,17 @@ COOP_MAX_CHUNKS = 1024
 RESIDENT_BLOCKS_H200 = 4 * SMS_H200         # CPU-side estimate; on a GPU the occupancy API answers
 
 
+def coop_buffers(vec: int, prefetch: bool = True) -> int:
+    """Shared-memory buffers of a softmax_13 block: two (this row, the prefetched next) in the 16-byte
+    builds, one in the scalar builds or without prefetch (-DCOOPERATIVE_PREFETCH=0)."""
+    return 2 if prefetch and vec > 1 else 1
+
+
 def plan_13(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None = None,
-            resident: int = RESIDENT_BLOCKS_H200) -> ChunkPlan:
-    """Chunks of ~32 KB (so ~4 blocks share an SM); with few rows, smaller chunks (>= 8 KB) until the
-    rows' blocks fill the resident grid. The whole chunk is cached: chunk bytes <= the shared memory limit."""
+            resident: int = RESIDENT_BLOCKS_H200, prefetch: bool = True) -> ChunkPlan:
+    """Chunks of ~32 KB (so several blocks share an SM); with few rows, smaller chunks (>= 8 KB) until the
+    rows' blocks fill the resident grid. The whole chunk is cached (twice with prefetch): the buffers must
+    fit the shared memory limit."""
     check_chunks(n_chunks, "softmax_13_cooperative")
     itemsize = ITEMSIZE[dtype]
     row_bytes = n_cols * itemsize
@@ -194,9 +201,11 @@ def plan_13(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | None
         fill = min(-(-resident // n_rows), -(-row_bytes // COOP_MIN_CHUNK_BYTES))
         n_chunks = int(max(1, min(COOP_MAX_CHUNKS, max(target, fill))))
     chunk = chunk_elems_for(n_cols, n_chunks, vec)
-    if chunk * itemsize > SHARED_LIMIT_BYTES:
+    buffers = coop_buffers(vec, prefetch)
+    if buffers * chunk * itemsize > SHARED_LIMIT_BYTES:
         raise ValueError(f"softmax_13_cooperative: {n_chunks} chunks of a {n_cols}-column row are "
-                         f"{chunk * itemsize} B each, more than one block's {SHARED_LIMIT_BYTES} B of shared memory")
+                         f"{chunk * itemsize} B each; {buffers} of them exceed one block's {SHARED_LIMIT_BYTES} B "
+                         "of shared memory")
     return ChunkPlan(n_chunks, chunk, chunk, chunk_threads(chunk, vec, itemsize))
 
 
@@ -324,29 +333,31 @@ def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
 
 
 def launch_13(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
-              max_groups: int | None = None) -> None:
+              max_groups: int | None = None, prefetch: bool = True) -> None:
     """Cooperative launch of G groups of P blocks, G * P <= the blocks resident at once (or `max_groups`
-    groups: tests use it to make each group loop over many rows)."""
+    groups: tests use it to make each group loop over many rows). prefetch=False: the build without
+    the second buffer (-DCOOPERATIVE_PREFETCH=0)."""
     check_chunks(n_chunks, variant.name)
     import cupy
 
     dtype = dtype_name(x.dtype)
     v = _vec_for(x, y, vec)
     entry = _entry(variant.name, dtype, v)
-    plan = plan_13(x.shape[0], x.shape[1], dtype, v, n_chunks)
-    shared = plan.chunk_elems * ITEMSIZE[dtype]
-    resident = resident_blocks(entry, plan.threads, shared, variant.file)
+    defines = () if prefetch else ("COOPERATIVE_PREFETCH=0",)
+    plan = plan_13(x.shape[0], x.shape[1], dtype, v, n_chunks, prefetch=prefetch)
+    shared = coop_buffers(v, prefetch) * plan.chunk_elems * ITEMSIZE[dtype]
+    resident = resident_blocks(entry, plan.threads, shared, variant.file, defines)
     if n_chunks is None and plan.n_chunks > resident:   # estimate too high for this GPU: bigger chunks
-        plan = plan_13(x.shape[0], x.shape[1], dtype, v, max(1, resident // 2))
-        shared = plan.chunk_elems * ITEMSIZE[dtype]
-        resident = resident_blocks(entry, plan.threads, shared, variant.file)
+        plan = plan_13(x.shape[0], x.shape[1], dtype, v, max(1, resident // 2), prefetch=prefetch)
+        shared = coop_buffers(v, prefetch) * plan.chunk_elems * ITEMSIZE[dtype]
+        resident = resident_blocks(entry, plan.threads, shared, variant.file, defines)
     if plan.n_chunks > resident:
         raise ValueError(f"softmax_13_cooperative: {plan.n_chunks} blocks per row, but only {resident} blocks "
                          f"of {plan.threads} threads and {shared} B fit the GPU at once")
     groups = min(x.shape[0], resident // plan.n_chunks)
     if max_groups is not None:
         groups = max(1, min(groups, int(max_groups)))
-    fn = get_kernel(variant.path, entry)
+    fn = get_kernel(variant.path, entry, defines)
     partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)
     arrived = cupy.zeros(x.shape[0], dtype=cupy.uint32)
     x_stride, y_stride = _strides(x, y)
@@ -493,16 +504,16 @@ def max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: in
     return count
 
 
-def resident_blocks(entry: str, threads: int, shared_bytes: int, file: str) -> int:
+def resident_blocks(entry: str, threads: int, shared_bytes: int, file: str, defines=()) -> int:
     """Blocks of this shape resident on the current GPU at once (occupancy per SM x SMs), cached like
     max_active_clusters."""
-    key = (_device_id(), _source_key(file), str(file), entry, threads, shared_bytes, "blocks")
+    key = (_device_id(), _source_key(file), str(file), entry, tuple(defines), threads, shared_bytes, "blocks")
     count = _occupancy.get(key)
     if count is None:
         import cupy
 
         driver = _driver()
-        function = _function_handle(get_kernel(file, entry))
+        function = _function_handle(get_kernel(file, entry, defines))
         if shared_bytes > 48 * 1024:
             _check(driver.cuFuncSetAttribute(function,
                                              driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -763,11 +774,12 @@ def simulate_11(x, vec: int | None = None, n_chunks: int | None = None) -> np.nd
     return chunked_model(x, plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
 
 
-def simulate_13(x, vec: int | None = None, n_chunks: int | None = None, max_groups: int | None = None) -> np.ndarray:
+def simulate_13(x, vec: int | None = None, n_chunks: int | None = None, max_groups: int | None = None,
+                prefetch: bool = True) -> np.ndarray:
     """softmax_13: softmax_10's chunk states, merged as thread t folding states t, t + T, ... then the
-    block reduction (the number of groups changes only which block handles which row)."""
+    block reduction (the number of groups and the prefetch change only when a row is loaded, not its sums)."""
     dtype, v = _model_vec(x, vec)
-    return chunked_model(x, plan_13(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "fold")
+    return chunked_model(x, plan_13(x.shape[0], x.shape[1], dtype, v, n_chunks, prefetch=prefetch), v, "fold")
 
 
 # ---- geometry (fp32, aligned rows) for the registry ---------------------------------------
@@ -807,8 +819,10 @@ def geometry_11(n_rows: int, n_cols: int) -> Launch:
 
 def geometry_13(n_rows: int, n_cols: int) -> Launch:
     """Blocks per row and block shape; the grid is G * P with G capped by residency (known on the GPU only)."""
-    plan = plan_13(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
-    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
+    vec = 4 if n_cols % 4 == 0 else 1
+    plan = plan_13(n_rows, n_cols, "float32", vec)
+    return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,),
+                  shared_bytes=coop_buffers(vec) * plan.cache_elems * 4)
 
 
 def _launched(variant: Variant) -> list[str]:

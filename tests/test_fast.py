@@ -124,7 +124,7 @@ def test_plans_respect_hardware_limits():
                 p13 = kf.plan_13(n_rows, n_cols, dtype, vec)
                 assert 1 <= p13.n_chunks <= 1024 and p13.n_chunks * p13.chunk_elems >= n_cols
                 assert p13.cache_elems == p13.chunk_elems and p13.chunk_elems % vec == 0
-                assert p13.chunk_elems * kf.ITEMSIZE[dtype] <= kf.SHARED_LIMIT_BYTES
+                assert kf.coop_buffers(vec) * p13.chunk_elems * kf.ITEMSIZE[dtype] <= kf.SHARED_LIMIT_BYTES
                 if n_rows == 4000 and n_cols >= 65536:   # many rows: ~32 KB chunks, several blocks per SM
                     assert p13.chunk_elems * kf.ITEMSIZE[dtype] <= kf.COOP_CHUNK_BYTES
     with pytest.raises(ValueError, match="shared memory"):

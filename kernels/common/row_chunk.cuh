@@ -12,6 +12,7 @@
 // that chunk_prefetch filled with cp.async, and chunk_output given `next` refills each
 // cached vector with the next row's vector right after it has been used (same thread, same
 // slot), so the next row's loads are in flight while this row's stores drain.
+// UnsplitStore = true (the persistent row loops of softmax_12 / 13): st.global.v4 (vec_io.cuh).
 // AllCached = true (softmax_13): the caller guarantees cache_elems >= chunk_elems, so the
 // per-vector test "cached or not" disappears from both loops at compile time.
 // An all -inf row has M = -inf: x - M = NaN, so NaN everywhere; a NaN or +inf gives L = NaN.
@@ -67,7 +68,7 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
     return s;
 }
 
-template <typename T, int V, bool AllCached = false>
+template <typename T, int V, bool AllCached = false, bool UnsplitStore = false>
 __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __restrict__ cy, int chunk_elems,
                                              int cache_elems, typename Io<T, V>::raw_t* cache,
                                              OnlineState row, const T* __restrict__ next = nullptr) {
@@ -83,7 +84,8 @@ __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __rest
         Io<T, V>::unpack(raw, v);
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = exp_sub<Folded>(v[j], shift) * inv_l;
-        Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
+        if constexpr (UnsplitStore) Io<T, V>::store_unsplit(cy + i * V, Io<T, V>::pack(v));  // row loops
+        else Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
         if (next != nullptr && i * V < cache_elems) cp_async_16(&cache[i], next + i * V);  // raw was used above
     }
 }

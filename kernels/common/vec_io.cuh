@@ -71,14 +71,24 @@ template <typename T> struct Io<T, 1> {  // scalar path: any alignment
     typedef T raw_t;
     static __device__ __forceinline__ raw_t load_raw(const T* p) { return *p; }
     static __device__ __forceinline__ void store_raw(T* p, raw_t r) { *p = r; }
+    static __device__ __forceinline__ void store_unsplit(T* p, raw_t r) { *p = r; }
     static __device__ __forceinline__ void unpack(raw_t r, float* v) { v[0] = Elem<T>::load(&r); }
     static __device__ __forceinline__ raw_t pack(const float* v) { raw_t r; Elem<T>::store(&r, v[0]); return r; }
 };
+
+// One 16-byte global store the compiler cannot split. In the persistent row loops of softmax_12
+// and softmax_13, nvcc turns the plain uint4 store into four 4-byte STG.E (a quarter of the
+// store width); st.global.v4 keeps STG.E.128. No "memory" clobber: nothing in a kernel reads y.
+__device__ __forceinline__ void store_global_16(void* p, uint4 r) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)), "r"(r.x), "r"(r.y),
+                 "r"(r.z), "r"(r.w));
+}
 
 template <typename T, int V> struct Io16B {  // one 16-byte access: the row must be 16-byte aligned
     typedef uint4 raw_t;
     static __device__ __forceinline__ raw_t load_raw(const T* p) { return *reinterpret_cast<const uint4*>(p); }
     static __device__ __forceinline__ void store_raw(T* p, raw_t r) { *reinterpret_cast<uint4*>(p) = r; }
+    static __device__ __forceinline__ void store_unsplit(T* p, raw_t r) { store_global_16(p, r); }
 };
 
 template <> struct Io<float, 4> : Io16B<float, 4> {

@@ -59,8 +59,8 @@ __device__ __forceinline__ void pipelined_rows(const T* __restrict__ x, T* __res
         if (threadIdx.x == 0) block_state[k & 1] = mine;
         cluster_sync();  // this row's states visible; every block is done reading row k - 1's
         const OnlineState whole = cluster_reduce_states(&block_state[k & 1], &row_state);
-        chunk_output<T, V>(chunk_x, chunk_y, length, cache_elems, cache, whole,
-                           next < n_rows ? x + next * x_row_stride + start : nullptr);
+        chunk_output<T, V, false, true>(chunk_x, chunk_y, length, cache_elems, cache, whole,
+                                        next < n_rows ? x + next * x_row_stride + start : nullptr);
         cp_async_commit();
     }
     cluster_sync();  // nobody exits while its last state may still be read

@@ -9,10 +9,13 @@
 //               and counts itself in `arrived[row]` (grid_states.cuh), waits until all P blocks
 //               of the row have arrived, combines the P published states (thread t folds states
 //               t, t + T, ...; then online_block_reduce) and writes its chunk from shared memory.
-//               A block waiting on its row leaves the SM to the other resident blocks, which are
-//               loading or storing other rows: on an SM, DRAM never waits for a barrier.
+//               A block waiting on its row leaves the SM to the other resident blocks, and the
+//               16-byte builds have already started loading their group's next row into a second
+//               buffer (cp.async, async_copy.cuh): the exchange hides behind DRAM traffic.
+//               Build with -DCOOPERATIVE_PREFETCH=0 for the version without the second buffer.
 // Launch:       grid = G * P blocks (G * P <= the blocks resident at once, G <= n_rows),
-//               block = T threads, dynamic shared memory = chunk_elems * sizeof(T),
+//               block = T threads, dynamic shared memory = 2 * chunk_elems * sizeof(T) (16-byte
+//               builds: two buffers; scalar builds and COOPERATIVE_PREFETCH=0: chunk_elems * sizeof(T)),
 //               cooperative (cuLaunchKernelEx, CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
 //               partials: n_rows * P states; arrived: n_rows counters, zero before the launch.
 //               Entries softmax_13_cooperative_<dtype>_v<V>
@@ -20,40 +23,65 @@
 // Traffic:      1 read + 1 write per element, for any N whose chunks fit the resident blocks'
 //               shared memory (about 132 SMs x 227 KB on the H200), plus 8 B and one atomic
 //               per chunk.
-// Limits:       chunk_elems * sizeof(T) <= 227 KB and a multiple of V; P <= blocks resident at
+// Limits:       the buffers fit 227 KB; chunk_elems a multiple of V; P <= blocks resident at
 //               once; V > 1 needs 16-byte aligned rows and n_cols % V == 0; fp32 / fp16 / bf16;
 //               -inf / NaN as softmax_07.
+#include "async_copy.cuh"
 #include "grid_states.cuh"
 #include "row_chunk.cuh"
+
+#ifndef COOPERATIVE_PREFETCH
+#define COOPERATIVE_PREFETCH 1
+#endif
 
 template <typename T, int V>
 __device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __restrict__ y,
                                                  OnlineState* partials, unsigned int* arrived, int n_rows,
                                                  int n_cols, long long x_row_stride, long long y_row_stride,
                                                  int n_chunks, int chunk_elems) {
+    // The 16-byte builds prefetch the group's next row into a second buffer with cp.async while
+    // this row is exchanged and written; the scalar builds (any alignment) load as they go.
+    constexpr bool Prefetch = COOPERATIVE_PREFETCH && V > 1;
     extern __shared__ uint4 shared_cache[];
     __shared__ OnlineState scratch[32];
     typedef typename Io<T, V>::raw_t raw_t;
-    raw_t* cache = reinterpret_cast<raw_t*>(shared_cache);
+    raw_t* buffers[2] = {reinterpret_cast<raw_t*>(shared_cache),
+                         reinterpret_cast<raw_t*>(shared_cache) + (Prefetch ? chunk_elems / V : 0)};
 
     const int n_groups = static_cast<int>(gridDim.x) / n_chunks;
     const int chunk = static_cast<int>(blockIdx.x) % n_chunks;
     const long long start = static_cast<long long>(chunk) * chunk_elems;
     const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
-
-    for (long long row = blockIdx.x / n_chunks; row < n_rows; row += n_groups) {
+    long long row = blockIdx.x / n_chunks;
+    if constexpr (Prefetch) {
+        if (row < n_rows) {
+            chunk_prefetch<T, V>(x + row * x_row_stride + start, length, length, buffers[0]);
+            cp_async_commit();
+        }
+    }
+    for (int k = 0; row < n_rows; row += n_groups, ++k) {
         const T* chunk_x = x + row * x_row_stride + start;
         T* chunk_y = y + row * y_row_stride + start;
-        // Thread t caches and later reads the same slots (t, t + T, ...): no barrier between rows.
+        raw_t* cache = buffers[k & 1];
+        // Thread t caches (or prefetches) and later reads the same slots t, t + T, ...: no barrier
+        // between rows; the prefetch below refills the buffer this thread finished with a row ago.
+        if constexpr (Prefetch) cp_async_wait_all();
         const OnlineState mine =
-            online_block_reduce(chunk_state<T, V, false, true>(chunk_x, length, length, cache), scratch);
+            online_block_reduce(chunk_state<T, V, Prefetch, true>(chunk_x, length, length, cache), scratch);
+        if constexpr (Prefetch) {
+            if (row + n_groups < n_rows) {
+                chunk_prefetch<T, V>(x + (row + n_groups) * x_row_stride + start, length, length,
+                                     buffers[(k + 1) & 1]);
+                cp_async_commit();
+            }
+        }
         OnlineState* row_partials = partials + row * n_chunks;
         publish_state(row_partials + chunk, arrived + row, mine);
         wait_for_count(arrived + row, static_cast<unsigned int>(n_chunks));
         OnlineState s = online_identity();
         for (int i = threadIdx.x; i < n_chunks; i += blockDim.x) s = online_combine(s, load_state_cg(row_partials + i));
         const OnlineState whole = online_block_reduce(s, scratch);
-        chunk_output<T, V, true>(chunk_x, chunk_y, length, length, cache, whole);
+        chunk_output<T, V, true, true>(chunk_x, chunk_y, length, length, cache, whole);
     }
 }
 

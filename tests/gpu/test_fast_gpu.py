@@ -164,11 +164,12 @@ def test_cooperative_groups_loop_and_chunk_counts(dtype):
         x = cf.on_device(cp, host)
         reference = run_checked(name, x)
         assert_close(name, reference, x)
-        for options in ({"max_groups": 1}, {"max_groups": 3}):
+        for options in ({"max_groups": 1}, {"max_groups": 3}, {"prefetch": False}, {"prefetch": False, "max_groups": 2}):
             y = run_checked(name, x, **options)
             assert bool((y == reference).all()), f"{name}: {options} changed the result at {x.shape}"
+        buffers = kf.coop_buffers(kf._vec_for(x, x, None))
         for n_chunks in (1, 5, 700):
-            if n_cols * x.itemsize / n_chunks > kf.SHARED_LIMIT_BYTES:
+            if buffers * -(-n_cols // n_chunks) * x.itemsize > kf.SHARED_LIMIT_BYTES:
                 continue
             y = run_checked(name, x, n_chunks=n_chunks, max_groups=2)
             assert_close(name, y, x)
