@@ -359,10 +359,11 @@ def launch_13(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
         groups = max(1, min(groups, int(max_groups)))
     fn = get_kernel(variant.path, entry, defines)
     partials = cupy.empty(2 * x.shape[0] * plan.n_chunks, dtype=cupy.float32)
-    arrived = cupy.zeros(x.shape[0], dtype=cupy.uint32)
+    # every slot empty: the bytes 0xff (grid_states.cuh), set on the launch's stream
+    cupy.cuda.runtime.memsetAsync(partials.data.ptr, 0xFF, partials.nbytes, cupy.cuda.get_current_stream().ptr)
     x_stride, y_stride = _strides(x, y)
     args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (partials.data.ptr, ctypes.c_void_p),
-            (arrived.data.ptr, ctypes.c_void_p), (x.shape[0], ctypes.c_int), (x.shape[1], ctypes.c_int),
+            (x.shape[0], ctypes.c_int), (x.shape[1], ctypes.c_int),
             (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
             (plan.n_chunks, ctypes.c_int), (plan.chunk_elems, ctypes.c_int))
     cluster_launch(fn, (groups * plan.n_chunks,), (plan.threads,), args, shared, 1, cooperative=True)

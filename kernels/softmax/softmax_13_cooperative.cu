@@ -5,10 +5,10 @@
 //               is launched cooperatively (every block resident at once, or a launch error) and
 //               is made of G groups of P blocks; group g handles rows g, g + G, g + 2G, ...
 //               Per row, each block caches its chunk in shared memory while folding it into a
-//               state (row_chunk.cuh, the whole chunk cached), publishes the state in `partials`
-//               and counts itself in `arrived[row]` (grid_states.cuh), waits until all P blocks
-//               of the row have arrived, combines the P published states (thread t folds states
-//               t, t + T, ...; then online_block_reduce) and writes its chunk from shared memory.
+//               state (row_chunk.cuh, the whole chunk cached), publishes the state in its slot of
+//               `partials` (grid_states.cuh: the slot's bits are the flag), then thread t waits
+//               for and folds slots t, t + T, ... of the row, online_block_reduce combines the
+//               threads, and the block writes its chunk from shared memory (P = 1: no exchange).
 //               A block waiting on its row leaves the SM to the other resident blocks, and the
 //               16-byte builds have already started loading their group's next row into a second
 //               buffer (cp.async, async_copy.cuh): the exchange hides behind DRAM traffic.
@@ -17,12 +17,12 @@
 //               block = T threads, dynamic shared memory = 2 * chunk_elems * sizeof(T) (16-byte
 //               builds: two buffers; scalar builds and COOPERATIVE_PREFETCH=0: chunk_elems * sizeof(T)),
 //               cooperative (cuLaunchKernelEx, CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
-//               partials: n_rows * P states; arrived: n_rows counters, zero before the launch.
+//               partials: n_rows * P states of 8 bytes, every byte 0xff before the launch.
 //               Entries softmax_13_cooperative_<dtype>_v<V>
 //               (softmax_13_cooperative_f32_v4, ..., softmax_13_cooperative_bf16_v1).
 // Traffic:      1 read + 1 write per element, for any N whose chunks fit the resident blocks'
-//               shared memory (about 132 SMs x 227 KB on the H200), plus 8 B and one atomic
-//               per chunk.
+//               shared memory (about 132 SMs x 227 KB on the H200), plus 8 B written and
+//               P x 8 B polled per chunk.
 // Limits:       the buffers fit 227 KB; chunk_elems a multiple of V; P <= blocks resident at
 //               once; V > 1 needs 16-byte aligned rows and n_cols % V == 0; fp32 / fp16 / bf16;
 //               -inf / NaN as softmax_07.
@@ -36,7 +36,7 @@
 
 template <typename T, int V>
 __device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __restrict__ y,
-                                                 OnlineState* partials, unsigned int* arrived, int n_rows,
+                                                 OnlineState* partials, int n_rows,
                                                  int n_cols, long long x_row_stride, long long y_row_stride,
                                                  int n_chunks, int chunk_elems) {
     // The 16-byte builds prefetch the group's next row into a second buffer with cp.async while
@@ -75,23 +75,24 @@ __device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __r
                 cp_async_commit();
             }
         }
-        OnlineState* row_partials = partials + row * n_chunks;
-        publish_state(row_partials + chunk, arrived + row, mine);
-        wait_for_count(arrived + row, static_cast<unsigned int>(n_chunks));
-        OnlineState s = online_identity();
-        for (int i = threadIdx.x; i < n_chunks; i += blockDim.x) s = online_combine(s, load_state_cg(row_partials + i));
-        const OnlineState whole = online_block_reduce(s, scratch);
+        OnlineState whole = mine;
+        if (n_chunks > 1) {
+            OnlineState* row_partials = partials + row * n_chunks;
+            if (threadIdx.x == 0) publish_state(row_partials + chunk, mine);
+            OnlineState s = online_identity();
+            for (int i = threadIdx.x; i < n_chunks; i += blockDim.x) s = online_combine(s, wait_for_state(row_partials + i));
+            whole = online_block_reduce(s, scratch);
+        }
         chunk_output<T, V, true, true>(chunk_x, chunk_y, length, length, cache, whole);
     }
 }
 
 #define SOFTMAX_13(TAG, T, V)                                                                          \
     extern "C" __global__ void __launch_bounds__(1024) softmax_13_cooperative_##TAG##_v##V(             \
-        const T* __restrict__ x, T* __restrict__ y, OnlineState* partials, unsigned int* arrived,       \
-        int n_rows, int n_cols, long long x_row_stride, long long y_row_stride, int n_chunks,           \
-        int chunk_elems) {                                                                              \
-        cooperative_rows<T, V>(x, y, partials, arrived, n_rows, n_cols, x_row_stride, y_row_stride,    \
-                               n_chunks, chunk_elems);                                                  \
+        const T* __restrict__ x, T* __restrict__ y, OnlineState* partials, int n_rows, int n_cols,      \
+        long long x_row_stride, long long y_row_stride, int n_chunks, int chunk_elems) {                \
+        cooperative_rows<T, V>(x, y, partials, n_rows, n_cols, x_row_stride, y_row_stride, n_chunks,   \
+                               chunk_elems);                                                            \
     }
 
 SOFTMAX_13(f32, float, 4) SOFTMAX_13(f16, half_bits, 8) SOFTMAX_13(bf16, bf16_bits, 8)
