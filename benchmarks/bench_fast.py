@@ -3,7 +3,7 @@
 Shapes: N in {256, 1K, 4K, 16K, 64K, 256K, 1M} x batch in {1, 10, 64, 4000} x {fp32, fp16, bf16}.
 Tensors are capped at 2^30 elements (4 GB in fp32): at N = 1M the batch of 4000 becomes 1024
 rows (`n_rows` is what ran, `batch` what was asked). For each shape the dispatcher ("fast")
-runs, and next to it every fast kernel that applies there (the ladder: softmax_07 .. 11 and,
+runs, and next to it every fast kernel that applies there (the ladder: softmax_07 .. 12 and,
 in fp32 at batch 4000 and 10, the teaching softmax_02_online), torch.softmax and
 cupyx.scipy.special.softmax on the same tensors, all through `timer.time_gpu`. GB/s counts
 the ideal traffic, one read and one write per element; `fraction_of_copy` divides by the
@@ -50,6 +50,8 @@ def candidates(n_rows: int, n_cols: int, dtype: str) -> list[str]:
             names.append("softmax_10_cluster")
     if n_cols >= 16384:
         names.append("softmax_11_split")
+        if kf.cluster_launch_works():
+            names.append("softmax_12_pipelined")
     if dtype == "float32" and n_rows in (4000, 10) and n_cols <= 262144:
         names.append("softmax_02_online")
     return names

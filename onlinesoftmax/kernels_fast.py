@@ -1,4 +1,4 @@
-"""Launcher module of the fast softmax kernels softmax_07 .. softmax_11 (and the attempt softmax_12).
+"""Launcher module of the fast softmax kernels softmax_07 .. softmax_12 (and the attempt softmax_13).
 
 fp32, fp16 and bf16.
 
@@ -33,6 +33,7 @@ SHARED_TWO_BLOCKS_BYTES = 112 * 1024        # a row (chunk) this small leaves ro
 CHUNK_UNROLL = 4                            # row_chunk.cuh: vectors per thread per step
 MAX_CLUSTER = 16                            # 16 is Hopper's non-portable maximum (8 portable)
 WARP_ROWS_BLOCK = 128                       # softmax_07's block size
+PIPELINED_MIN_ROWS = 1024                   # dispatcher: 16-bit rows of 64K go to softmax_12 from here (measured at 4000)
 
 # softmax_07: (vectors per lane NV, lanes per row G) for the 16-byte and the scalar path.
 CONFIGS_07 = {
@@ -422,6 +423,21 @@ def _remember(cache: dict, key, value):
     return value
 
 
+def allow_shared(function, shared_bytes: int) -> None:
+    """Raise the CUfunction's dynamic shared memory limit to `shared_bytes` if it is lower; never lower it.
+
+    The limit belongs to the function, not to a launch shape: setting it to each shape's size would let a
+    smaller shape lower it under a larger shape whose launch configuration is cached (the launch then
+    fails with CUDA_ERROR_INVALID_VALUE). Asked of the driver each time: a recompiled kernel starts at 48 KB."""
+    if shared_bytes <= 48 * 1024:
+        return
+    driver = _driver()
+    limit = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (current,) = _check(driver.cuFuncGetAttribute(limit, function), "reading the shared memory limit")
+    if current < shared_bytes:
+        _check(driver.cuFuncSetAttribute(function, limit, shared_bytes), "raising the shared memory limit")
+
+
 def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, cooperative: bool = False) -> None:
     """Launch the cupy RawKernel `fn` on cupy's current stream with clusters of `cluster` blocks along x
     (cluster = 1: no cluster attribute), cooperatively if asked (every block resident at once, or an error).
@@ -437,9 +453,6 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, coope
     if prepared is None:
         function = _function_handle(fn)
         attribute = driver.CUfunction_attribute
-        if shared_bytes > 48 * 1024:
-            _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             shared_bytes), "raising the shared memory limit")
         if cluster > 8:
             _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                              1), "allowing a non-portable cluster size")
@@ -463,6 +476,7 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, coope
         config.numAttrs = len(attrs)
         prepared = _remember(_configs, key, (function, config))
     function, config = prepared
+    allow_shared(function, shared_bytes)   # every launch: another shape may have been launched since
     values = tuple(value for value, _ in args)
     types = tuple(kind for _, kind in args)
     what = f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''})"
@@ -515,10 +529,7 @@ def resident_blocks(entry: str, threads: int, shared_bytes: int, file: str, defi
 
         driver = _driver()
         function = _function_handle(get_kernel(file, entry, defines))
-        if shared_bytes > 48 * 1024:
-            _check(driver.cuFuncSetAttribute(function,
-                                             driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             shared_bytes), "raising the shared memory limit")
+        allow_shared(function, shared_bytes)
         (per_sm,) = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared_bytes),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         count = _remember(_occupancy, key, int(per_sm) * cupy.cuda.Device().attributes["MultiProcessorCount"])
@@ -532,9 +543,7 @@ def _max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: i
     function_kernel = get_kernel(file, entry)
     function = _function_handle(function_kernel)
     attribute = driver.CUfunction_attribute
-    if shared_bytes > 48 * 1024:
-        _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                         shared_bytes), "raising the shared memory limit")
+    allow_shared(function, shared_bytes)
     if cluster > 8:
         _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                "allowing a non-portable cluster size")
@@ -889,10 +898,10 @@ COOPERATIVE = register(Variant(
     geometry=geometry_13, simulate=simulate_13, launch=launch_13, reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
-FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT, COOPERATIVE)
-# Measured and not adopted (suite softmax-fast-attempts; chapter 06, Limits): outside the
-# dispatcher, the softmax-fast benchmark and the chapter's ladder, still tested and sanitized.
-ATTEMPT_VARIANTS = (PIPELINED,)
+FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT, PIPELINED)
+# Measured and not adopted (suite softmax-fast-cooperative; chapter 06): outside the dispatcher,
+# the softmax-fast benchmark and the chapter's ladder, still tested and sanitized.
+ATTEMPT_VARIANTS = (COOPERATIVE,)
 
 
 # ---- the dispatcher ----------------------------------------------------------------------
@@ -928,6 +937,13 @@ def choose(n_rows: int, n_cols: int, dtype="float32", clusters: bool | None = No
     small_input = n_rows * row_bytes <= 24 * 2**20
     if few_rows and n_rows * MAX_CLUSTER < sms and small_input and row_bytes >= 512 * 1024:
         return Choice(SPLIT, "a few long rows that fit L2: split over every SM, partials merged in a second launch")
+    # softmax_12 where it measured ahead of softmax_10 / 11 (suite softmax-fast-cooperative): many fp32 rows
+    # of >= 1M; thousands of 16-bit rows of 64K (up to 256 KB: below, 09 wins; at 512 KB they tie).
+    if clusters and not few_rows and dtype == "float32" and row_bytes > MAX_CLUSTER * SHARED_TWO_BLOCKS_BYTES:
+        return Choice(PIPELINED, "many fp32 rows too long for a cluster's shared memory: persistent clusters, "
+                                 "the next row's loads in flight during this row's stores")
+    if clusters and n_rows >= PIPELINED_MIN_ROWS and ITEMSIZE[dtype] == 2 and row_bytes <= 256 * 1024:
+        return Choice(PIPELINED, "thousands of 16-bit rows of 64-256 KB: persistent clusters")
     if not few_rows and row_bytes > MAX_CLUSTER * SHARED_TWO_BLOCKS_BYTES:
         return Choice(SPLIT, "many rows too long for a 16-block cluster at two blocks per SM: split, second read from L2")
     if clusters:

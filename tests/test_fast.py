@@ -74,7 +74,8 @@ def test_fast_dispatch_on_numpy_runs_the_chosen_model():
     (4000, 65536, True, "softmax_10_cluster"),
     (64, 16384, True, "softmax_08_registers"),
     (64, 65536, True, "softmax_10_cluster"),
-    (1024, 1 << 20, True, "softmax_11_split"),
+    (1024, 1 << 20, True, "softmax_12_pipelined"),
+    (64, 1 << 20, True, "softmax_10_cluster"),
     (1, 1 << 20, True, "softmax_11_split"),
     (4000, 65536, False, "softmax_09_shared"),
     (10, 1 << 20, False, "softmax_11_split"),
@@ -83,6 +84,19 @@ def test_fast_dispatch_on_numpy_runs_the_chosen_model():
 ])
 def test_dispatch_choices(n_rows, n_cols, clusters, expected):
     assert kf.choose(n_rows, n_cols, "float32", clusters=clusters).variant.name == expected
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize(("n_rows", "n_cols", "clusters", "expected"), [
+    (4000, 16384, True, "softmax_09_shared"),
+    (4000, 65536, True, "softmax_12_pipelined"),
+    (4000, 65536, False, "softmax_09_shared"),
+    (64, 65536, True, "softmax_10_cluster"),
+    (4000, 262144, True, "softmax_10_cluster"),
+    (1024, 1 << 20, True, "softmax_11_split"),
+])
+def test_dispatch_choices_16_bit(n_rows, n_cols, clusters, expected, dtype):
+    assert kf.choose(n_rows, n_cols, dtype, clusters=clusters).variant.name == expected
 
 
 def test_configurations_hold_the_row_and_exist_in_the_source():

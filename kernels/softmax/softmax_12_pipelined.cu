@@ -21,14 +21,19 @@
 //               launcher sends other rows to softmax_10; chunk_elems a multiple of V;
 //               fp32 / fp16 / bf16; -inf / NaN as 07. Same partition and reduction order as
 //               softmax_10, so the same NumPy model.
-// Measured:     an attempt, not adopted (suite softmax-fast-attempts, chapter 06 *Limits*):
-//               slower than softmax_10 at every shape and cluster size tried. In this build
-//               nvcc splits the 16-byte output store into four 4-byte stores (SASS: 4 x STG.E
-//               per vector where softmax_10 has one STG.E.128) and the loads lose .CONSTANT;
-//               ncu then shows L2 far busier than DRAM. Forcing the vector store (PTX
-//               st.global.v4) restores STG.E.128 — unmeasured, the next thing to time.
+// Measured:     first built with the plain 16-byte store of chunk_output, which nvcc splits in
+//               this row loop into four 4-byte stores per vector (SASS: STG.E, no STG.E.128; the
+//               loads lose .CONSTANT): slower than softmax_10 at every shape (suite
+//               softmax-fast-attempts). With the store forced (st.global.v4, store_unsplit in
+//               vec_io.cuh; build with -DPIPELINED_UNSPLIT_STORE=0 to see the split again) it is the
+//               fastest kernel measured for many fp32 rows of 1M and thousands of 16-bit rows of
+//               64K (suite softmax-fast-cooperative), and the dispatcher uses it there.
 #include "cluster.cuh"
 #include "row_chunk.cuh"
+
+#ifndef PIPELINED_UNSPLIT_STORE
+#define PIPELINED_UNSPLIT_STORE 1   // 0: the first build's plain uint4 store, which nvcc splits here
+#endif
 
 template <typename T, int V>
 __device__ __forceinline__ void pipelined_rows(const T* __restrict__ x, T* __restrict__ y, int n_rows, int n_cols,
@@ -59,8 +64,8 @@ __device__ __forceinline__ void pipelined_rows(const T* __restrict__ x, T* __res
         if (threadIdx.x == 0) block_state[k & 1] = mine;
         cluster_sync();  // this row's states visible; every block is done reading row k - 1's
         const OnlineState whole = cluster_reduce_states(&block_state[k & 1], &row_state);
-        chunk_output<T, V, false, true>(chunk_x, chunk_y, length, cache_elems, cache, whole,
-                                        next < n_rows ? x + next * x_row_stride + start : nullptr);
+        chunk_output<T, V, false, PIPELINED_UNSPLIT_STORE>(chunk_x, chunk_y, length, cache_elems, cache, whole,
+                                                           next < n_rows ? x + next * x_row_stride + start : nullptr);
         cp_async_commit();
     }
     cluster_sync();  // nobody exits while its last state may still be read

@@ -184,6 +184,20 @@ def test_cooperative_refuses_chunks_that_do_not_fit():
     assert_close("softmax_13_cooperative", run_checked("softmax_13_cooperative", x), x)  # context still healthy
 
 
+@pytest.mark.parametrize("name", ("softmax_10_cluster", "softmax_12_pipelined", "softmax_13_cooperative"))
+def test_shared_memory_limit_is_never_lowered_between_shapes(name):
+    """A large-chunk shape, a small-chunk shape of the same kernel, the large one again: the second
+    must not lower the kernel's shared-memory limit under the first's cached launch configuration
+    (found on the H200: softmax_12 failed with CUDA_ERROR_INVALID_VALUE at 10 x 1M in a benchmark)."""
+    if name in CLUSTERED and not kf.cluster_launch_works():
+        pytest.skip(kf.cluster_status())
+    options = {"n_chunks": 4} if name != "softmax_12_pipelined" else {"n_chunks": 4, "max_clusters": 2}
+    big = cf.random_rows(cp, 3, 4 * 24000, "float32", seed=1)      # ~94 KB chunks (x 2 buffers for 13)
+    small = cf.random_rows(cp, 5, 4 * 4096, "float32", seed=2)     # 16 KB chunks
+    for x in (big, small, big, small, big):
+        assert_close(name, run_checked(name, x, **options), x)
+
+
 @pytest.mark.parametrize("dtype", cf.DTYPES)
 def test_shared_with_partial_cache_and_split_chunk_counts(dtype):
     x = cf.random_rows(cp, 4, 300000, dtype, seed=9)
