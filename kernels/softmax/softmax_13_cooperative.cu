@@ -27,10 +27,10 @@
 //               once; V > 1 needs 16-byte aligned rows and n_cols % V == 0; fp32 / fp16 / bf16;
 //               -inf / NaN as softmax_07.
 // Measured:     an attempt, not adopted (suite softmax-fast-cooperative, chapter 06): correct for
-//               any P, but below softmax_10 / 12 at batch 4000 and within a few percent of the
-//               dispatcher's choice elsewhere. Its first build published with __threadfence +
-//               atomicAdd + an acquire poll and stored in 4-byte pieces (suite
-//               softmax-fast-cooperative-split-stores); neither change made it win.
+//               any P, but below softmax_10 / 12 at batch 4000, and at few rows sometimes ahead of
+//               the dispatcher's choice, sometimes behind. Its first build published with
+//               __threadfence + atomicAdd + an acquire poll and stored in 4-byte pieces (suite
+//               softmax-fast-cooperative-split-stores); fixing both did not change the verdict.
 #include "async_copy.cuh"
 #include "grid_states.cuh"
 #include "row_chunk.cuh"
