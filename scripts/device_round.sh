@@ -12,7 +12,7 @@
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-tests=${1:-tests/gpu}; benches=${2:-}; chapters=${3:-}; sanitize=${4:-}
+tests=${1-tests/gpu}; benches=${2:-}; chapters=${3:-}; sanitize=${4:-}   # tests "" = none
 day=$(date -u +%F)
 gpu_dir=data/h200
 mkdir -p "$gpu_dir"
