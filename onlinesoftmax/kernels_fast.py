@@ -316,7 +316,10 @@ def launch_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     cluster_launch(launch, (clusters * plan.n_chunks,), (plan.threads,), args, shared, plan.n_chunks)
 
 
-def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None) -> None:
+def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
+              programmatic: bool = True) -> None:
+    """Stats, then output as a programmatic dependent launch (cupy's ordinary launch when
+    programmatic=False or without cuda-bindings; the kernels are correct either way)."""
     check_chunks(n_chunks, variant.name)
     import cupy
 
@@ -330,7 +333,13 @@ def launch_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | No
     x_stride, y_stride = _strides(x, y)
     n_cols, n_chunks, chunk = np.int32(x.shape[1]), np.int32(plan.n_chunks), np.int32(plan.chunk_elems)
     stats(stats_launch.grid, stats_launch.block, (x, partials, n_cols, x_stride, n_chunks, chunk))
-    output(output_launch.grid, output_launch.block, (x, y, partials, n_cols, x_stride, y_stride, n_chunks, chunk))
+    if not programmatic or not has_driver_bindings():
+        output(output_launch.grid, output_launch.block, (x, y, partials, n_cols, x_stride, y_stride, n_chunks, chunk))
+        return
+    args = ((x.data.ptr, ctypes.c_void_p), (y.data.ptr, ctypes.c_void_p), (partials.data.ptr, ctypes.c_void_p),
+            (int(n_cols), ctypes.c_int), (int(x_stride), ctypes.c_longlong), (int(y_stride), ctypes.c_longlong),
+            (int(n_chunks), ctypes.c_int), (int(chunk), ctypes.c_int))
+    cluster_launch(output, output_launch.grid, output_launch.block, args, 0, 1, programmatic=True)
 
 
 def launch_13(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
@@ -395,6 +404,14 @@ def _driver():
     return driver
 
 
+def has_driver_bindings() -> bool:
+    try:
+        _driver()
+    except ClusterLaunchError:
+        return False
+    return True
+
+
 def _check(result, what: str):
     driver = _driver()
     err = result[0]
@@ -438,9 +455,12 @@ def allow_shared(function, shared_bytes: int) -> None:
         _check(driver.cuFuncSetAttribute(function, limit, shared_bytes), "raising the shared memory limit")
 
 
-def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, cooperative: bool = False) -> None:
+def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, cooperative: bool = False,
+                   programmatic: bool = False) -> None:
     """Launch the cupy RawKernel `fn` on cupy's current stream with clusters of `cluster` blocks along x
-    (cluster = 1: no cluster attribute), cooperatively if asked (every block resident at once, or an error).
+    (cluster = 1: no cluster attribute), cooperatively if asked (every block resident at once, or an error),
+    as a programmatic dependent launch if asked (launch_order.cuh: it may start before the previous kernel
+    on the stream ends, and waits for it where the kernel says so).
 
     `args` is a sequence of (value, ctypes type) pairs in the kernel's parameter order.
     """
@@ -448,7 +468,7 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, coope
 
     driver = _driver()
     stream = cupy.cuda.get_current_stream().ptr
-    key = (int(fn.kernel.ptr), tuple(grid), tuple(block), shared_bytes, cluster, cooperative, stream)
+    key = (int(fn.kernel.ptr), tuple(grid), tuple(block), shared_bytes, cluster, cooperative, programmatic, stream)
     prepared = _configs.get(key)
     if prepared is None:
         function = _function_handle(fn)
@@ -472,6 +492,11 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, coope
             together.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
             together.value.cooperative = 1
             attrs.append(together)
+        if programmatic:
+            early = driver.CUlaunchAttribute()
+            early.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            early.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(early)
         config.attrs = attrs
         config.numAttrs = len(attrs)
         prepared = _remember(_configs, key, (function, config))
@@ -479,7 +504,8 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, coope
     allow_shared(function, shared_bytes)   # every launch: another shape may have been launched since
     values = tuple(value for value, _ in args)
     types = tuple(kind for _, kind in args)
-    what = f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''})"
+    what = (f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''}"
+            f"{', programmatic' if programmatic else ''})")
     _check(driver.cuLaunchKernelEx(config, function, (values, types), 0), what)
 
 
@@ -779,7 +805,7 @@ def simulate_12(x, vec: int | None = None, n_chunks: int | None = None, cache_el
     return simulate_10(x, vec=vec, n_chunks=n_chunks, cache_elems=cache_elems)
 
 
-def simulate_11(x, vec: int | None = None, n_chunks: int | None = None) -> np.ndarray:
+def simulate_11(x, vec: int | None = None, n_chunks: int | None = None, programmatic: bool = True) -> np.ndarray:
     dtype, v = _model_vec(x, vec)
     return chunked_model(x, plan_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
 

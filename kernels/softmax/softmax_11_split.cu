@@ -6,7 +6,10 @@
 //               softmax_11_split_stats writes one (m, l) per chunk to `partials`;
 //               softmax_11_split_output combines the row's C partials (block butterfly, the
 //               identity past C) and reads its chunk again to write the output. C is not
-//               limited by the cluster size, so a single row can use every SM.
+//               limited by the cluster size, so a single row can use every SM. The output
+//               launch is a programmatic dependent launch (launch_order.cuh): its blocks start
+//               while the stats kernel runs and wait for it in hardware, which hides most of the
+//               second launch's latency — what a single row of 1M mostly measures.
 // Launch:       both: grid = n_rows * C, no dynamic shared memory; stats: block = T threads;
 //               output: block = max(T, C rounded up to a power of two, 32) threads, so every
 //               partial has a thread in the merge; partials: n_rows * C states (8 B each).
@@ -16,6 +19,7 @@
 //               comes from L2 when the input fits it (H200: ~60 MB), so small batches of long
 //               rows still move about 1 read + 1 write through DRAM.
 // Limits:       C <= 1024 (one state per thread in the merge); any n_cols; V as softmax_10.
+#include "launch_order.cuh"
 #include "row_chunk.cuh"
 
 template <typename T, int V>
@@ -23,6 +27,7 @@ __device__ __forceinline__ void split_stats(const T* __restrict__ x, OnlineState
                                             int n_cols, long long x_row_stride, int n_chunks,
                                             int chunk_elems) {
     __shared__ OnlineState scratch[32];
+    dependents_may_launch();  // the output kernel's blocks may take free SM slots now (they wait below)
     const long long row = blockIdx.x / n_chunks;
     const long long start = static_cast<long long>(blockIdx.x % n_chunks) * chunk_elems;
     const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
@@ -40,6 +45,7 @@ __device__ __forceinline__ void split_output(const T* __restrict__ x, T* __restr
     const long long row = blockIdx.x / n_chunks;
     const long long start = static_cast<long long>(blockIdx.x % n_chunks) * chunk_elems;
     const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
+    wait_for_prerequisite_grid();  // the stats kernel has finished and its partials are visible
     const OnlineState mine = static_cast<int>(threadIdx.x) < n_chunks ? partials[row * n_chunks + threadIdx.x]
                                                                       : online_identity();
     const OnlineState whole = online_block_reduce(mine, scratch);

@@ -205,6 +205,22 @@ def test_shared_with_partial_cache_and_split_chunk_counts(dtype):
         assert_close("softmax_09_shared", run_checked("softmax_09_shared", x, cache_elems=cache), x)
     for n_chunks in (1, 3, 64, 1000):
         assert_close("softmax_11_split", run_checked("softmax_11_split", x, n_chunks=n_chunks), x)
+        # the output launch is a programmatic dependent launch: the same bits as an ordinary launch
+        plain = run_checked("softmax_11_split", x, n_chunks=n_chunks, programmatic=False)
+        assert bool((plain == run_checked("softmax_11_split", x, n_chunks=n_chunks)).all())
+
+
+def test_split_dependent_launch_back_to_back():
+    """Many stats/output pairs queued without a host sync: every output waits for its own stats."""
+    name = "softmax_11_split"
+    xs = [cf.random_rows(cp, 2, 1 << 20, "float32", seed=s) for s in range(6)]
+    outs = [cf.poisoned_like(x) for x in xs]
+    for x, out in zip(xs, outs):
+        api.run(osm.REGISTRY[name], x, out=out)
+    cp.cuda.Device().synchronize()
+    for x, out in zip(xs, outs):
+        assert cf.unwritten(out) == 0
+        assert_close(name, out, x)
 
 
 @pytest.mark.parametrize("dtype", cf.DTYPES)
