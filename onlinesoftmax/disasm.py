@@ -87,3 +87,55 @@ def load_widths(sass_text: str) -> dict[str, int]:
         opcode = text.split()[1] if text.startswith("@") else text.split()[0]
         counts[opcode] = counts.get(opcode, 0) + 1
     return counts
+
+
+def nvrtc_cubin(path, define_flags=()) -> bytes:
+    """Compile a kernel file with NVRTC — the runtime compiler cupy uses — for sm_90; return the cubin.
+
+    nvcc and NVRTC can allocate differently (a local pointer array that nvcc keeps in registers went
+    to the stack under NVRTC on the H200), so resource checks look at this build too."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:
+        raise ToolMissing("NVRTC bindings not found: pip install cuda-bindings nvidia-cuda-nvrtc") from error
+    path = Path(path)
+    if not path.is_absolute():
+        path = loader.KERNELS_DIR / path
+    text, _ = loader.expand_source(path)
+    err, program = nvrtc.nvrtcCreateProgram(text.encode(), path.name.encode(), 0, [], [])
+    options = [o.encode() for o in (*loader.COMPILE_OPTIONS, "-arch=sm_90", *define_flags)]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+        raise loader.KernelCompileError(f"{path} failed to compile with NVRTC:\n{log.decode(errors='replace')}")
+    _, size = nvrtc.nvrtcGetCUBINSize(program)
+    binary = b" " * size
+    nvrtc.nvrtcGetCUBIN(program, binary)
+    nvrtc.nvrtcDestroyProgram(program)
+    return binary
+
+
+RESOURCE_LINE = re.compile(r"Function (\S+):\s*(.*)")
+
+
+def resource_usage(binary: bytes) -> dict[str, dict[str, int]]:
+    """{entry: {"REG": .., "STACK": .., "SHARED": .., "LOCAL": .., ...}} from cuobjdump --dump-resource-usage."""
+    tool = cuobjdump_path()
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "kernel.cubin"
+        target.write_bytes(binary)
+        out = subprocess.run([str(tool), "--dump-resource-usage", str(target)], capture_output=True,
+                             text=True, check=True).stdout
+    usage, entry = {}, None
+    for line in out.splitlines():
+        named = RESOURCE_LINE.search(line)
+        if named:
+            entry = named.group(1).rstrip(":")
+            usage[entry] = {}
+            line = named.group(2)
+        if entry is not None:
+            for key, value in re.findall(r"([A-Z_]+):(\d+)", line):
+                usage[entry][key] = int(value)
+    return usage

@@ -132,3 +132,23 @@ def test_kernel_compiles_without_spills(nvcc, tmp_path, path: Path, define_flags
     assert "ptxas info" in report, f"no ptxas report (is -Xptxas -v honoured?):\n{report}"
     missing = missing_entries(result.stdout + result.stderr, launched_entries(name))
     assert not missing, f"{name} launches entries this build does not compile: {missing}\n\n{report}"
+
+
+@pytest.mark.parametrize(
+    ("path", "define_flags", "name"),
+    [pytest.param(path, flags, name, id=name) for path, flags, name in BUILDS],
+)
+def test_nvrtc_build_uses_no_local_memory(path: Path, define_flags: tuple[str, ...], name: str):
+    """The runtime build (NVRTC, as cupy compiles on the GPU) has no stack or local memory either:
+    on the H200 an NVRTC build put a two-pointer array on the stack where nvcc had not."""
+    from onlinesoftmax import disasm
+
+    try:
+        usage = disasm.resource_usage(disasm.nvrtc_cubin(path, define_flags))
+    except disasm.ToolMissing as missing:
+        if running_in_ci():
+            pytest.fail(f"CI must check the NVRTC build: {missing}")
+        pytest.skip(str(missing))
+    assert usage, f"{name}: no entries in the NVRTC build"
+    on_stack = {entry: u for entry, u in usage.items() if u.get("STACK", 0) or u.get("LOCAL", 0)}
+    assert not on_stack, f"{name}: NVRTC build uses local memory: {on_stack}"

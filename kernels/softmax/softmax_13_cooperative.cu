@@ -50,8 +50,8 @@ __device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __r
     extern __shared__ uint4 shared_cache[];
     __shared__ OnlineState scratch[32];
     typedef typename Io<T, V>::raw_t raw_t;
-    raw_t* buffers[2] = {reinterpret_cast<raw_t*>(shared_cache),
-                         reinterpret_cast<raw_t*>(shared_cache) + (Prefetch ? chunk_elems / V : 0)};
+    raw_t* const first_buffer = reinterpret_cast<raw_t*>(shared_cache);
+    const int second_offset = Prefetch ? chunk_elems / V : 0;  // no pointer array: it would live in local memory
 
     const int n_groups = static_cast<int>(gridDim.x) / n_chunks;
     const int chunk = static_cast<int>(blockIdx.x) % n_chunks;
@@ -60,14 +60,14 @@ __device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __r
     long long row = blockIdx.x / n_chunks;
     if constexpr (Prefetch) {
         if (row < n_rows) {
-            chunk_prefetch<T, V>(x + row * x_row_stride + start, length, length, buffers[0]);
+            chunk_prefetch<T, V>(x + row * x_row_stride + start, length, length, first_buffer);
             cp_async_commit();
         }
     }
     for (int k = 0; row < n_rows; row += n_groups, ++k) {
         const T* chunk_x = x + row * x_row_stride + start;
         T* chunk_y = y + row * y_row_stride + start;
-        raw_t* cache = buffers[k & 1];
+        raw_t* cache = first_buffer + (k & 1) * second_offset;
         // Thread t caches (or prefetches) and later reads the same slots t, t + T, ...: no barrier
         // between rows; the prefetch below refills the buffer this thread finished with a row ago.
         if constexpr (Prefetch) cp_async_wait_all();
@@ -76,7 +76,7 @@ __device__ __forceinline__ void cooperative_rows(const T* __restrict__ x, T* __r
         if constexpr (Prefetch) {
             if (row + n_groups < n_rows) {
                 chunk_prefetch<T, V>(x + (row + n_groups) * x_row_stride + start, length, length,
-                                     buffers[(k + 1) & 1]);
+                                     first_buffer + ((k + 1) & 1) * second_offset);
                 cp_async_commit();
             }
         }
