@@ -8,7 +8,10 @@ in fp32 at batch 4000 and 10, the teaching softmax_02_online), torch.softmax and
 cupyx.scipy.special.softmax on the same tensors, all through `timer.time_gpu`. GB/s counts
 the ideal traffic, one read and one write per element; `fraction_of_copy` divides by the
 device-to-device copy of 2 GB measured at the start of the same run; `copy_same_size` rows
-copy the shape's own bytes (the floor that launch and latency set for small tensors).
+copy the shape's own bytes (the floor that launch and latency set for small tensors). Before it is
+timed, each of the book's kernels (and "fast") runs once on a poisoned output and is compared with
+the float64 reference (`bench.check_output`); rows carry `correct`, and a wrong kernel is recorded
+with its error instead of a time.
 
 Run on a GPU machine:  python benchmarks/bench_fast.py [--quick]   (about a minute)
 """
@@ -95,20 +98,28 @@ def measure(quick: bool = False) -> dict:
         itemsize = kf.ITEMSIZE[dtype]
         inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
+        poison = cf.poisoned_like(out)
         ideal = 2 * n_rows * n_cols * itemsize
         fields = {"n_rows": n_rows, "n_cols": n_cols, "batch": batch, "dtype": dtype}
         choice = kf.choose(n_rows, n_cols, dtype)
-        shape_rows = [bench.measure("fast", lambda x: osm.softmax(x, "fast", out=out), inputs,
-                                    bytes_per_call=ideal, copy_GBps=copy["GBps"], variant=choice.variant.name,
-                                    **fields)]
+
+        def checked_measure(name, fn, **extra):
+            """Ours are checked against the float64 reference first; a wrong kernel is recorded, not timed."""
+            ok, message = bench.check_output(fn, inputs[0], out, poison)
+            if not ok:
+                print(f"WRONG {name} {dtype} {n_rows}x{n_cols}: {message}", flush=True)
+                return {"kernel": name, **fields, **extra, "correct": False, "error": message[:300]}
+            return {**bench.measure(name, fn, inputs, bytes_per_call=ideal, copy_GBps=copy["GBps"], **extra,
+                                    **fields), "correct": True}
+
+        shape_rows = [checked_measure("fast", lambda x: osm.softmax(x, "fast", out=out), variant=choice.variant.name)]
         # the copy of the same bytes: the floor a small tensor sets (launch and latency bound)
         shape_rows.append(bench.measure("copy_same_size",
                                         lambda x: out.data.copy_from_device_async(x.data, ideal // 2), inputs,
                                         bytes_per_call=ideal, copy_GBps=copy["GBps"], **fields))
         for name in candidates(n_rows, n_cols, dtype):
             variant = osm.REGISTRY[name]
-            shape_rows.append(bench.measure(name, lambda x, v=variant: api.run(v, x, out=out), inputs,
-                                            bytes_per_call=ideal, copy_GBps=copy["GBps"], **fields))
+            shape_rows.append(checked_measure(name, lambda x, v=variant: api.run(v, x, out=out)))
             shape_rows[-1]["model_bytes"] = variant.bytes_moved(n_rows, n_cols, itemsize)
         for name, (kind, fn) in library_baselines(dtype).items():
             args = [torch_view(x) for x in inputs] if kind == "torch" else inputs
@@ -120,12 +131,13 @@ def measure(quick: bool = False) -> dict:
         rows += shape_rows
         by_name = {r["kernel"]: r for r in shape_rows if "ms" in r}
         torch_ms = by_name.get("torch_softmax", {}).get("ms")
-        print(f"{dtype:8s} {n_rows:5d}x{n_cols:<8d} fast={by_name['fast']['GBps']:6.0f} GB/s "
-              f"({by_name['fast']['fraction_of_copy']:.2f} copy, {choice.variant.name[8:]})"
-              + (f" x{torch_ms / by_name['fast']['ms']:.2f} torch" if torch_ms else "")
-              + " | " + " ".join(f"{k[8:] if k.startswith('softmax_') else k}={r['GBps']:.0f}"
-                                  for k, r in by_name.items() if k != "fast"), flush=True)
-        inputs = out = None
+        fast = by_name.get("fast")
+        summary = (f"fast={fast['GBps']:6.0f} GB/s ({fast['fraction_of_copy']:.2f} copy, {choice.variant.name[8:]})"
+                   + (f" x{torch_ms / fast['ms']:.2f} torch" if torch_ms else "")) if fast else "fast=WRONG"
+        print(f"{dtype:8s} {n_rows:5d}x{n_cols:<8d} {summary} | "
+              + " ".join(f"{k[8:] if k.startswith('softmax_') else k}={r['GBps']:.0f}"
+                         for k, r in by_name.items() if k != "fast"), flush=True)
+        inputs = out = poison = None
         cupy.get_default_memory_pool().free_all_blocks()
     print(f"measured in {time.time() - started:.0f} s", flush=True)
     meta = results.gpu_meta()

@@ -31,3 +31,18 @@ def measure(name: str, fn, inputs, *, bytes_per_call: int, copy_GBps: float, **f
 def inputs(n_rows: int, n_cols: int, dtype="float32", seed: int = 0):
     """Two random input tensors to alternate between (the timer evicts L2 before each call)."""
     return make_rows(n_rows, n_cols, dtype, seed, copies=2)
+
+
+def check_output(fn, x, out, poison) -> tuple[bool, str]:
+    """Correctness before timing: poison `out`, run fn(x) once (it writes `out`), synchronize (surfaces CUDA
+    errors), compare with the float64 reference at the dtype's tolerance (checks_fast.compare)."""
+    import cupy
+
+    from . import checks_fast
+
+    out[...] = poison
+    fn(x)
+    cupy.cuda.Device().synchronize()
+    if checks_fast.unwritten(out):
+        return False, "outputs left unwritten"
+    return checks_fast.compare(out, x)
