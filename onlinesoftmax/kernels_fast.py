@@ -228,6 +228,12 @@ def _strides(x, y):
 
 
 def _set_shared(kernel, shared_bytes: int) -> None:
+    """Raise the cupy kernel's dynamic shared-memory limit to `shared_bytes` if it is lower; never lower it.
+
+    The limit belongs to the function (the CUfunction that cuLaunchKernelEx launches too), not to a launch
+    shape: setting it to each shape's size would let a smaller shape lower it under a larger shape whose
+    launch configuration is cached (the launch then fails with CUDA_ERROR_INVALID_VALUE; seen on the H200).
+    Read from the driver each time, so every launcher calls this before every launch."""
     if shared_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
         kernel.max_dynamic_shared_size_bytes = shared_bytes
 
@@ -440,21 +446,6 @@ def _remember(cache: dict, key, value):
     return value
 
 
-def allow_shared(function, shared_bytes: int) -> None:
-    """Raise the CUfunction's dynamic shared memory limit to `shared_bytes` if it is lower; never lower it.
-
-    The limit belongs to the function, not to a launch shape: setting it to each shape's size would let a
-    smaller shape lower it under a larger shape whose launch configuration is cached (the launch then
-    fails with CUDA_ERROR_INVALID_VALUE). Asked of the driver each time: a recompiled kernel starts at 48 KB."""
-    if shared_bytes <= 48 * 1024:
-        return
-    driver = _driver()
-    limit = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    (current,) = _check(driver.cuFuncGetAttribute(limit, function), "reading the shared memory limit")
-    if current < shared_bytes:
-        _check(driver.cuFuncSetAttribute(function, limit, shared_bytes), "raising the shared memory limit")
-
-
 def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, cooperative: bool = False,
                    programmatic: bool = False) -> None:
     """Launch the cupy RawKernel `fn` on cupy's current stream with clusters of `cluster` blocks along x
@@ -501,7 +492,7 @@ def cluster_launch(fn, grid, block, args, shared_bytes: int, cluster: int, coope
         config.numAttrs = len(attrs)
         prepared = _remember(_configs, key, (function, config))
     function, config = prepared
-    allow_shared(function, shared_bytes)   # every launch: another shape may have been launched since
+    _set_shared(fn, shared_bytes)   # every launch: another shape may have been launched since
     values = tuple(value for value, _ in args)
     types = tuple(kind for _, kind in args)
     what = (f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''}"
@@ -554,8 +545,9 @@ def resident_blocks(entry: str, threads: int, shared_bytes: int, file: str, defi
         import cupy
 
         driver = _driver()
-        function = _function_handle(get_kernel(file, entry, defines))
-        allow_shared(function, shared_bytes)
+        kernel = get_kernel(file, entry, defines)
+        _set_shared(kernel, shared_bytes)
+        function = _function_handle(kernel)
         (per_sm,) = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared_bytes),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         count = _remember(_occupancy, key, int(per_sm) * cupy.cuda.Device().attributes["MultiProcessorCount"])
@@ -569,7 +561,7 @@ def _max_active_clusters(entry: str, threads: int, shared_bytes: int, cluster: i
     function_kernel = get_kernel(file, entry)
     function = _function_handle(function_kernel)
     attribute = driver.CUfunction_attribute
-    allow_shared(function, shared_bytes)
+    _set_shared(function_kernel, shared_bytes)
     if cluster > 8:
         _check(driver.cuFuncSetAttribute(function, attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                "allowing a non-portable cluster size")

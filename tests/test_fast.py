@@ -294,3 +294,16 @@ def test_split_geometry_is_what_the_launcher_uses():
     assert stats.grid == output.grid == (plan.n_chunks,)
     assert osm.REGISTRY["softmax_11_split"].geometry(1, 1 << 20) == output
     assert kf.launches_11(4, kf.plan_11(4, 4096, "float32", 4, n_chunks=3))[1].block == (128,)
+
+
+def test_shared_memory_limit_is_only_ever_raised():
+    """_set_shared, called before every launch of a kernel with > 48 KB: a smaller shape never lowers the
+    limit a larger shape needs (the H200 failed a cached larger launch with CUDA_ERROR_INVALID_VALUE)."""
+    class Kernel:
+        max_dynamic_shared_size_bytes = 48 * 1024
+
+    kernel = Kernel()
+    for shared, expected in ((200 * 1024, 200 * 1024), (64 * 1024, 200 * 1024), (16 * 1024, 200 * 1024),
+                             (220 * 1024, 220 * 1024)):
+        kf._set_shared(kernel, shared)
+        assert kernel.max_dynamic_shared_size_bytes == expected

@@ -11,7 +11,8 @@
 // polled with 64-bit loads — both single-copy atomic, so a reader sees the empty pattern or the
 // whole state, never half of it. Nothing else is guarded by the slot, so relaxed (.gpu scope)
 // accesses suffice: no fence, no atomic counter, no L1 invalidation on the critical path
-// (a first version with __threadfence + atomicAdd + an acquire poll was measured slower).
+// (the first version, with __threadfence + atomicAdd + an acquire poll, is measured in the suite
+// softmax-fast-cooperative-split-stores; the change did not make softmax_13 win, chapter 06).
 #pragma once
 #include "online_state.cuh"
 
