@@ -22,9 +22,12 @@ import sys
 import time
 
 import onlinesoftmax as osm
-from onlinesoftmax import api, bench, results, timer
+from onlinesoftmax import api
+from onlinesoftmax.measure import bench
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
 from onlinesoftmax import checks_fast as cf
-from onlinesoftmax import kernels_fast as kf
+from onlinesoftmax.kernels import softmax_fast as kf
 
 N_LIST = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
 BATCHES = (1, 10, 64, 4000)

@@ -13,9 +13,12 @@ import sys
 import time
 
 import onlinesoftmax as osm
-from onlinesoftmax import api, bench, results, timer
+from onlinesoftmax import api
+from onlinesoftmax.measure import bench
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
 from onlinesoftmax import checks_fast as cf
-from onlinesoftmax import kernels_fast as kf
+from onlinesoftmax.kernels import softmax_fast as kf
 
 SUITE = "softmax-fast-attempts"
 SHAPES = [(4000, n, d) for d in ("float32", "float16", "bfloat16") for n in (16384, 65536, 262144)] + \

@@ -1,6 +1,6 @@
 """Suite `logsumexp`: logsumexp_01_online and log_softmax_01_online(_fp16) against the libraries.
 
-Peers, same process, same inputs, same timer (`onlinesoftmax.timer.time_gpu`):
+Peers, same process, same inputs, same timer (`onlinesoftmax.measure.timer.time_gpu`):
 torch.logsumexp / torch.log_softmax (when torch is importable) and cupy's
 cupyx.scipy.special.logsumexp / log_softmax. The device-to-device copy ceiling is measured
 in the same run.
@@ -26,7 +26,10 @@ import sys
 import numpy as np
 
 import onlinesoftmax as osm
-from onlinesoftmax import bench, checks, reference, results, timer
+from onlinesoftmax import checks, reference
+from onlinesoftmax.measure import bench
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
 
 SUITE = "logsumexp"
 SHAPES = [(4000, n) for n in (256, 1024, 4096, 16384, 65536, 262144)] + \

@@ -19,7 +19,11 @@ from pathlib import Path
 import numpy as np
 
 import onlinesoftmax as osm
-from onlinesoftmax import api, bench, kernels_masked, results, timer
+from onlinesoftmax import api
+from onlinesoftmax.measure import bench
+from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_softmax_teaching import baselines  # noqa: E402  (cupy / torch softmax, one definition)
@@ -28,7 +32,7 @@ SUITE = "online-variants"
 COLS = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
 BATCHES = (10, 4000)
 MAX_ELEMENTS = 2**28                      # 1 GiB per fp32 tensor
-MASKS = kernels_masked.MASK_KINDS
+MASKS = softmax_masked.MASK_KINDS
 FP16_KERNELS = ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8")
 
 
@@ -55,12 +59,12 @@ def measure() -> dict:
                     "softmax_02_online", lambda x: osm.softmax(x, "softmax_02_online", out=out), inputs,
                     bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], mask="none", **fields))
                 for kind in MASKS:
-                    kwargs, mask_bytes = kernels_masked.example_mask(kind, n_rows, n_cols, cupy)
+                    kwargs, mask_bytes = softmax_masked.example_mask(kind, n_rows, n_cols, cupy)
                     # validated once, outside the timed call (validation reads valid_lengths back)
-                    options = kernels_masked.prepare(inputs[0], kwargs.get("mask"), kwargs.get("valid_lengths"))
+                    options = softmax_masked.prepare(inputs[0], kwargs.get("mask"), kwargs.get("valid_lengths"))
                     measured.append(bench.measure(
                         "softmax_03_online_masked",
-                        lambda x, options=options: api.run(kernels_masked.MASKED, x, out=out, **options),
+                        lambda x, options=options: api.run(softmax_masked.MASKED, x, out=out, **options),
                         inputs, bytes_per_call=ideal_bytes + mask_bytes, copy_GBps=copy["GBps"],
                         mask=kind, **fields))
                     del kwargs, options

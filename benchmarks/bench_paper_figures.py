@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 import onlinesoftmax as osm
-from onlinesoftmax import bench, results, timer
+from onlinesoftmax.measure import bench
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_softmax_teaching import baselines  # noqa: E402  (cupy / torch softmax, one definition)

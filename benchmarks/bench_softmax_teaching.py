@@ -12,7 +12,9 @@ from __future__ import annotations
 import sys
 
 import onlinesoftmax as osm
-from onlinesoftmax import bench, results, timer
+from onlinesoftmax.measure import bench
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
 
 KERNELS = ("softmax_00_naive", "softmax_01_safe", "softmax_02_online")
 SHAPES = [(4000, n) for n in (256, 1024, 4096, 16384, 65536, 262144)] + \

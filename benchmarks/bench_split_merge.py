@@ -16,8 +16,11 @@ import sys
 import numpy as np
 
 import onlinesoftmax as osm
-from onlinesoftmax import bench, checks, reference, results, timer
-from onlinesoftmax import kernels_monoid as km
+from onlinesoftmax import checks, reference
+from onlinesoftmax.measure import bench
+from onlinesoftmax.measure import results
+from onlinesoftmax.measure import timer
+from onlinesoftmax.kernels import softmax_split_merge as km
 
 SUITE = "split-merge"
 KERNELS = ("softmax_02_online", "softmax_06_split_merge")

@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
         data = json.loads(path.read_text())
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from onlinesoftmax import results
+        from onlinesoftmax.measure import results
 
         data = results.load_recorded("softmax-fast")
     print(report(data))

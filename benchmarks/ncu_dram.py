@@ -42,7 +42,7 @@ def child() -> None:
     import cupy
 
     import onlinesoftmax as osm
-    from onlinesoftmax import bench
+    from onlinesoftmax.measure import bench
 
     for name, mask, dtype, n_rows, n_cols in plan():
         x = bench.make_rows(n_rows, n_cols, dtype)[0]
@@ -69,7 +69,7 @@ def parse_ncu_csv(text: str) -> list[dict]:
 
 def measure() -> dict:
     import onlinesoftmax as osm
-    from onlinesoftmax import results
+    from onlinesoftmax.measure import results
 
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -108,7 +108,7 @@ if __name__ == "__main__":
     if "--child" in sys.argv:
         child()
     else:
-        from onlinesoftmax import results
+        from onlinesoftmax.measure import results
 
         data = measure()
         path = results.write_results(SUITE, data["rows"], data["meta"])

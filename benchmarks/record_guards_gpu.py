@@ -16,8 +16,10 @@ import sys
 
 import numpy as np
 
-from onlinesoftmax import api, checks, kernels_masked, reference, results
-from onlinesoftmax.kernels_softmax import simulate_online
+from onlinesoftmax import api, checks, reference
+from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.measure import results
+from onlinesoftmax.kernels.softmax_teaching import simulate_online
 from onlinesoftmax.registry import REGISTRY
 
 SUITE = "guards-gpu"
@@ -51,14 +53,14 @@ def measure() -> dict:
             rows.append({"case": case, "kernel": name, "n_cols": host.shape[1], "source": "model",
                          **outcome(simulate_online(host, guards=guards), ref)})
     host = checks.random_rows(np, 300, 300, seed=6)
-    unguarded = dataclasses.replace(kernels_masked.MASKED, name="softmax_03_online_masked_unguarded",
+    unguarded = dataclasses.replace(softmax_masked.MASKED, name="softmax_03_online_masked_unguarded",
                                     defines=("ONLINE_SOFTMAX_GUARDS=0",))
     x = cupy.asarray(host)
-    options = kernels_masked.prepare(x, "causal")
-    ref = kernels_masked.reference_masked(host, **kernels_masked.prepare(host, "causal"))
-    for variant, guards in ((kernels_masked.MASKED, True), (unguarded, False)):
+    options = softmax_masked.prepare(x, "causal")
+    ref = softmax_masked.reference_masked(host, **softmax_masked.prepare(host, "causal"))
+    for variant, guards in ((softmax_masked.MASKED, True), (unguarded, False)):
         gpu = api.run(variant, x, out=checks.poisoned_like(x), **options).get()
-        model = kernels_masked.simulate_masked(host, causal=True, guards=guards)
+        model = softmax_masked.simulate_masked(host, causal=True, guards=guards)
         for source, y in (("gpu", gpu), ("model", model)):
             rows.append({"case": "causal 300 x 300", "kernel": variant.name, "n_cols": 300, "source": source,
                          "nan_rows": int(np.isnan(y).all(axis=1).sum()), **outcome(y, ref)})

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import device
-from .registry import REGISTRY, Variant, resolve
+from onlinesoftmax.runtime import device
+from onlinesoftmax.registry import REGISTRY, Variant, resolve
 
 
 def check_input(x, variant: Variant):
@@ -80,7 +80,7 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
 
     `variant` is a registry key (`onlinesoftmax.VARIANTS`) or its short name
     ("naive", "safe", "online", ...), or "fast": the fastest kernel for the shape and
-    dtype (`kernels_fast.choose`; fp32, fp16, bf16; no mask). cupy input runs the CUDA
+    dtype (`softmax_fast.choose`; fp32, fp16, bf16; no mask). cupy input runs the CUDA
     kernel; numpy input runs the kernel's NumPy model (same thread partition and
     reduction order).
 
@@ -90,13 +90,13 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
     keeps columns j < valid_lengths[i] of row i. Removed columns take `mask_value`
     (-inf: a fully masked row is NaN, as in torch; -1e6: it is uniform).
     """
-    if variant == "fast":  # dispatch by (rows, N, dtype): kernels_fast.choose
-        from . import kernels_fast
+    if variant == "fast":  # dispatch by (rows, N, dtype): softmax_fast.choose
+        from onlinesoftmax.kernels import softmax_fast
 
         if mask is not None or valid_lengths is not None:
             raise ValueError('variant="fast" takes no mask or valid_lengths (the fast kernels are '
                              'unmasked); use variant="online" for a masked softmax')
-        return kernels_fast.softmax_fast(x, out=out)
+        return softmax_fast.softmax_fast(x, out=out)
     chosen = resolve(variant, "softmax")
     if isinstance(mask_value, bool) or not isinstance(mask_value, (int, float, np.integer, np.floating)):
         raise TypeError(f"mask_value must be a number, got {type(mask_value).__name__}")
@@ -104,16 +104,16 @@ def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=No
         if mask_value != -np.inf:
             raise ValueError("mask_value only applies with mask= or valid_lengths=")
         return run(chosen, x, out=out)
-    from . import kernels_masked
+    from onlinesoftmax.kernels import softmax_masked
 
     if chosen.name == "softmax_02_online":
-        chosen = kernels_masked.MASKED
+        chosen = softmax_masked.MASKED
     if "mask" not in chosen.features:
         supporting = ", ".join(v.name for v in REGISTRY.values() if "mask" in v.features)
         raise ValueError(f"{chosen.name} does not take a mask or valid_lengths; "
                          f"use variant=\"online\" or one of: {supporting}")
     x, _ = check_input(x, chosen)
-    options = kernels_masked.prepare(x, mask, valid_lengths, mask_value)
+    options = softmax_masked.prepare(x, mask, valid_lengths, mask_value)
     return run(chosen, x, out=out, **options)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reference import array_module
+from onlinesoftmax.reference import array_module
 
 EDGE_COLS = (1, 2, 3, 31, 33, 100, 255, 256, 257, 1000, 4096, 4097, 65536)
 EDGE_ROWS = (1, 7, 4000)

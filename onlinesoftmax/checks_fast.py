@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks, reference
-from .reference import array_module
+from onlinesoftmax import checks, reference
+from onlinesoftmax.reference import array_module
 
 DTYPES = ("float32", "float16", "bfloat16")
 EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks
-from .reference import array_module
+from onlinesoftmax import checks
+from onlinesoftmax.reference import array_module
 
 POISON_FP16 = 4321.0  # finite in fp16, > 1: no softmax output can equal it
 

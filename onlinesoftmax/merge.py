@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import reference
+from onlinesoftmax import reference
 
 NEG_INF = -np.inf
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .loader import KERNELS_DIR
+from onlinesoftmax.runtime.loader import KERNELS_DIR
 
 # Column indices are 32-bit ints in the kernels; a thread's index plus one block-wide (or
 # group-wide) step must stay below 2^31, so rows stop 2^16 columns short of it.
@@ -71,14 +71,14 @@ class Variant:
 
     def kernel(self):
         """The compiled `cupy.RawKernel` (GPU only)."""
-        from .loader import get_kernel
+        from onlinesoftmax.runtime.loader import get_kernel
 
         return get_kernel(self.path, self.entry_name, self.defines)
 
     def resources(self):
         """Registers / shared / local memory: from the device when there is one, else nvcc."""
-        from . import device
-        from .loader import resources_from_device, resources_from_nvcc
+        from onlinesoftmax.runtime import device
+        from onlinesoftmax.runtime.loader import resources_from_device, resources_from_nvcc
 
         if device.has_gpu():
             return resources_from_device(self.kernel())

@@ -14,7 +14,8 @@ import os
 
 import cupy as cp
 import onlinesoftmax as osm
-from onlinesoftmax import api, kernels_fast as kf, checks_fast as cf
+from onlinesoftmax import api, checks_fast as cf
+from onlinesoftmax.kernels import softmax_fast as kf
 
 runs = [("softmax_07_warp_per_row", (3, 100), {}), ("softmax_07_warp_per_row", (5, 1024), {}),
         ("softmax_07_warp_per_row", (2, 33), {"vec": 1}),

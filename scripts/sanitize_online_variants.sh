@@ -11,12 +11,13 @@ for tool in memcheck racecheck synccheck; do
   compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 --report-api-errors no python3 - <<'PY'
 import cupy as cp
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fp16, kernels_masked
+from onlinesoftmax import checks, checks_fp16
+from onlinesoftmax.kernels import softmax_masked
 
 for shape in ((1, 1), (7, 100), (3, 4097), (300, 257)):
     x = checks.random_rows(cp, *shape, seed=1)
-    for kind in kernels_masked.MASK_KINDS:
-        kwargs, _ = kernels_masked.example_mask(kind, *shape, cp)
+    for kind in softmax_masked.MASK_KINDS:
+        kwargs, _ = softmax_masked.example_mask(kind, *shape, cp)
         osm.softmax(x, "softmax_03_online_masked", **kwargs)
     osm.softmax(x, mask="causal", valid_lengths=cp.zeros(shape[0], cp.int32))
 for name in ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8"):

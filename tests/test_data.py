@@ -5,7 +5,7 @@ import re
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax.results import DATA_DIR, META_KEYS, provenance
+from onlinesoftmax.measure.results import DATA_DIR, META_KEYS, provenance
 
 FILES = sorted(DATA_DIR.glob("*/*.json"))
 BASELINE = re.compile(r"^(copy|copy_\w+|cupy_\w+|torch_\w+|fast|(torch|cupyx?)\.[\w.]+)$")  # library calls by their Python path too

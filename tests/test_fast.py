@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, kernels_fast as kf
+from onlinesoftmax import checks
+from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax import checks_fast as cf
-from onlinesoftmax.loader import REPO_ROOT
+from onlinesoftmax.runtime.loader import REPO_ROOT
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 FAST = tuple(v.name for v in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS)
@@ -225,7 +226,7 @@ def test_bfloat16_by_name_needs_no_ml_dtypes_import():
     import subprocess
     import sys
 
-    code = ("from onlinesoftmax import kernels_fast as kf; "
+    code = ("from onlinesoftmax.kernels import softmax_fast as kf; "
             "print(kf.dtype_name('bfloat16'), kf.vector_width('bfloat16'), kf.choose(4, 100, 'bfloat16').variant.name)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

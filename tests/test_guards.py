@@ -9,8 +9,8 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, simulate
-from onlinesoftmax.kernels_masked import simulate_masked
-from onlinesoftmax.kernels_softmax import simulate_online
+from onlinesoftmax.kernels.softmax_masked import simulate_masked
+from onlinesoftmax.kernels.softmax_teaching import simulate_online
 
 
 GUARD_ROWS = checks.GUARD_ROWS

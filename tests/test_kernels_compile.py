@@ -22,7 +22,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS_DIR = REPO_ROOT / "kernels"
 
-from onlinesoftmax.loader import COMPILE_OPTIONS, INCLUDE_DIRS, NVCC_ARCH  # noqa: E402  (the loader's flags)
+from onlinesoftmax.runtime.loader import COMPILE_OPTIONS, INCLUDE_DIRS, NVCC_ARCH  # noqa: E402  (the loader's flags)
 
 NVCC_FLAGS = [*COMPILE_OPTIONS, NVCC_ARCH, "--cubin", "-Xptxas", "-v", *(f"-I{d}" for d in INCLUDE_DIRS)]
 SPILL = re.compile(r"(\d+) bytes spill (stores|loads)")
@@ -141,7 +141,7 @@ def test_kernel_compiles_without_spills(nvcc, tmp_path, path: Path, define_flags
 def test_nvrtc_build_uses_no_local_memory(path: Path, define_flags: tuple[str, ...], name: str):
     """The runtime build (NVRTC, as cupy compiles on the GPU) has no stack or local memory either:
     on the H200 an NVRTC build put a two-pointer array on the stack where nvcc had not."""
-    from onlinesoftmax import disasm
+    from onlinesoftmax.runtime import disasm
 
     try:
         usage = disasm.resource_usage(disasm.nvrtc_cubin(path, define_flags))

@@ -4,8 +4,8 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, merge, reference
-from onlinesoftmax import exercises_logsumexp as ex
-from onlinesoftmax import kernels_logsumexp as kl
+from onlinesoftmax.book import exercises_logsumexp as ex
+from onlinesoftmax.kernels import logsumexp_online as kl
 
 EPS32 = float(np.finfo(np.float32).eps)
 LSE = osm.REGISTRY["logsumexp_01_online"]

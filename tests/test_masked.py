@@ -1,6 +1,6 @@
 """CPU tier: the fused masks of softmax_03_online_masked on its NumPy model, and their errors.
 
-The reference is the float64 softmax of the masked logits (`kernels_masked.reference_masked`);
+The reference is the float64 softmax of the masked logits (`softmax_masked.reference_masked`);
 the GPU tier (tests/gpu/test_masked_gpu.py) runs the same cases on the kernel.
 """
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels_masked import FLT_MAX, effective_logits, prepare, reference_masked
+from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
 
 MASKED = "softmax_03_online_masked"
 

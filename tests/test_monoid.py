@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax import exercises_monoid as ex
-from onlinesoftmax import kernels_monoid as km
+from onlinesoftmax.book import exercises_monoid as ex
+from onlinesoftmax.kernels import softmax_split_merge as km
 from onlinesoftmax import simulate as sim
 
 IDENTITY = (-math.inf, 0.0)

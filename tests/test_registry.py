@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax.loader import KERNELS_DIR, REPO_ROOT, expand_source
+from onlinesoftmax.runtime.loader import KERNELS_DIR, REPO_ROOT, expand_source
 
 VARIANTS = osm.variants()
 HEADER_FIELDS = ("Launch:", "Traffic:", "Limits:")

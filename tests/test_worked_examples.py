@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import book, checks, reference
+from onlinesoftmax import checks, reference
+from onlinesoftmax import book
 
 TEACHING = ("softmax_00_naive", "softmax_01_safe", "softmax_02_online")
 SAFE = ("softmax_01_safe", "softmax_02_online")

@@ -3,13 +3,12 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import api, checks, kernels_fast as kf
+from onlinesoftmax import api, checks
+from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax import checks_fast as cf
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
-if not osm.device.has_gpu():
-    pytest.skip("no GPU", allow_module_level=True)
 
 FAST = tuple(v.name for v in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS)
 CLUSTERED = ("softmax_10_cluster", "softmax_12_pipelined")

@@ -13,7 +13,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, checks_fp16, reference
-from onlinesoftmax.kernels_fp16 import row_heads, simulate_fp16
+from onlinesoftmax.kernels.softmax_fp16 import row_heads, simulate_fp16
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")

@@ -10,16 +10,17 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import api, checks, kernels_masked, reference
-from onlinesoftmax.kernels_masked import simulate_masked
-from onlinesoftmax.kernels_softmax import simulate_online
+from onlinesoftmax import api, checks, reference
+from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.kernels.softmax_masked import simulate_masked
+from onlinesoftmax.kernels.softmax_teaching import simulate_online
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 
 GUARD_ROWS = checks.GUARD_ROWS
-MASKED_UNGUARDED = dataclasses.replace(kernels_masked.MASKED, name="softmax_03_online_masked_unguarded",
+MASKED_UNGUARDED = dataclasses.replace(softmax_masked.MASKED, name="softmax_03_online_masked_unguarded",
                                        defines=("ONLINE_SOFTMAX_GUARDS=0",))
 
 
@@ -67,7 +68,7 @@ def test_fully_masked_row_is_nan_as_in_torch():
         assert np.isnan(run_checked(variant, cp.asarray(host))).all(), variant
     ones = cp.ones((2, 300), cp.float32)
     masked = run_checked("softmax_03_online_masked", ones,
-                         **kernels_masked.prepare(ones, None, np.zeros(2, np.int64)))
+                         **softmax_masked.prepare(ones, None, np.zeros(2, np.int64)))
     assert np.isnan(masked).all()
     try:
         import torch
@@ -80,12 +81,12 @@ def test_fully_masked_row_is_nan_as_in_torch():
 def test_causal_mask_unguarded_gives_nan_rows_exactly_where_the_model_does():
     host = checks.random_rows(np, 300, 300, seed=6)
     x = cp.asarray(host)
-    options = kernels_masked.prepare(x, "causal")
+    options = softmax_masked.prepare(x, "causal")
     gpu = run_checked(MASKED_UNGUARDED, x, **options)
     model = simulate_masked(host, causal=True, guards=False)
     assert np.array_equal(np.isnan(gpu), np.isnan(model))
     assert np.isnan(gpu[:255]).all() and not np.isnan(gpu[255:]).any()
     guarded = run_checked("softmax_03_online_masked", x, **options)
     assert not np.isnan(guarded).any()
-    sentinel = kernels_masked.prepare(x, "causal", mask_value=-1e6)
+    sentinel = softmax_masked.prepare(x, "causal", mask_value=-1e6)
     assert not np.isnan(run_checked(MASKED_UNGUARDED, x, **sentinel)).any()

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fp16, device, reference
-from onlinesoftmax import kernels_logsumexp as kl
+from onlinesoftmax import checks, checks_fp16, reference
+from onlinesoftmax.runtime import device
+from onlinesoftmax.kernels import logsumexp_online as kl
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not device.has_gpu(), reason="needs a CUDA GPU")]
 cp = pytest.importorskip("cupy")

@@ -1,7 +1,7 @@
 """GPU tier for softmax_03_online_masked: every mask kind on the edge matrix, fully masked rows,
 views, rows of a million, the sentinels, and bad input.
 
-Reference: the float64 softmax of the masked logits (`kernels_masked.reference_masked`);
+Reference: the float64 softmax of the masked logits (`softmax_masked.reference_masked`);
 tolerance: twice the error of the same softmax computed in fp32, plus two ulps.
 """
 from functools import lru_cache
@@ -11,7 +11,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels_masked import FLT_MAX, effective_logits, prepare, reference_masked
+from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")

@@ -4,7 +4,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels_softmax import simulate_online, simulate_naive
+from onlinesoftmax.kernels.softmax_teaching import simulate_online, simulate_naive
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, device, reference
-from onlinesoftmax import kernels_monoid as km
+from onlinesoftmax import checks, reference
+from onlinesoftmax.runtime import device
+from onlinesoftmax.kernels import softmax_split_merge as km
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not device.has_gpu(), reason="needs a CUDA GPU")]
 cp = pytest.importorskip("cupy")
@@ -85,7 +86,7 @@ def test_gpu_kernel_matches_its_model():
 
 def test_partials_match_the_model():
     """Launch 1 alone: each chunk's (m, l) as the model computes it."""
-    from onlinesoftmax.loader import get_kernel
+    from onlinesoftmax.runtime.loader import get_kernel
 
     x = checks.random_rows(np, 3, 9000, seed=13)
     blocks_per_row, chunk_cols = km.split_geometry(3, 9000, 4)
@@ -105,7 +106,7 @@ def test_bad_split_then_a_healthy_context():
     for bad in (0, 1025):
         with pytest.raises(ValueError):
             osm.api.run(SPLIT, x, blocks_per_row=bad)
-    with pytest.raises(TypeError):  # not an int (kernels_monoid.split_geometry)
+    with pytest.raises(TypeError):  # not an int (softmax_split_merge.split_geometry)
         osm.api.run(SPLIT, x, blocks_per_row=2.5)
     with pytest.raises(TypeError):
         osm.softmax(cp.ones((2, 8), cp.float64), "split_merge")

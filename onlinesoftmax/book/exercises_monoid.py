@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks, reference
+from onlinesoftmax import checks, reference
 
 NEG_INF = -np.inf
 

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import loader
+from onlinesoftmax.runtime import loader
 
 
 class ToolMissing(RuntimeError):

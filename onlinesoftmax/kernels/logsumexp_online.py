@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import simulate as sim
-from .registry import Launch, Variant, register
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.registry import Launch, Variant, register
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)

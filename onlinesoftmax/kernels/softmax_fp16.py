@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import simulate as sim
-from .kernels_softmax import BLOCK_THREADS, block_per_row, launch_rows
-from .registry import Variant, register
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row, launch_rows
+from onlinesoftmax.registry import Variant, register
 
 F32 = np.float32
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import simulate as sim
-from .registry import Launch, Variant, register
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.registry import Launch, Variant, register
 
 BLOCK_THREADS = 256
 TARGET_BLOCKS = 1024        # about 8 resident blocks of 256 threads on each of an H200's 132 SMs
@@ -46,7 +46,7 @@ def launch_split_merge(variant: Variant, x, y, blocks_per_row: int | None = None
     """Both launches on 2-D cupy arrays; inputs taller than 65535 rows go in slabs."""
     import cupy
 
-    from .loader import get_kernel
+    from onlinesoftmax.runtime.loader import get_kernel
 
     n_rows, n_cols = x.shape
     blocks_per_row, chunk_cols = split_geometry(n_rows, n_cols, blocks_per_row)

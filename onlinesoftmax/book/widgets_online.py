@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks, device, kernels_masked, reference, results
-from .registry import REGISTRY
+from onlinesoftmax import checks, reference
+from onlinesoftmax.runtime import device
+from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.measure import results
+from onlinesoftmax.registry import REGISTRY
 
 KERNELS_BY_DTYPE = {
     "float32": ("softmax_02_online", "softmax_03_online_masked", "softmax_01_safe", "softmax_00_naive"),
@@ -62,9 +65,9 @@ def error_of(kernel: str, dtype: str, mask: str, n_rows: int, n_cols: int, live:
     cols = n_cols if live else min(n_cols, MODEL_MAX_COLS)
     x = checks.random_rows(np, rows, cols, dtype, seed=rows * 31 + cols,
                            max_offset=8.0 if dtype == "float16" else 30.0)
-    kwargs, _ = kernels_masked.example_mask(mask, rows, cols, np)
-    options = kernels_masked.prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"))
-    from . import api
+    kwargs, _ = softmax_masked.example_mask(mask, rows, cols, np)
+    options = softmax_masked.prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"))
+    from onlinesoftmax import api
 
     if live:
         import cupy
@@ -72,8 +75,8 @@ def error_of(kernel: str, dtype: str, mask: str, n_rows: int, n_cols: int, live:
         y = api.softmax(cupy.asarray(x), kernel, **kwargs).get()
     else:
         y = api.softmax(x, kernel, **kwargs)
-    ref = kernels_masked.reference_masked(x, **options)
-    baseline = reference.softmax_same_dtype(kernels_masked.effective_logits(x, dtype=x.dtype, **options))
+    ref = softmax_masked.reference_masked(x, **options)
+    baseline = reference.softmax_same_dtype(softmax_masked.effective_logits(x, dtype=x.dtype, **options))
     passed, _ = checks.compare(y, ref, baseline, np.dtype(dtype).type)
     error, base_error = checks.max_abs_error(y, ref), checks.max_abs_error(baseline, ref)
     return {"error": error, "baseline": base_error,
@@ -89,16 +92,18 @@ def live_throughput(kernel: str, dtype: str, mask: str, n_rows: int, n_cols: int
     """Time one configuration now (GPU only) with the one timer; GB/s on the ideal-traffic scale."""
     import cupy
 
-    from . import api, bench, timer
+    from onlinesoftmax import api
+    from onlinesoftmax.measure import bench
+    from onlinesoftmax.measure import timer
 
     if "GBps" not in _copy_cache:
         _copy_cache.update(timer.copy_bandwidth())
     inputs = bench.inputs(n_rows, n_cols, dtype)
-    kwargs, mask_bytes = kernels_masked.example_mask(mask, n_rows, n_cols, cupy)
+    kwargs, mask_bytes = softmax_masked.example_mask(mask, n_rows, n_cols, cupy)
     variant = REGISTRY[kernel]
     out = cupy.empty_like(inputs[0])
     if kwargs:
-        options = kernels_masked.prepare(inputs[0], kwargs.get("mask"), kwargs.get("valid_lengths"))
+        options = softmax_masked.prepare(inputs[0], kwargs.get("mask"), kwargs.get("valid_lengths"))
         fn = lambda x: api.run(variant, x, out=out, **options)  # noqa: E731
     else:
         fn = lambda x: api.run(variant, x, out=out)  # noqa: E731
@@ -129,7 +134,7 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
     dtype = widgets.Dropdown(options=list(KERNELS_BY_DTYPE), value="float32", description="dtype", style=style)
     kernel = widgets.Dropdown(options=KERNELS_BY_DTYPE["float32"], value="softmax_02_online",
                               description="variant", style=style, layout=widgets.Layout(width="380px"))
-    mask = widgets.Dropdown(options=kernels_masked.MASK_KINDS, value="none", description="mask", style=style,
+    mask = widgets.Dropdown(options=softmax_masked.MASK_KINDS, value="none", description="mask", style=style,
                             layout=widgets.Layout(width="300px"))
     sweep = widgets.Button(description="sweep N on the GPU" if live else "sweep N (needs a GPU)",
                            disabled=not live, layout=widgets.Layout(width="200px"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNELS_DIR = REPO_ROOT / "kernels"
 INCLUDE_DIRS = (KERNELS_DIR / "common", KERNELS_DIR)
 COMPILE_OPTIONS = ("-std=c++17",)

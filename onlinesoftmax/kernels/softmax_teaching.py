@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import simulate as sim
-from .registry import Launch, Variant, register
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.registry import Launch, Variant, register
 
 BLOCK_THREADS = 256
 

@@ -5,7 +5,7 @@ the fraction of the copy bandwidth measured in the same run.
 """
 from __future__ import annotations
 
-from . import timer
+from onlinesoftmax.measure import timer
 
 
 def make_rows(n_rows: int, n_cols: int, dtype="float32", seed: int = 0, copies: int = 1):
@@ -38,7 +38,7 @@ def check_output(fn, x, out, poison) -> tuple[bool, str]:
     errors), compare with the float64 reference at the dtype's tolerance (checks_fast.compare)."""
     import cupy
 
-    from . import checks_fast
+    from onlinesoftmax import checks_fast
 
     out[...] = poison
     fn(x)

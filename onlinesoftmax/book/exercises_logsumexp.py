@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks, merge, reference
-from .exercises_monoid import report, same, to_numpy
+from onlinesoftmax import checks, merge, reference
+from onlinesoftmax.book.exercises_monoid import report, same, to_numpy
 
 NEG_INF = -np.inf
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import html
 
-from . import device
+from onlinesoftmax.runtime import device
 
 
 def execution_mode() -> str:

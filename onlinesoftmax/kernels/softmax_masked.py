@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import simulate as sim
-from .kernels_softmax import BLOCK_THREADS, block_per_row
-from .reference import array_module
-from .registry import Variant, register
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row
+from onlinesoftmax.reference import array_module
+from onlinesoftmax.registry import Variant, register
 
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -126,7 +126,7 @@ def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.in
 
 def reference_masked(x, **options):
     """The float64 reference of the masked softmax (options as from `prepare`)."""
-    from . import reference
+    from onlinesoftmax import reference
 
     return reference.softmax(effective_logits(x, dtype=np.float64, **options))
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import checks_fast, device, kernels_fast, results
+from onlinesoftmax import checks_fast
+from onlinesoftmax.runtime import device
+from onlinesoftmax.kernels import softmax_fast
+from onlinesoftmax.measure import results
 
 SUITE = "softmax-fast"
-KERNELS = ("fast",) + tuple(v.name for v in kernels_fast.FAST_VARIANTS) + ("softmax_02_online",)
+KERNELS = ("fast",) + tuple(v.name for v in softmax_fast.FAST_VARIANTS) + ("softmax_02_online",)
 MODEL_MAX_ROWS = 8
 
 
@@ -58,7 +61,7 @@ def error_of(kernel: str, dtype: str, n_rows: int, n_cols: int) -> dict:
         return {"error": None, "note": "softmax_02_online is fp32 only"}
     y = osm.softmax(x, kernel)
     passed, message = checks_fast.compare(y, x)
-    chosen = kernels_fast.choose(n_rows, n_cols, dtype).variant.name if kernel == "fast" else kernel
+    chosen = softmax_fast.choose(n_rows, n_cols, dtype).variant.name if kernel == "fast" else kernel
     source = "real kernel" if live else f"NumPy model, {rows} rows"
     return {"passed": passed, "message": message, "kernel": chosen, "source": source}
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import simulate as sim
-from .loader import get_kernel, nvcc_available, ptxas_reports
-from .registry import Launch, Variant, register
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.runtime.loader import get_kernel, nvcc_available, ptxas_reports
+from onlinesoftmax.registry import Launch, Variant, register
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
@@ -506,7 +506,7 @@ _source_keys: dict = {}
 
 def _source_key(file) -> str:
     """loader.source_key of `file`, recomputed only when one of the files it is made of changed."""
-    from .loader import REPO_ROOT, expand_source, source_key
+    from onlinesoftmax.runtime.loader import REPO_ROOT, expand_source, source_key
 
     cached = _source_keys.get(str(file))
     if cached is not None:
@@ -586,7 +586,7 @@ def cluster_launch_works() -> bool:
     """Launch the probe kernel with clusters of 2, 8 and 16 and check the ranks it reports (cached)."""
     if "ok" in _cluster_probe:
         return _cluster_probe["ok"]
-    from . import device
+    from onlinesoftmax.runtime import device
 
     ok, why = False, "no GPU"
     if device.has_gpu():
@@ -940,7 +940,7 @@ def choose(n_rows: int, n_cols: int, dtype="float32", clusters: bool | None = No
     if n_rows < 1 or n_cols < 1:
         raise ValueError(f"expected a non-empty shape, got ({n_rows}, {n_cols})")
     if clusters is None:
-        from . import device
+        from onlinesoftmax.runtime import device
 
         clusters = cluster_launch_works() if device.has_gpu() else True
     row_bytes = n_cols * ITEMSIZE[dtype]
@@ -973,7 +973,7 @@ def choose(n_rows: int, n_cols: int, dtype="float32", clusters: bool | None = No
 
 def softmax_fast(x, out=None):
     """softmax(x, variant="fast"): validate, choose by (rows, N, dtype), run (model on numpy input)."""
-    from .api import check_input, run
+    from onlinesoftmax.api import check_input, run
 
     if not hasattr(x, "ndim") or not hasattr(x, "dtype"):
         raise TypeError(f"expected a numpy or cupy ndarray, got {type(x).__module__}.{type(x).__name__}")
@@ -989,8 +989,8 @@ def softmax_fast(x, out=None):
 def resources_table(variant: Variant) -> dict:
     """{entry: ResourceReport} for every build in the variant's file: the device's view on a GPU,
     nvcc's (sm_90a) without one; {} when neither is available."""
-    from . import device
-    from .loader import resources_from_device
+    from onlinesoftmax.runtime import device
+    from onlinesoftmax.runtime.loader import resources_from_device
 
     if device.has_gpu():
         return {name: resources_from_device(get_kernel(variant.path, name)) for name in _nvcc_entry_names(variant)}

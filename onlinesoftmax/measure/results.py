@@ -9,8 +9,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from .loader import REPO_ROOT
-from .timer import METHOD
+from onlinesoftmax.runtime.loader import REPO_ROOT
+from onlinesoftmax.measure.timer import METHOD
 
 DATA_DIR = REPO_ROOT / "data"
 META_KEYS = ("gpu", "sm_count", "l2_bytes", "driver", "cuda_runtime", "cupy", "date",
@@ -110,7 +110,7 @@ def measure_or_load(suite: str, measure, gpu: str = "h200") -> tuple[dict, bool]
 
     Returns (data, live).
     """
-    from .device import has_gpu
+    from onlinesoftmax.runtime.device import has_gpu
 
     if has_gpu():
         return measure(), True

@@ -1,0 +1,1 @@
+"""Measurement: the one timer (timer), results with provenance (results), benchmark helpers (bench)."""
