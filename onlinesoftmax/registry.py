@@ -1,12 +1,14 @@
 """The one registry of kernel variants.
 
-Each kernel family's launcher module (``kernels_*.py``) declares its variants here
+Each kernel family's module in ``onlinesoftmax/kernels/`` declares its variants here
 with `register`. Tests, benchmarks, widgets and chapters iterate `REGISTRY`, so a
 variant cannot exist in one place and be missing in another.
 
-Naming: a variant's name is its file stem, which is also its ``extern "C"`` entry
-(``softmax_02_online``). A second build of the same file with preprocessor defines
-adds a suffix (``softmax_02_online_unguarded``) and keeps the file's entry.
+Naming: a variant's name is its file stem (``softmax_02_online``). Its ``extern "C"``
+entries are the stem itself or the stem followed by ``_`` and a build tag (dtype, vector
+width, configuration: ``softmax_08_registers_f16_v8_n4_t256``). A second build of the same
+file with preprocessor defines adds a suffix to the name (``softmax_02_online_unguarded``)
+and keeps the file's entries.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class Variant:
     story: str                # one line: what this variant changes
     geometry: Callable[[int, int], Launch]            # (n_rows, n_cols) -> Launch
     simulate: Callable[..., object]                   # NumPy model of the kernel
-    launch: Callable[..., None]                       # runs the kernel on cupy arrays
+    plan: Callable[..., Callable]                     # (variant, x, y, **options) -> runner (runtime/plan.py)
     reads_per_element: int = 2                        # DRAM reads per element (model)
     writes_per_element: int = 1
     defines: tuple[str, ...] = ()
@@ -50,6 +52,9 @@ class Variant:
     # every extern "C" entry the launcher may call: a tuple, or a callable(variant) -> names;
     # empty means just `entry_name`. The compile test checks each against ptxas's report.
     entries: tuple[str, ...] | Callable[["Variant"], object] = ()
+    # the compute capability the kernel needs (major * 10 + minor): 90 for clusters and
+    # programmatic dependent launches; `auto` never picks a kernel the device cannot run
+    min_cc: int = 70
 
     @property
     def path(self) -> Path:

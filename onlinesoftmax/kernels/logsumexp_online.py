@@ -164,41 +164,45 @@ def simulate_log_softmax(x, group: int | None = None, phases=None) -> np.ndarray
 
 # --- the launchers ----------------------------------------------------------------------------
 
-def _launch(variant: Variant, x, y, group: int | None, per_element_output: bool) -> None:
+def _plan(variant: Variant, x, y, group: int | None, per_element_output: bool):
     n_rows, n_cols = x.shape
     group = group_size(n_cols, LAYOUTS[x.dtype.name].vec) if group is None else group
     check_group(group)
     geometry = launch_for(n_rows, group)
-    args = [x, y, np.int32(n_rows), np.int32(n_cols), np.int64(x.strides[0] // x.itemsize)]
+    kernel = variant.kernel()
+    sizes = [np.int32(n_rows), np.int32(n_cols), np.int64(x.strides[0] // x.itemsize)]
     if per_element_output:
-        args.append(np.int64(y.strides[0] // y.itemsize))
-    args.append(np.int32(group))
-    variant.kernel()(geometry.grid, geometry.block, tuple(args))
+        sizes.append(np.int64(y.strides[0] // y.itemsize))
+    sizes = (*sizes, np.int32(group))
+
+    def run(x, y, **_):
+        kernel(geometry.grid, geometry.block, (x, y, *sizes))
+    return run
 
 
-def launch_logsumexp(variant: Variant, x, y, group: int | None = None) -> None:
-    _launch(variant, x, y, group, per_element_output=False)
+def plan_logsumexp(variant: Variant, x, y, group: int | None = None):
+    return _plan(variant, x, y, group, per_element_output=False)
 
 
-def launch_log_softmax(variant: Variant, x, y, group: int | None = None) -> None:
-    _launch(variant, x, y, group, per_element_output=True)
+def plan_log_softmax(variant: Variant, x, y, group: int | None = None):
+    return _plan(variant, x, y, group, per_element_output=True)
 
 
 register(Variant(
     name="logsumexp_01_online", family="logsumexp", file="logsumexp/logsumexp_01_online.cu",
     short="online", story="LSE = m + log l from the online state: one read per element, 16-byte loads",
-    geometry=geometry_for("float32"), simulate=simulate_logsumexp, launch=launch_logsumexp,
+    geometry=geometry_for("float32"), simulate=simulate_logsumexp, plan=plan_logsumexp,
     reads_per_element=1, writes_per_element=0, features=frozenset({ONE_VALUE_PER_ROW})))
 
 register(Variant(
     name="log_softmax_01_online", family="log_softmax", file="logsumexp/log_softmax_01_online.cu",
     short="online", story="log-softmax = (x - m) - log l: the statistics pass, then one output pass",
-    geometry=geometry_for("float32"), simulate=simulate_log_softmax, launch=launch_log_softmax,
+    geometry=geometry_for("float32"), simulate=simulate_log_softmax, plan=plan_log_softmax,
     reads_per_element=2, writes_per_element=1))
 
 register(Variant(
     name="log_softmax_01_online_fp16", family="log_softmax", file="logsumexp/log_softmax_01_online.cu",
     entry="log_softmax_01_online_fp16", short="online_fp16", dtypes=("float16",),
     story="log_softmax_01_online on fp16 rows: fp32 math, fp16 out, 8 halves per 16-byte load",
-    geometry=geometry_for("float16"), simulate=simulate_log_softmax, launch=launch_log_softmax,
+    geometry=geometry_for("float16"), simulate=simulate_log_softmax, plan=plan_log_softmax,
     reads_per_element=2, writes_per_element=1))

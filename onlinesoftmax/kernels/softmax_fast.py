@@ -853,6 +853,13 @@ def geometry_13(n_rows: int, n_cols: int) -> Launch:
                   shared_bytes=coop_buffers(vec) * plan.cache_elems * 4)
 
 
+def _per_call(launch):
+    """Transitional: a plan whose runner re-does the launcher's work on every call."""
+    def plan(variant, x, y, **options):
+        return lambda x, y, **_: launch(variant, x, y, **options)
+    return plan
+
+
 def _launched(variant: Variant) -> list[str]:
     return entry_names(variant)
 
@@ -871,49 +878,49 @@ WARP_PER_ROW = register(Variant(
     name="softmax_07_warp_per_row", family="softmax", file=FAST_FILES["softmax_07_warp_per_row"],
     short="warp_per_row", entry="softmax_07_warp_per_row_f32_v4_n8_g32",
     story="short rows: a group of 1-32 lanes per row, the row in registers, read once",
-    geometry=geometry_07, simulate=simulate_07, launch=launch_07, reads_per_element=1,
+    geometry=geometry_07, simulate=simulate_07, plan=_per_call(launch_07), reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched, max_cols=MAX_COLS_07))
 
 REGISTERS = register(Variant(
     name="softmax_08_registers", family="softmax", file=FAST_FILES["softmax_08_registers"],
     short="registers", entry="softmax_08_registers_f32_v4_n8_t1024",
     story="a block per row, the row cached in registers: one read, one exp per element",
-    geometry=geometry_08, simulate=simulate_08, launch=launch_08, reads_per_element=1,
+    geometry=geometry_08, simulate=simulate_08, plan=_per_call(launch_08), reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched, max_cols=MAX_COLS_08))
 
 SHARED = register(Variant(
     name="softmax_09_shared", family="softmax", file=FAST_FILES["softmax_09_shared"],
     short="shared", entry="softmax_09_shared_f32_v4",
     story="a block per row, the row cached in up to 227 KB of shared memory",
-    geometry=geometry_09, simulate=simulate_09, launch=launch_09, reads_per_element=1,
+    geometry=geometry_09, simulate=simulate_09, plan=_per_call(launch_09), reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
 CLUSTER = register(Variant(
     name="softmax_10_cluster", family="softmax", file=FAST_FILES["softmax_10_cluster"],
     short="cluster", entry="softmax_10_cluster_f32_v4",
     story="a thread-block cluster per row: chunks in shared memory, (m, l) through DSMEM",
-    geometry=geometry_10, simulate=simulate_10, launch=launch_10, reads_per_element=1,
+    geometry=geometry_10, simulate=simulate_10, plan=_per_call(launch_10), reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
 SPLIT = register(Variant(
     name="softmax_11_split", family="softmax", file=FAST_FILES["softmax_11_split"],
     short="split", entry="softmax_11_split_stats_f32_v4",
     story="the row split over many blocks without clusters: partial states, then a merge launch",
-    geometry=geometry_11, simulate=simulate_11, launch=launch_11, reads_per_element=2,
+    geometry=geometry_11, simulate=simulate_11, plan=_per_call(launch_11), reads_per_element=2,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
 PIPELINED = register(Variant(
     name="softmax_12_pipelined", family="softmax", file=FAST_FILES["softmax_12_pipelined"],
     short="pipelined", entry="softmax_12_pipelined_f32_v4",
     story="persistent clusters: the next row's cp.async loads overlap this row's reduction and stores",
-    geometry=geometry_12, simulate=simulate_12, launch=launch_12, reads_per_element=1,
+    geometry=geometry_12, simulate=simulate_12, plan=_per_call(launch_12), reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
 COOPERATIVE = register(Variant(
     name="softmax_13_cooperative", family="softmax", file=FAST_FILES["softmax_13_cooperative"],
     short="cooperative", entry="softmax_13_cooperative_f32_v4",
     story="any number of blocks per row on a cooperative grid: chunks in shared memory, (m, l) met in global memory",
-    geometry=geometry_13, simulate=simulate_13, launch=launch_13, reads_per_element=1,
+    geometry=geometry_13, simulate=simulate_13, plan=_per_call(launch_13), reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entries=_launched))
 
 FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT, PIPELINED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row, launch_rows
+from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row, plan_rows
 from onlinesoftmax.registry import Variant, register
 
 F32 = np.float32
@@ -96,12 +96,12 @@ register(Variant(
     name="softmax_04_online_fp16_vec4", family="softmax", file="softmax/softmax_04_online_fp16_vec4.cu",
     short="online_fp16_vec4",
     story="softmax_02_online on fp16 rows (fp32 math inside), 4 halves per 8-byte uint2 load",
-    geometry=block_per_row, simulate=simulate_vec4, launch=launch_rows,
+    geometry=block_per_row, simulate=simulate_vec4, plan=plan_rows,
     reads_per_element=2, writes_per_element=1, dtypes=("float16",)))
 
 register(Variant(
     name="softmax_05_online_fp16_vec8", family="softmax", file="softmax/softmax_05_online_fp16_vec8.cu",
     short="online_fp16_vec8",
     story="softmax_04_online_fp16_vec4 with 8 halves per 16-byte int4 load",
-    geometry=block_per_row, simulate=simulate_vec8, launch=launch_rows,
+    geometry=block_per_row, simulate=simulate_vec8, plan=plan_rows,
     reads_per_element=2, writes_per_element=1, dtypes=("float16",)))

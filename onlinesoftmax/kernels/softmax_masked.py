@@ -140,22 +140,25 @@ def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf
         return (np.exp(v - m[:, None]) * inv_l[:, None]).astype(np.float32)
 
 
-def launch_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf) -> None:
-    """Launch on 2-D cupy arrays; options as returned by `prepare` (None = nullptr)."""
+def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf):
+    """Runner on 2-D cupy arrays; options as returned by `prepare` (None = nullptr). The mask and
+    the lengths are passed on every call; their layout is part of the plan."""
     geometry = variant.geometry(*x.shape)
-    mask_row_stride = 0 if mask is None or mask.shape[0] == 1 else mask.strides[0] // mask.itemsize
-    variant.kernel()(geometry.grid, geometry.block,
-                     (x, y, np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize),
-                      np.int64(y.strides[0] // y.itemsize),
-                      mask, np.int64(mask_row_stride), valid_lengths,
-                      np.int32(1 if causal else 0), np.float32(fill)),
-                     shared_mem=geometry.shared_bytes)
+    kernel = variant.kernel()
+    mask_row_stride = np.int64(0 if mask is None or mask.shape[0] == 1 else mask.strides[0] // mask.itemsize)
+    sizes = (np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize))
+    flags = (np.int32(1 if causal else 0), np.float32(fill))
+
+    def run(x, y, mask=None, valid_lengths=None, **_):
+        kernel(geometry.grid, geometry.block, (x, y, *sizes, mask, mask_row_stride, valid_lengths, *flags),
+               shared_mem=geometry.shared_bytes)
+    return run
 
 
 MASKED = register(Variant(
     name="softmax_03_online_masked", family="softmax", file="softmax/softmax_03_online_masked.cu",
     short="online_masked",
     story="softmax_02_online with additive / causal / padding masks fused into both passes",
-    geometry=block_per_row, simulate=simulate_masked, launch=launch_masked,
+    geometry=block_per_row, simulate=simulate_masked, plan=plan_masked,
     reads_per_element=2, writes_per_element=1,
     features=frozenset({"mask", "causal", "valid_lengths"})))

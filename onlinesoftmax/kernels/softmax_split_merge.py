@@ -42,8 +42,8 @@ def geometry(n_rows: int, n_cols: int) -> Launch:
     return Launch(grid=(blocks_per_row, min(n_rows, MAX_GRID_Y)), block=(BLOCK_THREADS,))
 
 
-def launch_split_merge(variant: Variant, x, y, blocks_per_row: int | None = None) -> None:
-    """Both launches on 2-D cupy arrays; inputs taller than 65535 rows go in slabs."""
+def plan_split_merge(variant: Variant, x, y, blocks_per_row: int | None = None):
+    """Runner of both launches on 2-D cupy arrays; inputs taller than 65535 rows go in slabs."""
     import cupy
 
     from onlinesoftmax.runtime.loader import get_kernel
@@ -52,16 +52,25 @@ def launch_split_merge(variant: Variant, x, y, blocks_per_row: int | None = None
     blocks_per_row, chunk_cols = split_geometry(n_rows, n_cols, blocks_per_row)
     partials_kernel = get_kernel(variant.path, "softmax_06_split_merge_partials", variant.defines)
     normalize_kernel = get_kernel(variant.path, "softmax_06_split_merge_normalize", variant.defines)
-    partials = cupy.empty((n_rows, blocks_per_row, 2), dtype=cupy.float32)  # (m, l) per chunk
     x_stride = np.int64(x.strides[0] // x.itemsize)
     y_stride = np.int64(y.strides[0] // y.itemsize)
-    for first in range(0, n_rows, MAX_GRID_Y):
-        last = min(n_rows, first + MAX_GRID_Y)
-        grid, block = (blocks_per_row, last - first), (BLOCK_THREADS,)
-        partials_kernel(grid, block, (x[first:last], partials[first:last], np.int32(n_cols), x_stride,
-                                      np.int32(chunk_cols)))
-        normalize_kernel(grid, block, (x[first:last], partials[first:last], y[first:last], np.int32(n_cols),
-                                       x_stride, y_stride, np.int32(chunk_cols)))
+    n_cols32, chunk32 = np.int32(n_cols), np.int32(chunk_cols)
+    slabs = [(first, min(n_rows, first + MAX_GRID_Y)) for first in range(0, n_rows, MAX_GRID_Y)]
+    x_row_bytes, y_row_bytes = x.strides[0], y.strides[0]
+    partial_row_bytes = blocks_per_row * 2 * 4
+    block = (BLOCK_THREADS,)
+
+    def run(x, y, **_):
+        partials = cupy.empty((n_rows, blocks_per_row, 2), dtype=cupy.float32)  # (m, l) per chunk
+        x_ptr, y_ptr, p_ptr = x.data.ptr, y.data.ptr, partials.data.ptr
+        for first, last in slabs:
+            grid = (blocks_per_row, last - first)
+            xs = np.uint64(x_ptr + first * x_row_bytes)
+            ps = np.uint64(p_ptr + first * partial_row_bytes)
+            ys = np.uint64(y_ptr + first * y_row_bytes)
+            partials_kernel(grid, block, (xs, ps, n_cols32, x_stride, chunk32))
+            normalize_kernel(grid, block, (xs, ps, ys, n_cols32, x_stride, y_stride, chunk32))
+    return run
 
 
 def partial_states(x: np.ndarray, blocks_per_row: int | None = None):
@@ -150,5 +159,5 @@ register(Variant(
     entry="softmax_06_split_merge_partials", short="split_merge",
     entries=("softmax_06_split_merge_partials", "softmax_06_split_merge_normalize"),
     story="split a row over several blocks: partial (m, l) per block, merged by a second launch",
-    geometry=geometry, simulate=simulate_split_merge, launch=launch_split_merge,
+    geometry=geometry, simulate=simulate_split_merge, plan=plan_split_merge,
     reads_per_element=2, writes_per_element=1))

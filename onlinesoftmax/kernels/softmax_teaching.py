@@ -18,14 +18,16 @@ def block_per_row(n_rows: int, n_cols: int) -> Launch:
     return Launch(grid=(n_rows,), block=(BLOCK_THREADS,))
 
 
-def launch_rows(variant: Variant, x, y) -> None:
-    """Launch a (x, y, n_cols, x_row_stride, y_row_stride) kernel on 2-D cupy arrays."""
+def plan_rows(variant: Variant, x, y):
+    """Runner of a (x, y, n_cols, x_row_stride, y_row_stride) kernel on 2-D cupy arrays."""
     geometry = variant.geometry(*x.shape)
-    itemsize = x.dtype.itemsize
-    variant.kernel()(geometry.grid, geometry.block,
-                     (x, y, np.int32(x.shape[1]), np.int64(x.strides[0] // itemsize),
-                      np.int64(y.strides[0] // y.dtype.itemsize)),
-                     shared_mem=geometry.shared_bytes)
+    kernel = variant.kernel()
+    grid, block, shared = geometry.grid, geometry.block, geometry.shared_bytes
+    sizes = (np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize))
+
+    def run(x, y):
+        kernel(grid, block, (x, y, *sizes), shared_mem=shared)
+    return run
 
 
 def simulate_naive(x: np.ndarray) -> np.ndarray:
@@ -56,19 +58,19 @@ def simulate_online(x: np.ndarray, guards: bool = True) -> np.ndarray:
 register(Variant(
     name="softmax_00_naive", family="softmax", file="softmax/softmax_00_naive.cu", short="naive",
     story="the definition as written: no max subtraction, overflows past x ~ 88.72",
-    geometry=block_per_row, simulate=simulate_naive, launch=launch_rows,
+    geometry=block_per_row, simulate=simulate_naive, plan=plan_rows,
     reads_per_element=2, writes_per_element=1))
 
 register(Variant(
     name="softmax_01_safe", family="softmax", file="softmax/softmax_01_safe.cu", short="safe",
     story="subtract the row max: three passes (max, sum, normalize)",
-    geometry=block_per_row, simulate=simulate_safe, launch=launch_rows,
+    geometry=block_per_row, simulate=simulate_safe, plan=plan_rows,
     reads_per_element=3, writes_per_element=1))
 
 register(Variant(
     name="softmax_02_online", family="softmax", file="softmax/softmax_02_online.cu", short="online",
     story="online (m, l) recurrence: max and sum in one pass, then normalize",
-    geometry=block_per_row, simulate=simulate_online, launch=launch_rows,
+    geometry=block_per_row, simulate=simulate_online, plan=plan_rows,
     reads_per_element=2, writes_per_element=1))
 
 register(Variant(
@@ -76,4 +78,4 @@ register(Variant(
     short="online_unguarded", defines=("ONLINE_SOFTMAX_GUARDS=0",),
     story="softmax_02_online built without the -inf guards (wrong on purpose)",
     geometry=block_per_row, simulate=lambda x: simulate_online(x, guards=False),
-    launch=launch_rows, reads_per_element=2, writes_per_element=1))
+    plan=plan_rows, reads_per_element=2, writes_per_element=1))

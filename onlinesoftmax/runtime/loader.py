@@ -3,7 +3,8 @@
 The loader inlines every local `#include "..."` itself and marks each piece with a
 `#line` directive. Two things follow: cupy's compile cache (keyed on the source
 text) sees header edits, and compiler messages still name the original file and
-line. Built modules are also memoized in-process by the hash of that text.
+line. Built modules are also memoized in-process by the hash of that text, and kernels by
+(file, entry, defines) until `reload()`.
 """
 from __future__ import annotations
 
@@ -103,30 +104,37 @@ def load_module(path, defines=()):
     return module
 
 
-_kernels: dict[tuple, tuple] = {}
-
-
-def _mtimes(files) -> tuple:
-    return tuple((REPO_ROOT / f).stat().st_mtime_ns for f in files)
+_kernels: dict[tuple, object] = {}
+_reload_hooks: list = []
 
 
 def get_kernel(path, entry: str, defines=()):
     """The `cupy.RawKernel` for `entry` in `path` built with `defines`.
 
-    The hot path only stats the files the kernel is made of (a few microseconds); an
-    edited `.cu` or header is re-expanded and recompiled on the next call.
+    Built once per process and then found with one dictionary lookup: no file is read or
+    stat-ed after the first call. A kernel edited while the process runs is picked up by
+    `reload()` (`onlinesoftmax.reload()`), which forgets every build and every launch plan.
     """
     key = (str(path), entry, tuple(defines))
-    cached = _kernels.get(key)
-    if cached is not None:
-        kernel, files, mtimes = cached
-        if _mtimes(files) == mtimes:
-            return kernel
-    _, files = expand_source(path)
-    mtimes = _mtimes(files)
-    kernel = load_module(path, defines).get_function(entry)
-    _kernels[key] = (kernel, files, mtimes)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        kernel = _kernels[key] = load_module(path, defines).get_function(entry)
     return kernel
+
+
+def on_reload(hook) -> None:
+    """Register a function that forgets a cache built from compiled kernels (plans, occupancy)."""
+    _reload_hooks.append(hook)
+
+
+def reload() -> None:
+    """Forget every compiled kernel and everything built from one: the next call re-reads the
+    `.cu` files and their headers and compiles what changed (cupy's disk cache keeps the rest)."""
+    _kernels.clear()
+    _modules.clear()
+    ptxas_reports.cache_clear()
+    for hook in _reload_hooks:
+        hook()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,55 @@
+"""Launch plans: everything one launch needs, worked out once and then found with one lookup.
+
+A variant's plan builder (`Variant.plan`) takes the 2-D views it will run on and its options
+and returns a *runner*, called as runner(x, y, **options) on arrays of the same layout. The
+runner holds the compiled function, grid, block, shared memory, raised attributes, occupancy
+answers and prepared driver configuration, and uses the arrays only for their addresses.
+Building it reads files, compiles, asks the device; running it only packs pointers and
+launches. `get_runner` keeps one runner per
+
+    (variant, shape, strides, dtype and 16-byte alignment of every array, options, device, stream)
+
+so the second call of a shape costs one dictionary lookup before the launch. `reload()` (the
+loader's, also `onlinesoftmax.reload()`) forgets them all, with the kernels they hold.
+"""
+from __future__ import annotations
+
+from onlinesoftmax.runtime import loader
+
+PLAN_LIMIT = 4096          # runners kept before the cache is emptied (shapes, streams and devices vary)
+_runners: dict = {}
+
+
+def layout(a) -> tuple:
+    """What a launch depends on in an array: shape, strides, dtype and the address modulo 16."""
+    return (a.shape, a.strides, a.dtype, a.data.ptr & 15)
+
+
+def options_key(options: dict) -> tuple:
+    """Options as a key: an array option (a mask, lengths) changes from call to call, so its
+    layout goes in the key (the runner is given the array itself on every call); any other
+    option is part of the plan."""
+    return tuple((name, layout(value) if hasattr(value, "strides") and hasattr(value, "data") else value)
+                 for name, value in sorted(options.items()))
+
+
+def get_runner(variant, x, y, options: dict):
+    """The cached runner for this call's layout; call it as runner(x, y, **options)."""
+    import cupy
+
+    key = (variant.name, layout(x), layout(y), options_key(options), x.device.id,
+           cupy.cuda.get_current_stream().ptr)
+    runner = _runners.get(key)
+    if runner is None:
+        if len(_runners) >= PLAN_LIMIT:
+            _runners.clear()
+        runner = _runners[key] = variant.plan(variant, x, y, **options)
+    return runner
+
+
+def cached_runners() -> int:
+    """How many runners are cached (tests and the chapters' explanations use it)."""
+    return len(_runners)
+
+
+loader.on_reload(_runners.clear)
