@@ -46,7 +46,7 @@ def measure() -> dict:
         out = cupy.empty_like(inputs[0])
         ideal = 2 * n_rows * n_cols * kf.ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "batch": 4000, "dtype": dtype}
-        timed = [("fast", None, lambda x: osm.softmax(x, "fast", out=out)),
+        timed = [("fast", None, lambda x: osm.softmax(x, variant="fast", out=out)),
                  ("copy_same_size", None, lambda x: out.data.copy_from_device_async(x.data, ideal // 2)),
                  ("softmax_09_shared", 1, lambda x: api.run(osm.REGISTRY["softmax_09_shared"], x, out=out))]
         for name in ("softmax_10_cluster", "softmax_12_pipelined"):

@@ -57,7 +57,7 @@ def measure() -> dict:
         ideal = 2 * n_rows * n_cols * kf.ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype}
         coop = osm.REGISTRY["softmax_13_cooperative"]
-        timed = [("fast", {}, lambda x: osm.softmax(x, "fast", out=out)),
+        timed = [("fast", {}, lambda x: osm.softmax(x, variant="fast", out=out)),
                  ("copy_same_size", None, lambda x: out.data.copy_from_device_async(x.data, ideal // 2))]
         for name in ("softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined"):
             timed.append((name, {}, lambda x, v=osm.REGISTRY[name]: api.run(v, x, out=out)))

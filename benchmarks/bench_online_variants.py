@@ -56,7 +56,7 @@ def measure() -> dict:
             measured = []
             if dtype == "float32":
                 measured.append(bench.measure(
-                    "softmax_02_online", lambda x: osm.softmax(x, "softmax_02_online", out=out), inputs,
+                    "softmax_02_online", lambda x: osm.softmax(x, variant="softmax_02_online", out=out), inputs,
                     bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], mask="none", **fields))
                 for kind in MASKS:
                     kwargs, mask_bytes = softmax_masked.example_mask(kind, n_rows, n_cols, cupy)
@@ -71,7 +71,7 @@ def measure() -> dict:
             else:
                 for name in FP16_KERNELS:
                     measured.append(bench.measure(
-                        name, lambda x, name=name: osm.softmax(x, name, out=out), inputs,
+                        name, lambda x, name=name: osm.softmax(x, variant=name, out=out), inputs,
                         bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], mask="none", **fields))
             for name, fn in libraries.items():
                 measured.append(bench.measure(name, fn, inputs, bytes_per_call=ideal_bytes,

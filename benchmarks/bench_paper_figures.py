@@ -56,7 +56,7 @@ def measure(shapes=SHAPES) -> dict:
         out = cupy.empty_like(inputs[0])
         measured = []
         for name in KERNELS:
-            row = measure_row(name, lambda x, name=name: osm.softmax(x, name, out=out), inputs,
+            row = measure_row(name, lambda x, name=name: osm.softmax(x, variant=name, out=out), inputs,
                               bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], **fields)
             row["model_bytes"] = osm.REGISTRY[name].bytes_moved(n_rows, n_cols, 4)
             measured.append(row)

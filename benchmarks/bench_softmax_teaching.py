@@ -49,7 +49,7 @@ def measure(shapes=SHAPES) -> dict:
         for name in KERNELS:
             variant = osm.REGISTRY[name]
             out = cupy.empty_like(inputs[0])
-            row = bench.measure(name, lambda x: osm.softmax(x, name, out=out), inputs,
+            row = bench.measure(name, lambda x: osm.softmax(x, variant=name, out=out), inputs,
                                 bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], **fields)
             row["model_bytes"] = variant.bytes_moved(n_rows, n_cols, 4)
             rows.append(row)

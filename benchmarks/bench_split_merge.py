@@ -48,7 +48,7 @@ def measure(shapes=SHAPES) -> dict:
         fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": "float32"}
         out = cupy.empty_like(inputs[0])
         for name in KERNELS:
-            y = osm.softmax(inputs[0], name, out=out)
+            y = osm.softmax(inputs[0], variant=name, out=out)
             x_check = inputs[0][:CHECK_ROWS]
             passed, message = checks.compare(y[:CHECK_ROWS], reference.softmax(x_check),
                                              reference.softmax_same_dtype(x_check), np.float32)
@@ -59,7 +59,7 @@ def measure(shapes=SHAPES) -> dict:
             error = checks.max_abs_error(y[:CHECK_ROWS], reference.softmax(x_check))
             if not passed and (name != "softmax_02_online" or not error <= 1e-4):
                 raise AssertionError(f"{name} {n_rows}x{n_cols}: wrong answer, not timed: {message}")
-            row = bench.measure(name, lambda x: osm.softmax(x, name, out=out), inputs,
+            row = bench.measure(name, lambda x: osm.softmax(x, variant=name, out=out), inputs,
                                 bytes_per_call=ideal_bytes, copy_GBps=copy["GBps"], **fields)
             row.update(check_passed=passed, check=message)
             row["model_bytes"] = osm.REGISTRY[name].bytes_moved(n_rows, n_cols, 4)

@@ -1,14 +1,26 @@
-"""Online softmax: the book's kernels, their NumPy models, references and timer."""
-from onlinesoftmax.kernels import softmax_teaching  # noqa: F401  (registers the teaching softmax kernels)
+"""Online softmax: the book's kernels, their NumPy models, references and timer.
+
+    import onlinesoftmax as osm
+    y = osm.softmax(x)              # numpy x: the kernel's NumPy model; cupy x: the CUDA kernel
+    lse = osm.logsumexp(x, axis=1)  # float32
+    osm.reload()                    # after editing a kernel under kernels/: rebuild on the next call
+
+The package's rooms: `runtime/` (build, launch plans, driver calls, device), `kernels/` (one
+module per kernel family: plan builder, NumPy model, registration; `dispatch` is variant="auto"),
+`measure/` (timer, results, benchmark helpers), `book/` (the chapters' helpers, widgets and
+graders); beside them the registry, the float64 reference, the schedule simulator and the checks.
+"""
+from onlinesoftmax.kernels import softmax_teaching  # noqa: F401  (registers softmax_00 .. 02)
 from onlinesoftmax.kernels import softmax_masked  # noqa: F401  (softmax_03_online_masked)
-from onlinesoftmax.kernels import softmax_fp16  # noqa: F401  (softmax_04/05 fp16 with vector loads)
+from onlinesoftmax.kernels import softmax_fp16  # noqa: F401  (softmax_04/05: fp16 with vector loads)
 from onlinesoftmax.kernels import softmax_split_merge  # noqa: F401  (softmax_06_split_merge)
 from onlinesoftmax.kernels import logsumexp_online  # noqa: F401  (logsumexp_01_online, log_softmax_01_online)
-from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07..11: fp32/fp16/bf16, read once)
+from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
 from onlinesoftmax import reference
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
 from onlinesoftmax.registry import REGISTRY, variants
+from onlinesoftmax.runtime.loader import reload
 
-VARIANTS = tuple(v.name for v in variants("softmax"))
+VARIANTS = ("auto",) + tuple(v.name for v in variants("softmax"))
 
-__all__ = ["softmax", "logsumexp", "log_softmax", "reference", "REGISTRY", "VARIANTS", "variants"]
+__all__ = ["softmax", "logsumexp", "log_softmax", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]

@@ -1,141 +1,319 @@
-"""Public entry points: a cupy array runs the real kernel, a numpy array its NumPy model."""
+"""The public functions, in the conventions of torch and scipy: softmax, log_softmax, logsumexp.
+
+A cupy array runs a CUDA kernel; a numpy array runs that kernel's NumPy model (same partition
+of the row, same reduction order), so the book runs on a machine without a GPU. Any number of
+leading dimensions, any axis, float32 / float16 / bfloat16 (math in float32; softmax and
+log_softmax return the input dtype, logsumexp returns float32).
+
+The second call with the same layout (shape, strides, dtype, alignment, device, stream) finds
+its launch plan with one dictionary lookup (runtime/plan.py): no file, no device query, no
+import, no validation beyond the type of `x`. Validation happens when a plan is built.
+"""
 from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.runtime import device
-from onlinesoftmax.registry import REGISTRY, Variant, resolve
+from onlinesoftmax.registry import MAX_COLS, REGISTRY, Variant, variants
+from onlinesoftmax.runtime import device, loader
+from onlinesoftmax.runtime.plan import get_runner
+
+try:  # cupy imports without a GPU; the hot path compares types, so it needs the class itself
+    import cupy as _cupy
+    _CUPY_ARRAY = _cupy.ndarray
+    _cupy_empty, _current_device = _cupy.empty, _cupy.cuda.runtime.getDevice
+    _current_stream = _cupy.cuda.get_current_stream
+except Exception:  # pragma: no cover - cupy is a requirement
+    _cupy = _CUPY_ARRAY = None
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
+FAST_PATH_LIMIT = 4096
+_fast_path: dict = {}     # (function, layout of x, axis, device, stream) -> (runner, output shape, output dtype)
 
 
-def check_input(x, variant: Variant):
-    """Validate `x` for `variant`; return (x as a 2-D array with unit column stride, on_gpu).
+# ---- what the caller passed ------------------------------------------------------------------
 
-    Raises TypeError for the wrong kind of object or dtype, ValueError for the wrong
-    shape, an empty array, too many columns, or an array on another device.
-    """
+def _describe(x) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"a {type(x).__module__.split('.')[0]}.{type(x).__name__} of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return f"a {type(x).__module__}.{type(x).__name__}" if type(x).__module__ != "builtins" else f"a {type(x).__name__}"
+
+
+def check_array(x, function: str):
+    """x must be a numpy or cupy array of float32, float16 or bfloat16 with at least one dimension."""
     on_gpu = device.is_cupy_array(x)
     if not on_gpu and not isinstance(x, np.ndarray):
-        raise TypeError(f"expected a numpy or cupy ndarray, got {type(x).__module__}.{type(x).__name__}")
-    if x.ndim != 2:
-        raise ValueError(f"expected a 2-D array (rows x N), got shape {x.shape}")
-    n_rows, n_cols = x.shape
-    if n_rows == 0 or n_cols == 0:
-        raise ValueError(f"expected a non-empty array, got shape {x.shape}")
+        raise TypeError(f"{function} takes a numpy or cupy array, got {_describe(x)}; "
+                        f"convert with numpy.asarray(x, dtype=numpy.float32) or cupy.asarray(...)")
+    if x.ndim == 0:
+        raise ValueError(f"{function} needs at least one axis, got a 0-d array; use x.reshape(1)")
+    if x.dtype.name not in FLOAT_DTYPES:
+        hint = ("float64 is not computed here (the kernels work in float32): convert with x.astype('float32')"
+                if x.dtype.name == "float64" else "convert with x.astype('float32')")
+        raise TypeError(f"{function} takes float32, float16 or bfloat16, got {x.dtype.name}; {hint}")
+    if x.size == 0:
+        raise ValueError(f"{function} needs a non-empty array, got shape {tuple(x.shape)}")
+    if on_gpu and x.device.id != _current_device():
+        raise ValueError(f"x is on GPU {x.device.id}, but the current device is {_current_device()}: "
+                         f"call inside `with cupy.cuda.Device({x.device.id}):`")
+    return on_gpu
+
+
+def normalize_axis(axis, ndim: int, function: str) -> int:
+    if isinstance(axis, str):
+        raise TypeError(f"{function}: axis must be an int, got the string {axis!r}; "
+                        f"a kernel is chosen by keyword: {function}(x, variant={axis!r})")
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{function}: axis must be an int, got {type(axis).__name__} {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{function}: axis {axis} is out of range for an array of {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+def check_length(x, axis: int, function: str) -> None:
+    """Column indices are 32-bit in the kernels: rows stop 2^16 short of 2^31 elements."""
+    if x.shape[axis] > MAX_COLS:
+        raise ValueError(f"{function}: rows of at most {MAX_COLS} elements, got {x.shape[axis]} along axis {axis}")
+
+
+def as_rows(x, axis: int):
+    """x as a 2-D (rows, N) array over `axis` with unit column stride, and whether it is a view.
+
+    The last axis of an array whose leading axes merge is a view (no copy); another axis is
+    moved last by a copy, as are views with a column stride."""
+    xp = _cupy if device.is_cupy_array(x) else np
+    if axis != x.ndim - 1:
+        x = xp.ascontiguousarray(xp.moveaxis(x, axis, -1))
+        return x.reshape(-1, x.shape[-1]), False
+    n_cols = x.shape[-1]
+    if x.ndim == 2 and x.strides[1] == x.itemsize and x.strides[0] >= 0 and x.strides[0] % x.itemsize == 0:
+        return x, True
+    if x.ndim != 2 and x.flags.c_contiguous:
+        return x.reshape(-1, n_cols), True
+    return xp.ascontiguousarray(x).reshape(-1, n_cols), False
+
+
+def resolve(variant, family: str, function: str) -> Variant:
+    """A registry key or a short alias ("online") of `family` -> the Variant."""
+    if isinstance(variant, str):
+        if variant in REGISTRY and REGISTRY[variant].family == family:
+            return REGISTRY[variant]
+        matches = [v for v in variants(family) if v.short == variant]
+        if len(matches) == 1:
+            return matches[0]
+    known = sorted({v.name for v in variants(family)} | {v.short for v in variants(family) if v.short})
+    raise ValueError(f"{function}: unknown variant {variant!r}; known: 'auto', " + ", ".join(map(repr, known)))
+
+
+def _check_variant_accepts(variant: Variant, x, asked: str, function: str, on_gpu: bool) -> None:
     if x.dtype.name not in variant.dtypes:
-        raise TypeError(f"{variant.name} takes {', '.join(variant.dtypes)}, got {x.dtype.name}")
-    if n_cols > variant.max_cols:
-        raise ValueError(f"{variant.name} supports at most {variant.max_cols} columns, got {n_cols}")
-    if on_gpu:
-        import cupy
-
-        if x.device.id != cupy.cuda.Device().id:
-            raise ValueError(f"x is on GPU {x.device.id}, but the current device is {cupy.cuda.Device().id}")
-        if x.strides[1] != x.itemsize or x.strides[0] % x.itemsize or x.strides[0] < 0:
-            x = cupy.ascontiguousarray(x)  # the kernels take strided rows, not strided columns
-    return x, on_gpu
+        raise TypeError(f"{function}: variant {asked!r} takes {', '.join(variant.dtypes)}, got {x.dtype.name}; "
+                        "variant='auto' takes float32, float16 and bfloat16")
+    if x.shape[1] > variant.max_cols:
+        raise ValueError(f"{function}: variant {asked!r} takes rows of at most {variant.max_cols} elements, "
+                         f"got {x.shape[1]}; variant='auto' takes any length")
+    if on_gpu and device.compute_capability() < variant.min_cc:
+        raise RuntimeError(f"{function}: variant {asked!r} needs compute capability {variant.min_cc / 10:.1f}, "
+                           f"this GPU has {device.compute_capability() / 10:.1f}; variant='auto' picks one it can run")
 
 
-def check_out(out, x, shape=None):
-    """`out` must be a same-kind, same-dtype array of `shape` (default x's) with unit last stride."""
-    if out is None:
-        return None
-    shape = x.shape if shape is None else shape
-    if type(out) is not type(x) or out.shape != shape or out.dtype != x.dtype:
-        raise ValueError(f"out must be a {type(x).__name__} of shape {shape} and dtype {x.dtype}")
-    if out.strides[-1] != out.itemsize:
-        raise ValueError("out must have unit stride along the last axis")
+def check_out(out, like, shape, dtype, function: str):
+    """`out` must be an array of x's kind with the result's shape and dtype, rows of unit stride that
+    do not overlap each other or x. Returns it as 2-D rows (or 1-D for one value per row)."""
+    if type(out) is not type(like) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        raise ValueError(f"{function}: out must be a {type(like).__name__} of shape {tuple(shape)} and dtype "
+                         f"{np.dtype(dtype).name}, got {_describe(out)}")
+    if out.ndim and out.strides[-1] != out.itemsize:
+        raise ValueError(f"{function}: out must have unit stride along its last axis")
+    if out.ndim > 2 and not out.flags.c_contiguous:
+        raise ValueError(f"{function}: an out of more than two dimensions must be C-contiguous")
     if out.ndim == 2 and out.shape[0] > 1 and out.strides[0] < out.shape[1] * out.itemsize:
-        raise ValueError("out's rows overlap (row stride smaller than a row): each element needs its own place")
-    if device.is_cupy_array(out) and out.device.id != x.device.id:
-        raise ValueError(f"out is on GPU {out.device.id}, x on GPU {x.device.id}")
-    xp = __import__("cupy") if device.is_cupy_array(out) else np
-    if xp.may_share_memory(out, x):
-        raise ValueError("out overlaps x: the kernels read x after writing out (pass a separate array)")
+        raise ValueError(f"{function}: out's rows overlap (row stride smaller than a row): each element needs its own place")
+    if device.is_cupy_array(out) and out.device.id != like.device.id:
+        raise ValueError(f"{function}: out is on GPU {out.device.id}, x on GPU {like.device.id}")
+    xp = _cupy if device.is_cupy_array(out) else np
+    if xp.may_share_memory(out, like):
+        raise ValueError(f"{function}: out overlaps x; the kernels read x after writing out (pass a separate array)")
     return out
 
 
+# ---- running a variant -----------------------------------------------------------------------
+
 def run(variant: Variant, x, out=None, **options):
-    """Run one registered variant on a validated 2-D input."""
-    x, on_gpu = check_input(x, variant)
-    # Row reductions (logsumexp) write one value per row; the rest one per element.
-    shape = x.shape[:1] if "one_value_per_row" in variant.features else x.shape
-    out = check_out(out, x, shape)
+    """Run one registered variant on a 2-D (rows, N) array: the kernel on cupy input, its model on numpy.
+
+    Tests, benchmarks and chapters call this to reach a kernel by name."""
+    on_gpu = check_array(x, variant.name)
+    if x.ndim != 2:
+        raise ValueError(f"{variant.name} runs on 2-D (rows, N) arrays, got shape {tuple(x.shape)}")
+    check_length(x, 1, variant.name)
+    rows, _ = as_rows(x, 1)
+    _check_variant_accepts(variant, rows, variant.name, variant.name, on_gpu)
+    per_row = "one_value_per_row" in variant.features
+    shape, dtype = (rows.shape[:1], np.float32) if per_row else (rows.shape, rows.dtype)
+    if out is not None:
+        check_out(out, rows, shape, dtype, variant.name)
     if not on_gpu:
-        result = variant.simulate(x, **options)
+        result = variant.simulate(rows, **options)
         if out is not None:
             out[...] = result
             return out
         return result
-    import cupy
-
-    from onlinesoftmax.runtime.plan import get_runner
-
-    y = out if out is not None else cupy.empty(shape, dtype=x.dtype)
-    get_runner(variant, x, y, options)(x, y, **options)
+    y = out if out is not None else _cupy.empty(shape, dtype=dtype)
+    get_runner(variant, rows, y, options)(rows, y, **options)
     return y
 
 
-def softmax(x, variant: str = "online", *, out=None, mask=None, valid_lengths=None,
+def _finish(result, x_shape, axis: int, per_row: bool):
+    """(rows, N) or (rows,) result -> the caller's shape, the reduced axis removed for per-row results."""
+    moved = tuple(s for i, s in enumerate(x_shape) if i != axis)
+    if per_row:
+        return result.reshape(moved)
+    xp = _cupy if device.is_cupy_array(result) else np
+    result = result.reshape(moved + (x_shape[axis],))
+    return result if axis == len(x_shape) - 1 else xp.moveaxis(result, -1, axis)
+
+
+def _call(function: str, family: str, x, axis, variant, out, options: dict, choose):
+    """The slow path: validate, choose, plan, run; remember the plan for the fast path when it applies."""
+    on_gpu = check_array(x, function)
+    axis = normalize_axis(axis, x.ndim, function)
+    check_length(x, axis, function)
+    rows, is_view = as_rows(x, axis)
+    per_row = family == "logsumexp"
+    out_dtype = np.dtype(np.float32) if per_row else x.dtype
+    out_shape = tuple(s for i, s in enumerate(x.shape) if i != axis) if per_row else tuple(x.shape)
+    if variant in AUTO:
+        chosen = choose(rows, options)
+        asked = "auto"
+    else:
+        chosen = resolve(variant, family, function)
+        asked = variant
+        if options and chosen.name == "softmax_02_online":   # the online kernel with its mask fused in
+            chosen = REGISTRY["softmax_03_online_masked"]
+    _check_variant_accepts(chosen, rows, asked, function, on_gpu)
+    if not on_gpu:
+        result = _finish(chosen.simulate(rows, **options), x.shape, axis, per_row)
+        if out is not None:
+            check_out(out, x, out_shape, out_dtype, function)[...] = result
+            return out
+        return result
+    direct = axis == x.ndim - 1
+    if out is not None:
+        check_out(out, x, out_shape, out_dtype, function)
+        if not direct:
+            raise ValueError(f"{function}: out= takes only axis=-1 (the last axis) results")
+        y = out.reshape(rows.shape[:1] if per_row else rows.shape)
+        if not device.is_cupy_array(y) or y.data.ptr != out.data.ptr:
+            raise ValueError(f"{function}: out must be viewable as (rows, N) without a copy")
+    else:
+        y = _cupy.empty(rows.shape[:1] if per_row else rows.shape, dtype=out_dtype)
+    runner = get_runner(chosen, rows, y, options)
+    runner(rows, y, **options)
+    if out is not None:
+        return out
+    if direct and is_view and not options and variant in AUTO and y.flags.c_contiguous:
+        if len(_fast_path) >= FAST_PATH_LIMIT:
+            _fast_path.clear()
+        _fast_path[(function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis,
+                    _current_stream().ptr)] = (runner, out_shape, out_dtype)
+    return _finish(y, x.shape, axis, per_row)
+
+
+def _fast(function: str, x, axis):
+    """The hot path of a repeated auto call: one lookup, one allocation, one launch (None on a miss)."""
+    hit = _fast_path.get((function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis,
+                          _current_stream().ptr))
+    if hit is None or _current_device() != x.data.device_id:
+        return None
+    runner, shape, dtype = hit
+    y = _cupy_empty(shape, dtype)
+    runner(x, y)
+    return y
+
+
+loader.on_reload(_fast_path.clear)
+
+
+def _choose_softmax(rows, options):
+    from onlinesoftmax.kernels import dispatch
+
+    if options:
+        return REGISTRY["softmax_03_online_masked"]
+    return dispatch.choose(rows.shape[0], rows.shape[1], rows.dtype).variant
+
+
+def _only(name):
+    return lambda rows, options: REGISTRY[name]
+
+
+# ---- the public functions ----------------------------------------------------------------------
+
+def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, valid_lengths=None,
             mask_value: float = -np.inf):
-    """Softmax over the last axis of a 2-D array, same dtype back.
+    """softmax(x) = e^x / sum e^x along `axis` (default the last), in x's dtype.
 
-    `variant` is a registry key (`onlinesoftmax.VARIANTS`) or its short name
-    ("naive", "safe", "online", ...), or "fast": the fastest kernel for the shape and
-    dtype (`softmax_fast.choose`; fp32, fp16, bf16; no mask). cupy input runs the CUDA
-    kernel; numpy input runs the kernel's NumPy model (same thread partition and
-    reduction order).
+    x: numpy (the kernel's NumPy model runs) or cupy (the kernel runs) array of float32, float16
+    or bfloat16, any number of dimensions. `axis` other than the last is computed on a copy with
+    that axis moved last. variant: "auto" (the fastest kernel for the shape, dtype, mask and GPU),
+    or a kernel's registry name or short name (`onlinesoftmax.VARIANTS`) to run that one.
 
-    Masks (fused into softmax_03_online_masked; "online" dispatches there when one is
-    given): `mask` is None, "causal" (row i keeps columns j <= i, like torch's
-    is_causal) or an additive float array of shape (rows, N) or (N,); `valid_lengths`
-    keeps columns j < valid_lengths[i] of row i. Removed columns take `mask_value`
-    (-inf: a fully masked row is NaN, as in torch; -1e6: it is uniform).
+    Masks (on 1-D or 2-D x; fused into the kernel, never materialized): `mask` is None, "causal"
+    (row i keeps columns j <= i, like torch's is_causal) or an additive float array of shape
+    (rows, N) or (N,); `valid_lengths` keeps columns j < valid_lengths[i] of row i. Removed
+    columns take `mask_value` (-inf: a fully masked row is NaN, as in torch; -1e6: uniform).
     """
-    if variant == "fast":  # dispatch by (rows, N, dtype): softmax_fast.choose
-        from onlinesoftmax.kernels import softmax_fast
+    if type(x) is _CUPY_ARRAY and variant == "auto" and out is None and mask is None and valid_lengths is None \
+            and mask_value == -np.inf:
+        y = _fast("softmax", x, axis)
+        if y is not None:
+            return y
+    options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
+    return _call("softmax", "softmax", x, axis, variant, out, options, _choose_softmax)
 
-        if mask is not None or valid_lengths is not None:
-            raise ValueError('variant="fast" takes no mask or valid_lengths (the fast kernels are '
-                             'unmasked); use variant="online" for a masked softmax')
-        return softmax_fast.softmax_fast(x, out=out)
-    chosen = resolve(variant, "softmax")
+
+def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
+    """log softmax(x) = x - logsumexp(x) along `axis`, in x's dtype (numpy: model, cupy: kernel).
+
+    A row of all -inf gives NaN (as torch). float32, float16, bfloat16; any number of dimensions."""
+    if type(x) is _CUPY_ARRAY and variant == "auto" and out is None:
+        y = _fast("log_softmax", x, axis)
+        if y is not None:
+            return y
+    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _only("log_softmax_01_online"))
+
+
+def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
+    """log sum e^x along `axis`, in float32 whatever x's dtype (like flash-attention's saved LSE).
+
+    The axis is removed from the shape. A row of all -inf gives -inf; a row holding NaN or +inf
+    gives NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
+    if type(x) is _CUPY_ARRAY and variant == "auto" and out is None:
+        y = _fast("logsumexp", x, axis)
+        if y is not None:
+            return y
+    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"))
+
+
+def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:
+    """The masked kernel's options from softmax's mask arguments ({} without a mask)."""
     if isinstance(mask_value, bool) or not isinstance(mask_value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"mask_value must be a number, got {type(mask_value).__name__}")
+        raise TypeError(f"softmax: mask_value must be a number, got {type(mask_value).__name__}")
     if mask is None and valid_lengths is None:
         if mask_value != -np.inf:
-            raise ValueError("mask_value only applies with mask= or valid_lengths=")
-        return run(chosen, x, out=out)
+            raise ValueError("softmax: mask_value only applies with mask= or valid_lengths=")
+        return {}
     from onlinesoftmax.kernels import softmax_masked
 
-    if chosen.name == "softmax_02_online":
-        chosen = softmax_masked.MASKED
-    if "mask" not in chosen.features:
-        supporting = ", ".join(v.name for v in REGISTRY.values() if "mask" in v.features)
-        raise ValueError(f"{chosen.name} does not take a mask or valid_lengths; "
-                         f"use variant=\"online\" or one of: {supporting}")
-    x, _ = check_input(x, chosen)
-    options = softmax_masked.prepare(x, mask, valid_lengths, mask_value)
-    return run(chosen, x, out=out, **options)
-
-
-def logsumexp(x, variant: str = "online", *, out=None):
-    """log sum_j e^(x_ij) for each row of a 2-D array: shape (rows,), dtype of x.
-
-    A row of all -inf gives -inf; a row holding NaN or +inf gives NaN. cupy input runs
-    the CUDA kernel (`logsumexp_01_online`), numpy input its NumPy model.
-    """
-    return run(resolve(variant, "logsumexp"), x, out=out)
-
-
-def log_softmax(x, variant: str = "online", *, out=None):
-    """x - logsumexp(x) over the last axis of a 2-D array, same dtype back.
-
-    float16 input runs the fp16 build of the variant (`<name>_fp16`: fp32 arithmetic,
-    fp16 output). A row of all -inf gives NaN (as torch). cupy input runs the kernel,
-    numpy input its NumPy model.
-    """
-    chosen = resolve(variant, "log_softmax")
-    dtype = getattr(getattr(x, "dtype", None), "name", None)
-    if dtype == "float16" and dtype not in chosen.dtypes and f"{chosen.name}_fp16" in REGISTRY:
-        chosen = resolve(f"{chosen.name}_fp16", "log_softmax")
-    return run(chosen, x, out=out)
+    check_array(x, "softmax")
+    if x.ndim > 2 or normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:
+        raise ValueError(f"softmax: masks take 1-D or 2-D x masked along the last axis, got x of shape "
+                         f"{tuple(x.shape)} and axis={axis}; reshape to (rows, N) first")
+    if variant not in AUTO:
+        chosen = resolve(variant, "softmax", "softmax")
+        if "mask" not in chosen.features and chosen.name != "softmax_02_online":
+            supporting = ", ".join(repr(v.short or v.name) for v in REGISTRY.values() if "mask" in v.features)
+            raise ValueError(f"softmax: variant {variant!r} takes no mask or valid_lengths; "
+                             f"use variant='auto' or one of: {supporting}")
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    return softmax_masked.prepare(rows, mask, valid_lengths, mask_value)

@@ -9,7 +9,7 @@ from onlinesoftmax import checks
 for name in ("softmax_00_naive", "softmax_01_safe", "softmax_02_online"):
     for shape in ((1, 1), (3, 100), (2, 4097), (1, 65536)):
         x = checks.random_rows(cp, *shape, max_offset=5)
-        osm.softmax(x, name); cp.cuda.Device().synchronize()
+        osm.softmax(x, variant=name); cp.cuda.Device().synchronize()
 print("sanitized")
 PY
   echo "$tool exit $?"

@@ -1,55 +1,110 @@
-"""CPU tier: the public API on numpy input (NumPy models) and its errors."""
+"""CPU tier: the public API on numpy input (the kernels' NumPy models): its conventions (axis, any number
+of dimensions, dtypes) against scipy, its errors, `out`, and the launch-plan cache behind it."""
 import numpy as np
 import pytest
+import scipy.special
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, reference
+from onlinesoftmax import api, checks, checks_fast as cf, reference
+from onlinesoftmax.kernels import dispatch
+from onlinesoftmax.runtime import device, loader, plan
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+SHAPES_AXES = [((7,), 0), ((7,), -1), ((3, 50), -1), ((3, 50), 0), ((2, 3, 33), -1), ((2, 3, 33), 1),
+               ((2, 3, 33), 0), ((2, 2, 5, 300), -1), ((2, 2, 5, 300), 2), ((1, 1, 1), -1)]
 
 
-def test_variants_are_listed_in_story_order():
-    assert osm.VARIANTS[:3] == ("softmax_00_naive", "softmax_01_safe", "softmax_02_online")
-    assert list(osm.VARIANTS) == sorted(osm.VARIANTS)
+def _tolerance(dtype):
+    return {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
 
 
-@pytest.mark.parametrize("short, name", [("naive", "softmax_00_naive"), ("safe", "softmax_01_safe"),
-                                         ("online", "softmax_02_online")])
-def test_short_names_resolve_to_the_same_kernel(short, name):
-    x = checks.random_rows(np, 3, 50, max_offset=5)
-    np.testing.assert_array_equal(osm.softmax(x, short), osm.softmax(x, name))
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize(("shape", "axis"), SHAPES_AXES)
+def test_softmax_and_log_softmax_follow_scipy(shape, axis, dtype):
+    x32 = np.random.default_rng(len(shape) + axis).standard_normal(shape).astype(np.float32) * 4
+    x = cf.to_dtype(x32, dtype)
+    exact = np.asarray(x, dtype=np.float64)
+    y = osm.softmax(x, axis=axis)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    np.testing.assert_allclose(y.astype(np.float64), scipy.special.softmax(exact, axis=axis),
+                               rtol=_tolerance(dtype), atol=_tolerance(dtype) * 1e-3)
+    z = osm.log_softmax(x, axis=axis)
+    assert z.shape == x.shape and z.dtype == x.dtype
+    np.testing.assert_allclose(z.astype(np.float64), scipy.special.log_softmax(exact, axis=axis),
+                               rtol=_tolerance(dtype), atol=_tolerance(dtype) * 8)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize(("shape", "axis"), SHAPES_AXES)
+def test_logsumexp_follows_scipy_and_is_float32(shape, axis, dtype):
+    x = cf.to_dtype(np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 4 + 10, dtype)
+    lse = osm.logsumexp(x, axis=axis)
+    expected = scipy.special.logsumexp(np.asarray(x, dtype=np.float64), axis=axis)
+    assert lse.dtype == np.float32 and lse.shape == expected.shape
+    np.testing.assert_allclose(lse, expected, rtol=2e-6, atol=2e-6)
+
+
+def test_a_score_tensor_is_rows_of_its_last_axis():
+    """(batch, heads, q, k): the same numbers as the 2-D (batch * heads * q, k) call, no copy needed."""
+    x = checks.random_rows(np, 2 * 4 * 16, 100, seed=5).reshape(2, 4, 16, 100)
+    np.testing.assert_array_equal(osm.softmax(x), osm.softmax(x.reshape(-1, 100)).reshape(x.shape))
+    rows, is_view = api.as_rows(x, 3)
+    assert is_view and rows.shape == (128, 100) and np.shares_memory(rows, x)
+    moved, is_view = api.as_rows(x, 1)
+    assert not is_view and moved.shape == (2 * 16 * 100, 4)
+
+
+@pytest.mark.parametrize("bad, error, words", [
+    (np.float32(3.0), TypeError, "numpy or cupy array"),
+    (np.ones((), np.float32), ValueError, "0-d"),
+    (np.ones((0, 4), np.float32), ValueError, "non-empty"),
+    (np.ones((4, 0), np.float32), ValueError, "non-empty"),
+    (np.ones((2, 4), np.int32), TypeError, "got int32"),
+    (np.ones((2, 4), np.float64), TypeError, "astype"),
+    (np.ones((2, 4), bool), TypeError, "got bool"),
+    ([[1.0, 2.0]], TypeError, "got a list"),
+    (3.0, TypeError, "got a float"),
+])
+@pytest.mark.parametrize("function", (osm.softmax, osm.log_softmax, osm.logsumexp))
+def test_bad_input_is_a_clear_error(function, bad, error, words):
+    with pytest.raises(error, match=words):
+        function(bad)
+
+
+def test_errors_name_what_the_reader_passed():
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(ValueError, match="unknown variant 'fastest-ever'; known: 'auto'"):
+        osm.softmax(x, variant="fastest-ever")
+    with pytest.raises(TypeError, match=r"variant='online'"):
+        osm.softmax(x, "online")                       # the second positional argument is the axis
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        osm.softmax(x, axis=2)
+    with pytest.raises(TypeError, match="variant 'online' takes float32, got float16"):
+        osm.softmax(x.astype(np.float16), variant="online")
+    with pytest.raises(ValueError, match="out must be a ndarray of shape \\(2, 4\\)"):
+        osm.softmax(x, out=np.empty((2, 5), np.float32))
+    with pytest.raises(ValueError, match="out must be a ndarray of shape \\(2,\\) and dtype float32"):
+        osm.logsumexp(x.astype(np.float16), out=np.empty(2, np.float16))
+    for function in (osm.softmax, osm.log_softmax, osm.logsumexp):
+        with pytest.raises(ValueError) as caught:
+            function(x, variant="softmax_99")
+        assert "softmax_99" in str(caught.value)
 
 
 def test_same_dtype_back_and_out_is_filled():
-    x = checks.random_rows(np, 4, 33)
-    out = checks.poisoned_like(x)
-    y = osm.softmax(x, out=out)
-    assert y is out and y.dtype == np.float32 and checks.unwritten(y) == 0
-
-
-@pytest.mark.parametrize("bad, error", [
-    (np.ones(5, np.float32), ValueError),            # 1-D
-    (np.ones((2, 3, 4), np.float32), ValueError),    # 3-D
-    (np.ones((0, 4), np.float32), ValueError),       # empty
-    (np.ones((4, 0), np.float32), ValueError),       # empty
-    (np.ones((2, 4), np.int32), TypeError),          # integer dtype
-    (np.ones((2, 4), np.float64), TypeError),        # not a kernel dtype
-    ([[1.0, 2.0]], TypeError),                       # not an array
-])
-def test_bad_input_is_a_clear_error(bad, error):
-    with pytest.raises(error):
-        osm.softmax(bad)
-
-
-def test_unknown_variant_and_bad_out():
-    x = np.ones((2, 4), np.float32)
-    with pytest.raises(ValueError, match="unknown softmax variant"):
-        osm.softmax(x, "fastest-ever")
-    with pytest.raises(ValueError, match="out must be"):
-        osm.softmax(x, out=np.empty((2, 5), np.float32))
+    for dtype in cf.DTYPES:
+        x = cf.random_rows(np, 4, 33, dtype)
+        out = cf.poisoned_like(x)
+        y = osm.softmax(x, out=out)
+        assert y is out and y.dtype == x.dtype and cf.unwritten(y) == 0
+    lse_out = np.full(4, np.nan, np.float32)
+    assert osm.logsumexp(cf.random_rows(np, 4, 33, "bfloat16"), out=lse_out) is lse_out
+    assert np.isfinite(lse_out).all()
 
 
 def test_non_contiguous_views_give_the_same_answer():
     base = checks.random_rows(np, 6, 101, seed=4)
-    for view in (base[:, 1:], base[::2], base[:, ::2]):
+    for view in (base[:, 1:], base[::2], base[:, ::2], base.T):
         passed, message = checks.compare(osm.softmax(view), reference.softmax(view),
                                          reference.softmax_same_dtype(view), np.float32)
         assert passed, message
@@ -69,7 +124,7 @@ def test_out_that_would_give_a_wrong_answer_is_rejected():
     assert osm.softmax(x, out=good) is good and checks.unwritten(good) == 0
 
 
-def test_n_cols_beyond_the_int32_index_range_is_refused():
+def test_n_cols_beyond_the_int32_index_range_is_refused_before_any_copy():
     from onlinesoftmax.registry import MAX_COLS
 
     too_long = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(1, MAX_COLS + 1), strides=(0, 0))
@@ -84,3 +139,97 @@ def test_mask_value_needs_a_mask_and_a_number():
     with pytest.raises(TypeError, match="must be a number"):
         osm.softmax(x, mask="causal", mask_value="a")
     assert np.isfinite(osm.softmax(x, mask="causal", mask_value=-1e6)).all()
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        osm.softmax(np.ones((2, 2, 8), np.float32), mask="causal")
+
+
+def test_auto_on_numpy_runs_the_chosen_kernels_model():
+    for dtype in cf.DTYPES:
+        for n_rows, n_cols in ((4, 100), (4, 5000), (2, 70000)):
+            x = cf.random_rows(np, n_rows, n_cols, dtype, seed=1)
+            chosen = dispatch.choose(n_rows, n_cols, dtype).variant.name
+            np.testing.assert_array_equal(osm.softmax(x), osm.softmax(x, variant=chosen))
+    assert osm.VARIANTS[0] == "auto"
+
+
+@pytest.mark.parametrize("cc", (80, 86, 89, 90, 100, 120))
+def test_auto_never_picks_a_kernel_the_device_cannot_run(cc):
+    shapes = [(r, n) for r in (1, 7, 64, 131, 132, 1024, 4000) for n in (1, 1000, 4096, 9999, 32000, 50257, 65536,
+                                                                           151936, 262144, 1 << 20)]
+    with device.simulate_device(compute_capability=cc, sm_count=108 if cc == 80 else 132):
+        chosen = {dispatch.choose(r, n, dtype).variant for r, n in shapes for dtype in cf.DTYPES}
+    assert all(v.min_cc <= cc for v in chosen), [(v.name, v.min_cc) for v in chosen]
+    if cc < 90:
+        assert not {"softmax_10_cluster", "softmax_12_pipelined"} & {v.name for v in chosen}
+    else:
+        assert "softmax_10_cluster" in {v.name for v in chosen}
+
+
+def test_a_named_kernel_the_device_cannot_run_is_refused(monkeypatch):
+    monkeypatch.setattr(device, "has_gpu", lambda: True)
+    x = np.ones((2, 4), np.float32)
+    rows, _ = api.as_rows(x, 1)
+    with device.simulate_device(compute_capability=80):
+        with pytest.raises(RuntimeError, match="needs compute capability 9.0"):
+            api._check_variant_accepts(osm.REGISTRY["softmax_10_cluster"], rows, "cluster", "softmax", on_gpu=True)
+        api._check_variant_accepts(osm.REGISTRY["softmax_11_split"], rows, "split", "softmax", on_gpu=True)
+
+
+class FakeKernel:
+    def __init__(self, launches):
+        self.launches = launches
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.launches.append(grid)
+
+
+def test_a_repeated_call_reads_no_file_and_asks_the_device_nothing(monkeypatch):
+    """The second call of a plan must not stat or open a file, query the device or import: patch
+    the file system and the device queries to raise once the plan exists, and call again."""
+    import builtins
+    import os
+    import pathlib
+
+    launches = []
+    variant = osm.REGISTRY["softmax_02_online"]
+    monkeypatch.setattr(type(variant), "kernel", lambda self: FakeKernel(launches))
+    x = np.zeros((3, 10), np.float32)
+    y = np.empty_like(x)
+    fake = type("Array", (), {})   # stands in for a cupy array: layout and address only
+    xs, ys = fake(), fake()
+    for a, b in ((xs, x), (ys, y)):
+        a.shape, a.strides, a.dtype, a.itemsize, a.device = b.shape, b.strides, b.dtype, b.itemsize, \
+            type("D", (), {"id": 0})()
+        a.data = type("M", (), {"ptr": 4096})()
+    monkeypatch.setattr(plan.cupy.cuda, "get_current_stream", lambda: type("Stream", (), {"ptr": 0})())
+    plan.get_runner(variant, xs, ys, {})(xs, ys)
+    assert plan.cached_runners() >= 1 and len(launches) == 1
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the hot path touched the file system, the device or an import")
+    saved = (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
+             device.sm_count)
+    os.stat = pathlib.Path.stat = builtins.open = builtins.__import__ = forbidden
+    device.compute_capability = device.sm_count = forbidden
+    try:
+        plan.get_runner(variant, xs, ys, {})(xs, ys)
+    finally:
+        (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
+         device.sm_count) = saved
+    assert len(launches) == 2
+
+
+def test_reload_forgets_kernels_and_plans(monkeypatch):
+    built = []
+    monkeypatch.setattr(loader, "load_module", lambda path, defines=(): type(
+        "Module", (), {"get_function": lambda self, entry: built.append(entry) or entry})())
+    loader.reload()
+    assert loader.get_kernel("softmax/softmax_02_online.cu", "softmax_02_online") == "softmax_02_online"
+    loader.get_kernel("softmax/softmax_02_online.cu", "softmax_02_online")
+    assert built == ["softmax_02_online"], "a second lookup must not build again"
+    plan._runners["sentinel"] = object()
+    osm.reload()
+    assert "sentinel" not in plan._runners
+    loader.get_kernel("softmax/softmax_02_online.cu", "softmax_02_online")
+    assert built == ["softmax_02_online"] * 2, "after reload() the kernel is built again"
+    loader.reload()

@@ -20,7 +20,7 @@ GUARD_ROWS = checks.GUARD_ROWS
 def test_without_guards_the_row_is_all_nan(make):
     x = make()
     assert np.isnan(simulate_online(x, guards=False)).all()
-    assert np.isnan(osm.softmax(x, "softmax_02_online_unguarded")).all()
+    assert np.isnan(osm.softmax(x, variant="softmax_02_online_unguarded")).all()
     m, l = simulate.online_row_state(x, guards=False)
     assert np.isnan(l).all()
 
@@ -28,7 +28,7 @@ def test_without_guards_the_row_is_all_nan(make):
 @pytest.mark.parametrize("make", GUARD_ROWS.values(), ids=GUARD_ROWS.keys())
 def test_with_guards_the_row_is_right(make):
     x = make()
-    y = osm.softmax(x, "softmax_02_online")
+    y = osm.softmax(x, variant="softmax_02_online")
     assert not np.isnan(y).any()
     error = checks.max_abs_error(y, reference.softmax(x))
     assert error < 1e-6, error  # fp32: about 1e-8 on these rows
@@ -69,7 +69,7 @@ def test_fully_masked_row_is_nan_even_with_guards():
     x = np.full((2, 300), -np.inf, np.float32)
     for variant in ("softmax_01_safe", "softmax_02_online", "softmax_02_online_unguarded",
                     "softmax_03_online_masked"):
-        assert np.isnan(osm.softmax(x, variant)).all(), variant
+        assert np.isnan(osm.softmax(x, variant=variant)).all(), variant
     assert np.isnan(reference.softmax(x)).all()
 
 

@@ -14,7 +14,7 @@ def test_models_on_the_edge_sizes(variant, n_cols):
     n_rows = 7 if n_cols <= 4097 else 1
     naive = variant == "softmax_00_naive"
     x = checks.random_rows(np, n_rows, n_cols, seed=n_cols, max_offset=10 if naive else 30, outliers=not naive)
-    passed, message = checks.compare(osm.softmax(x, variant), reference.softmax(x),
+    passed, message = checks.compare(osm.softmax(x, variant=variant), reference.softmax(x),
                                      reference.softmax_same_dtype(x), np.float32)
     assert passed, f"{variant} N={n_cols}: {message}"
 
@@ -23,7 +23,7 @@ def test_models_on_the_edge_sizes(variant, n_cols):
 @pytest.mark.parametrize("variant", SAFE)
 def test_models_on_special_rows(variant, n_cols):
     x, nan_rows = checks.special_rows(np, n_cols)
-    y = osm.softmax(x, variant)
+    y = osm.softmax(x, variant=variant)
     assert (np.isnan(y).all(axis=1) == nan_rows).all()
     assert not np.isnan(y[~nan_rows]).any()
     passed, message = checks.compare(y, reference.softmax(x), reference.softmax_same_dtype(x), np.float32)
@@ -41,6 +41,6 @@ def test_the_checker_rejects_wrong_answers():
     stray[1, 5] = np.nan
     assert not checks.compare(stray, ref, base, np.float32)[0]
     assert checks.unwritten(checks.poisoned_like(x)) == x.size
-    naive_overflow = osm.softmax(np.array([[89.0, 0.0]], np.float32), "naive")
+    naive_overflow = osm.softmax(np.array([[89.0, 0.0]], np.float32), variant="naive")
     assert not checks.compare(naive_overflow, reference.softmax(np.array([[89.0, 0.0]])),
                               reference.softmax_same_dtype(np.array([[89.0, 0.0]], np.float32)), np.float32)[0]

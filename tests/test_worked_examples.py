@@ -62,7 +62,7 @@ def test_combine_of_two_parts_is_the_whole_state():
 @pytest.mark.parametrize("row, expected, decimals", [(X153, P153, 4), (X123, P123, 5)])
 def test_models_reproduce_the_worked_examples(variant, row, expected, decimals):
     x = np.array([row], dtype=np.float32)
-    y = osm.softmax(x, variant)
+    y = osm.softmax(x, variant=variant)
     assert y.dtype == np.float32
     assert np.allclose(y[0], expected, rtol=0, atol=0.5 * 10.0**-decimals)
     passed, message = checks.compare(y, reference.softmax(x), reference.softmax_same_dtype(x),
@@ -74,7 +74,7 @@ def test_models_reproduce_the_worked_examples(variant, row, expected, decimals):
 @pytest.mark.parametrize("offset", (100.0, 1000.0, -1000.0))
 def test_safe_models_are_shift_invariant(variant, offset):
     x = np.array([X153], dtype=np.float32) + np.float32(offset)
-    y = osm.softmax(x, variant)
+    y = osm.softmax(x, variant=variant)
     assert np.isfinite(y).all()
     assert np.allclose(y[0], P153, rtol=0, atol=5e-5)
 
@@ -86,13 +86,13 @@ def test_naive_model_overflows_past_ln_flt_max_and_safe_ones_do_not():
     for top in (below, above, np.float32(89.0), np.float32(1000.0)):
         x = np.array([[top, 0.0, top - 30]], dtype=np.float32)   # the sum stays below FLT_MAX
         ref = reference.softmax(x)
-        naive = osm.softmax(x, "softmax_00_naive")
+        naive = osm.softmax(x, variant="softmax_00_naive")
         if top < LN_FLT_MAX:
             assert np.allclose(naive, ref, rtol=1e-5, atol=1e-7)
         else:
             assert np.isnan(naive[0, 0]) and naive[0, 1] == 0.0   # inf/inf and 1/inf
         for variant in SAFE:
-            y = osm.softmax(x, variant)
+            y = osm.softmax(x, variant=variant)
             assert np.isfinite(y).all() and np.allclose(y, ref, rtol=1e-5, atol=1e-7)
 
 
@@ -100,10 +100,10 @@ def test_naive_model_sum_overflows_before_any_single_term():
     """Three terms of e^88 are finite, their fp32 sum is not: the output is silent zeros."""
     x = np.full((1, 3), 88.0, dtype=np.float32)
     assert np.isfinite(np.exp(np.float32(88.0)))
-    naive = osm.softmax(x, "softmax_00_naive")
+    naive = osm.softmax(x, variant="softmax_00_naive")
     assert (naive == 0.0).all()
     for variant in SAFE:
-        assert np.allclose(osm.softmax(x, variant), 1 / 3, rtol=1e-6)
+        assert np.allclose(osm.softmax(x, variant=variant), 1 / 3, rtol=1e-6)
 
 
 def test_access_model_fields_quoted_in_chapter_2():

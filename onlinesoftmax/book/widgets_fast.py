@@ -59,7 +59,7 @@ def error_of(kernel: str, dtype: str, n_rows: int, n_cols: int) -> dict:
         return {"error": None, "note": f"{kernel} holds at most {osm.REGISTRY[kernel].max_cols} columns"}
     if kernel == "softmax_02_online" and dtype != "float32":
         return {"error": None, "note": "softmax_02_online is fp32 only"}
-    y = osm.softmax(x, kernel)
+    y = osm.softmax(x, variant=kernel)
     passed, message = checks_fast.compare(y, x)
     chosen = softmax_fast.choose(n_rows, n_cols, dtype).variant.name if kernel == "fast" else kernel
     source = "real kernel" if live else f"NumPy model, {rows} rows"

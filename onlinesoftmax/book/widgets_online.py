@@ -72,9 +72,9 @@ def error_of(kernel: str, dtype: str, mask: str, n_rows: int, n_cols: int, live:
     if live:
         import cupy
 
-        y = api.softmax(cupy.asarray(x), kernel, **kwargs).get()
+        y = api.softmax(cupy.asarray(x), variant=kernel, **kwargs).get()
     else:
-        y = api.softmax(x, kernel, **kwargs)
+        y = api.softmax(x, variant=kernel, **kwargs)
     ref = softmax_masked.reference_masked(x, **options)
     baseline = reference.softmax_same_dtype(softmax_masked.effective_logits(x, dtype=x.dtype, **options))
     passed, _ = checks.compare(y, ref, baseline, np.dtype(dtype).type)

@@ -14,6 +14,8 @@ loader's, also `onlinesoftmax.reload()`) forgets them all, with the kernels they
 """
 from __future__ import annotations
 
+import cupy
+
 from onlinesoftmax.runtime import loader
 
 PLAN_LIMIT = 4096          # runners kept before the cache is emptied (shapes, streams and devices vary)
@@ -35,8 +37,6 @@ def options_key(options: dict) -> tuple:
 
 def get_runner(variant, x, y, options: dict):
     """The cached runner for this call's layout; call it as runner(x, y, **options)."""
-    import cupy
-
     key = (variant.name, layout(x), layout(y), options_key(options), x.device.id,
            cupy.cuda.get_current_stream().ptr)
     runner = _runners.get(key)

@@ -1,4 +1,5 @@
 """GPU tier for the fast kernels softmax_07 .. softmax_13 and the "fast" dispatcher (fp32, fp16, bf16)."""
+import cupy as cp
 import numpy as np
 import pytest
 
@@ -8,7 +9,6 @@ from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax import checks_fast as cf
 
 pytestmark = pytest.mark.gpu
-cp = pytest.importorskip("cupy")
 
 FAST = tuple(v.name for v in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS)
 CLUSTERED = ("softmax_10_cluster", "softmax_12_pipelined")
@@ -18,7 +18,7 @@ def run_checked(name, x, **options):
     """Poisoned output, synchronize (surfaces CUDA errors), nothing left unwritten."""
     out = cf.poisoned_like(x)
     if name == "fast":
-        y = osm.softmax(x, "fast", out=out)
+        y = osm.softmax(x, variant="fast", out=out)
     else:
         y = api.run(osm.REGISTRY[name], x, out=out, **options)
     cp.cuda.Device().synchronize()
@@ -103,7 +103,7 @@ def test_misaligned_and_strided_views(name, dtype):
     x = cf.random_rows(cp, 5, 1024, dtype, seed=3)
     big = cf.poisoned_like(cf.random_rows(cp, 5, 1025, dtype, seed=4))
     out = big[:, 1:]
-    y = osm.softmax(x, name, out=out) if name == "fast" else api.run(osm.REGISTRY[name], x, out=out)
+    y = osm.softmax(x, variant=name, out=out) if name == "fast" else api.run(osm.REGISTRY[name], x, out=out)
     cp.cuda.Device().synchronize()
     assert cf.unwritten(y) == 0
     assert_close(name, y, x)
@@ -234,7 +234,7 @@ def test_gpu_kernels_match_their_models(name, dtype):
         host = cf.to_dtype(checks.random_rows(np, 5, n_cols, seed=n_cols), dtype)
         host[1, 3] = np.nan
         gpu = cf.as_float64(run_checked(name, cf.on_device(cp, host))).get()
-        model = cf.as_float64(osm.softmax(host, name))
+        model = cf.as_float64(osm.softmax(host, variant=name))
         assert (np.isnan(gpu) == np.isnan(model)).all()
         finite = ~np.isnan(model)
         np.testing.assert_allclose(gpu[finite], model[finite], rtol=8 * cf.EPS[dtype], atol=1e-30)
@@ -243,7 +243,7 @@ def test_gpu_kernels_match_their_models(name, dtype):
 @pytest.mark.parametrize("name", FAST + ("fast",))
 def test_bad_gpu_input(name):
     def call(x, **kw):
-        return osm.softmax(x, "fast", **kw) if name == "fast" else osm.softmax(x, name, **kw)
+        return osm.softmax(x, variant="fast", **kw) if name == "fast" else osm.softmax(x, variant=name, **kw)
 
     with pytest.raises(TypeError):
         call(cp.ones((2, 8), dtype=cp.int32))

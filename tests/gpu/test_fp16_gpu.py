@@ -8,6 +8,7 @@ and the strict one: no more than fp32 math plus one rounding to fp16.
 """
 from functools import lru_cache
 
+import cupy as cp
 import numpy as np
 import pytest
 
@@ -16,7 +17,6 @@ from onlinesoftmax import checks, checks_fp16, reference
 from onlinesoftmax.kernels.softmax_fp16 import row_heads, simulate_fp16
 
 pytestmark = pytest.mark.gpu
-cp = pytest.importorskip("cupy")
 
 FP16 = ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8")
 VEC = {"softmax_04_online_fp16_vec4": 4, "softmax_05_online_fp16_vec8": 8}
@@ -29,7 +29,7 @@ def rows_on_gpu(n_rows, n_cols, seed):
 
 def run_and_check(variant, x, out=None):
     out = checks_fp16.poisoned_like(x) if out is None else out
-    y = osm.softmax(x, variant, out=out)
+    y = osm.softmax(x, variant=variant, out=out)
     cp.cuda.Device().synchronize()
     assert y is out and y.dtype == cp.float16
     assert checks_fp16.unwritten(y) == 0, f"{variant}: outputs left unwritten"
@@ -102,7 +102,7 @@ def test_gpu_matches_the_model_given_the_gpu_alignment(variant):
     vec = VEC[variant]
     base = rows_on_gpu(9, 4099, 12)
     for view in (base, base[:, 1:], base[:, 3:-2]):
-        gpu = osm.softmax(view, variant).get()
+        gpu = osm.softmax(view, variant=variant).get()
         model = simulate_fp16(view.get(), vec, heads=row_heads(view, vec))
         assert np.array_equal(np.isnan(gpu), np.isnan(model))
         ulp = np.spacing(np.abs(model)).astype(np.float64)
@@ -119,22 +119,22 @@ def test_torch_half_softmax_agrees_when_available():
     x = rows_on_gpu(7, 4097, 3)
     expected = torch.softmax(torch.as_tensor(x, device="cuda").float(), dim=1).half()
     for variant in FP16:
-        y = torch.as_tensor(osm.softmax(x, variant), device="cuda")
+        y = torch.as_tensor(osm.softmax(x, variant=variant), device="cuda")
         assert torch.allclose(y.float(), expected.float(), rtol=1e-3, atol=6e-8)
 
 
 @pytest.mark.parametrize("variant", FP16)
 def test_bad_input_then_the_context_is_healthy(variant):
     with pytest.raises(TypeError, match="float16"):
-        osm.softmax(cp.ones((2, 8), cp.float32), variant)
+        osm.softmax(cp.ones((2, 8), cp.float32), variant=variant)
     with pytest.raises(TypeError):
-        osm.softmax(cp.ones((2, 8), cp.float64), variant)
+        osm.softmax(cp.ones((2, 8), cp.float64), variant=variant)
     with pytest.raises(ValueError):
-        osm.softmax(cp.ones((2, 3, 4), cp.float16), variant)
+        osm.softmax(cp.ones((2, 3, 4), cp.float16), variant=variant)
     with pytest.raises(ValueError):
-        osm.softmax(cp.ones((0, 4), cp.float16), variant)
+        osm.softmax(cp.ones((0, 4), cp.float16), variant=variant)
     with pytest.raises(ValueError, match="does not take a mask"):
-        osm.softmax(cp.ones((2, 8), cp.float16), variant, mask="causal")
+        osm.softmax(cp.ones((2, 8), cp.float16), variant=variant, mask="causal")
     run_and_check(variant, rows_on_gpu(2, 8, 1))
 
 

@@ -1,4 +1,5 @@
 """GPU tier for the teaching kernels softmax_00_naive, softmax_01_safe, softmax_02_online(_unguarded)."""
+import cupy as cp
 import numpy as np
 import pytest
 
@@ -7,7 +8,6 @@ from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels.softmax_teaching import simulate_online, simulate_naive
 
 pytestmark = pytest.mark.gpu
-cp = pytest.importorskip("cupy")
 
 SAFE_VARIANTS = ("softmax_01_safe", "softmax_02_online")
 ALL_VARIANTS = ("softmax_00_naive",) + SAFE_VARIANTS
@@ -17,7 +17,7 @@ LN_FLT_MAX = float(np.log(np.finfo(np.float32).max))  # 88.72
 def run_checked(variant, x):
     """Run on poisoned output, synchronize (surfaces any CUDA error), check nothing was left unwritten."""
     out = checks.poisoned_like(x)
-    y = osm.softmax(x, variant, out=out)
+    y = osm.softmax(x, variant=variant, out=out)
     cp.cuda.Device().synchronize()
     assert y is out
     assert checks.unwritten(y) == 0, f"{variant}: outputs left unwritten"
@@ -62,7 +62,7 @@ def test_special_rows(variant, n_cols):
 def test_strided_and_misaligned_views(variant):
     base = checks.random_rows(cp, 9, 1001, seed=5)
     for view in (base[:, 1:], base[::2], base[1::3, 3:-2], base[:, ::2], base.T[:500].T):
-        assert_close(variant, osm.softmax(view, variant), view)
+        assert_close(variant, osm.softmax(view, variant=variant), view)
 
 
 def test_unguarded_kernel_gives_nan_exactly_where_the_model_does():
@@ -97,8 +97,8 @@ def test_gpu_kernels_match_their_models():
     for variant in ALL_VARIANTS + ("softmax_02_online_unguarded",):
         naive = variant == "softmax_00_naive"  # keep e^x finite: NaN == NaN would compare nothing
         x = checks.random_rows(np, 7, 4097, seed=11, max_offset=10 if naive else 30, outliers=not naive)
-        gpu = osm.softmax(cp.asarray(x), variant).get()
-        model = osm.softmax(x, variant)
+        gpu = osm.softmax(cp.asarray(x), variant=variant).get()
+        model = osm.softmax(x, variant=variant)
         assert not np.isnan(model).any()
         np.testing.assert_allclose(gpu, model, rtol=2e-6, atol=1e-9)
 
@@ -106,13 +106,13 @@ def test_gpu_kernels_match_their_models():
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_bad_gpu_input(variant):
     with pytest.raises(TypeError):
-        osm.softmax(cp.ones((2, 8), dtype=cp.int32), variant)
+        osm.softmax(cp.ones((2, 8), dtype=cp.int32), variant=variant)
     with pytest.raises(TypeError):
-        osm.softmax(cp.ones((2, 8), dtype=cp.float64), variant)
+        osm.softmax(cp.ones((2, 8), dtype=cp.float64), variant=variant)
     with pytest.raises(ValueError):
-        osm.softmax(cp.ones((2, 3, 4), dtype=cp.float32), variant)
+        osm.softmax(cp.ones((2, 3, 4), dtype=cp.float32), variant=variant)
     with pytest.raises(ValueError):
-        osm.softmax(cp.ones((0, 4), dtype=cp.float32), variant)
+        osm.softmax(cp.ones((0, 4), dtype=cp.float32), variant=variant)
     # the context is still healthy afterwards
     assert_close(variant, run_checked(variant, cp.ones((2, 8), cp.float32)), cp.ones((2, 8), cp.float32))
 

@@ -1,0 +1,210 @@
+"""NumPy models of the fast softmax kernels softmax_07 .. softmax_13.
+
+Each model follows its kernel's partition of a row (softmax_fast_configs.py), its exponent
+form (2^((x - m) log2e), or the fused FMA form for 16-bit rows) and its reduction order
+(butterfly, block tree, cluster exchange, fold), so a model's output is what the kernel's
+should be on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.kernels.softmax_fast_configs import (
+    CHUNK_UNROLL, F32, ITEMSIZE, LOG2E, ChunkPlan, pow2_at_least, config_07, config_08, dtype_name,
+    chunks_09, chunks_10, chunks_11, chunks_13, vector_width)
+
+# ---- NumPy models ------------------------------------------------------------------------
+
+def as_float32(x) -> np.ndarray:
+    """Storage -> fp32 (exact for fp16 and bf16)."""
+    return np.asarray(x).astype(F32)
+
+
+def to_storage(y32: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return y32.astype(ml_dtypes.bfloat16)
+    return y32.astype(dtype)
+
+
+def exp_sub(v: np.ndarray, m: np.ndarray, folded: bool) -> np.ndarray:
+    """The kernels' e^(v - m): 2^((v - m) log2e) in fp32, or 2^(fma(v, log2e, -m log2e)) (folded)."""
+    with np.errstate(all="ignore"):
+        if folded:
+            m_log2e = (m.astype(F32) * LOG2E).astype(F32)
+            t = (v.astype(np.float64) * np.float64(LOG2E) - m_log2e.astype(np.float64)).astype(F32)
+        else:
+            t = ((v - m).astype(F32) * LOG2E).astype(F32)
+        return np.exp2(t).astype(F32)
+
+
+def online_base(m):
+    return np.where(m == -np.inf, F32(0), m).astype(F32)
+
+
+def combine(a, b):
+    with np.errstate(all="ignore"):
+        return sim.online_combine(a, b, guards=True)
+
+
+def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce) -> np.ndarray:
+    """softmax_07 / softmax_08: lane t of `lanes` holds vectors k lanes + t; one exp per element."""
+    x32 = as_float32(x)
+    n_rows, n_cols = x32.shape
+    folded = ITEMSIZE[dtype] == 2
+    k, t, j = np.meshgrid(np.arange(nv), np.arange(lanes), np.arange(vec), indexing="ij")
+    cols = ((k * lanes + t) * vec + j).transpose(1, 0, 2).reshape(lanes, nv * vec)   # (lanes, E)
+    valid = cols < n_cols
+    v = np.full((n_rows, lanes, nv * vec), -np.inf, dtype=F32)
+    v[:, valid] = x32[:, cols[valid]]
+    with np.errstate(all="ignore"):
+        m = np.fmax.reduce(v, axis=2, initial=-np.inf).astype(F32)
+        e = exp_sub(v, online_base(m)[..., None], folded)
+        l = e.sum(axis=2, dtype=F32)
+        row_m, row_l = reduce((m, l))
+        rebase = np.where(m == -np.inf, F32(0), np.exp2(((m - row_m[:, None]) * LOG2E).astype(F32)))
+        scale = (rebase * (F32(1) / row_l)[:, None]).astype(F32)
+        y = (e * scale[..., None]).astype(F32)
+    out = np.empty((n_rows, n_cols), dtype=F32)
+    out[:, cols[valid]] = y[:, valid]
+    return to_storage(out, dtype)
+
+
+def group_butterfly(state, width: int):
+    """xor butterfly over offsets below `width` (arrays (rows, lanes)); lane 0's result per row."""
+    lanes = np.arange(state[0].shape[1])
+    for offset in (o for o in (16, 8, 4, 2, 1) if o < width):
+        partner = tuple(s[:, lanes ^ offset] for s in state)
+        state = combine(state, partner)
+    return state[0][:, 0], state[1][:, 0]
+
+
+def simulate_07(x, vec: int | None = None) -> np.ndarray:
+    dtype = dtype_name(np.asarray(x).dtype)
+    v = vec or vector_width(dtype)
+    if v > 1 and x.shape[1] % v:
+        v = 1
+    nv, g = config_07(x.shape[1], dtype, v)
+    return registers_model(x, dtype, v, nv, g, lambda s: group_butterfly(s, g))
+
+
+def simulate_08(x, vec: int | None = None) -> np.ndarray:
+    dtype = dtype_name(np.asarray(x).dtype)
+    v = vec or vector_width(dtype)
+    if v > 1 and x.shape[1] % v:
+        v = 1
+    nv, t = config_08(x.shape[1], dtype, v)
+    return registers_model(x, dtype, v, nv, t,
+                           lambda s: sim.block_reduce(s, combine, (F32(-np.inf), F32(0))))
+
+
+def chunk_states(x32: np.ndarray, threads: int, vec: int, folded: bool):
+    """row_chunk.cuh's chunk_state for every chunk row of x32 (rows, chunk): per-thread (m, l)."""
+    n_rows, length = x32.shape
+    n_vec = length // vec
+    m = np.full((n_rows, threads), -np.inf, dtype=F32)
+    l = np.zeros((n_rows, threads), dtype=F32)
+    t = np.arange(threads)
+    with np.errstate(all="ignore"):
+        for first in range(0, n_vec, CHUNK_UNROLL * threads):
+            idx = first + t[:, None] + np.arange(CHUNK_UNROLL)[None, :] * threads      # (T, U)
+            ok = idx < n_vec
+            cols = idx[..., None] * vec + np.arange(vec)                              # (T, U, V)
+            vals = np.full((n_rows, threads, CHUNK_UNROLL, vec), -np.inf, dtype=F32)
+            vals[:, ok] = x32[:, cols[ok]]
+            vals = vals.reshape(n_rows, threads, -1)
+            batch_max = np.fmax.reduce(vals, axis=2, initial=-np.inf).astype(F32)
+            m_new = np.fmax(m, batch_max)
+            base = online_base(m_new)
+            l = (l * np.exp2(((m - base) * LOG2E).astype(F32))).astype(F32) + \
+                exp_sub(vals, base[..., None], folded).sum(axis=2, dtype=F32)
+            l = l.astype(F32)
+            m = m_new
+    return m, l
+
+
+def chunk_output(x32: np.ndarray, row_m: np.ndarray, row_l: np.ndarray, folded: bool) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return (exp_sub(x32, row_m[:, None], folded) * (F32(1) / row_l)[:, None]).astype(F32)
+
+
+def split_rows(x32: np.ndarray, n_chunks: int, chunk: int) -> np.ndarray:
+    """(rows, N) -> (rows * n_chunks, chunk), padded with -inf past N (never read by the kernels)."""
+    n_rows, n_cols = x32.shape
+    padded = np.full((n_rows, n_chunks * chunk), -np.inf, dtype=F32)
+    padded[:, :n_cols] = x32
+    return padded.reshape(n_rows * n_chunks, chunk)
+
+
+def chunked_model(x, plan: ChunkPlan, vec: int, merge: str) -> np.ndarray:
+    """softmax_09 / 10 / 11 / 13: per-chunk block states, then the row's merge ("cluster", "block" or "fold")."""
+    dtype = dtype_name(np.asarray(x).dtype)
+    x32 = as_float32(x)
+    n_rows, n_cols = x32.shape
+    folded = ITEMSIZE[dtype] == 2
+    chunks = split_rows(x32, plan.n_chunks, plan.chunk_elems)
+    # a chunk's length is what lies inside the row; padding is -inf, which the kernels treat alike
+    m, l = chunk_states(chunks, plan.threads, vec, folded)
+    block = sim.block_reduce((m, l), combine, (F32(-np.inf), F32(0)))
+    states = tuple(s.reshape(n_rows, plan.n_chunks) for s in block)
+    if plan.n_chunks == 1:
+        row_m, row_l = states[0][:, 0], states[1][:, 0]
+    elif merge == "cluster":
+        pad = tuple(np.concatenate([s, np.full((n_rows, 32 - plan.n_chunks), ident, F32)], axis=1)
+                    for s, ident in zip(states, (-np.inf, 0)))
+        row_m, row_l = group_butterfly(pad, plan.n_chunks)
+    elif merge == "fold":   # softmax_13: thread t folds states t, t + T, ..., then the block reduction
+        threads = plan.threads
+        width = -(-plan.n_chunks // threads) * threads
+        pad = tuple(np.concatenate([s, np.full((n_rows, width - plan.n_chunks), ident, F32)], axis=1)
+                    for s, ident in zip(states, (-np.inf, 0)))
+        folded_m = np.full((n_rows, threads), -np.inf, F32)
+        folded_l = np.zeros((n_rows, threads), F32)
+        for k in range(0, width, threads):
+            folded_m, folded_l = combine((folded_m, folded_l), (pad[0][:, k:k + threads], pad[1][:, k:k + threads]))
+        row_m, row_l = sim.block_reduce((folded_m, folded_l), combine, (F32(-np.inf), F32(0)))
+    else:
+        merge_threads = max(plan.threads, pow2_at_least(plan.n_chunks), 32)
+        pad = tuple(np.concatenate([s, np.full((n_rows, merge_threads - plan.n_chunks), ident, F32)], axis=1)
+                    for s, ident in zip(states, (-np.inf, 0)))
+        row_m, row_l = sim.block_reduce(pad, combine, (F32(-np.inf), F32(0)))
+    y = chunk_output(x32, row_m.astype(F32), row_l.astype(F32), folded)
+    return to_storage(y, dtype)
+
+
+def _model_vec(x, vec):
+    dtype = dtype_name(np.asarray(x).dtype)
+    v = vec or vector_width(dtype)
+    return dtype, (1 if v > 1 and x.shape[1] % v else v)
+
+
+def simulate_09(x, vec: int | None = None, cache_elems: int | None = None) -> np.ndarray:
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, chunks_09(x.shape[1], dtype, v), v, "block")
+
+
+def simulate_10(x, vec: int | None = None, n_chunks: int | None = None, cache_elems: int | None = None) -> np.ndarray:
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, chunks_10(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "cluster")
+
+
+def simulate_12(x, vec: int | None = None, n_chunks: int | None = None, cache_elems: int | None = None,
+                max_clusters: int | None = None) -> np.ndarray:
+    """softmax_12 partitions and reduces a row exactly as softmax_10 (persistence changes only the order of rows)."""
+    return simulate_10(x, vec=vec, n_chunks=n_chunks, cache_elems=cache_elems)
+
+
+def simulate_11(x, vec: int | None = None, n_chunks: int | None = None, programmatic: bool = True) -> np.ndarray:
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, chunks_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
+
+
+def simulate_13(x, vec: int | None = None, n_chunks: int | None = None, max_groups: int | None = None,
+                prefetch: bool = True) -> np.ndarray:
+    """softmax_13: softmax_10's chunk states, merged as thread t folding states t, t + T, ... then the
+    block reduction (the number of groups and the prefetch change only when a row is loaded, not its sums)."""
+    dtype, v = _model_vec(x, vec)
+    return chunked_model(x, chunks_13(x.shape[0], x.shape[1], dtype, v, n_chunks, prefetch=prefetch), v, "fold")
+

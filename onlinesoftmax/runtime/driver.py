@@ -1,0 +1,225 @@
+"""Driver calls cupy does not make: launches with a cluster dimension, cooperative launches and
+programmatic dependent launches (cuLaunchKernelEx through cuda-bindings), occupancy questions,
+and the dynamic shared-memory limit of a kernel.
+
+Everything here is asked once and remembered: `prepare_launch` returns a function that only
+packs the arguments and calls cuLaunchKernelEx; occupancy answers are cached per device and
+kernel build until `reload()`.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from onlinesoftmax.runtime import loader
+
+
+class ClusterLaunchError(RuntimeError):
+    """A cluster launch was refused (no cuda-bindings, no sm_90, or the driver said no)."""
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # older cuda-python
+        except ImportError as error:
+            raise ClusterLaunchError("cluster launches need the cuda-bindings package") from error
+    return driver
+
+
+def has_driver_bindings() -> bool:
+    try:
+        _driver()
+    except ClusterLaunchError:
+        return False
+    return True
+
+
+def check(result, what: str):
+    """The values of a cuda-bindings call, or ClusterLaunchError naming the call and the error."""
+    driver = _driver()
+    err = result[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        name = driver.cuGetErrorName(err)[1]
+        raise ClusterLaunchError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+    return result[1:] if len(result) > 1 else None
+
+
+def function_handle(kernel):
+    """The CUfunction of a cupy RawKernel (loaded on the current device)."""
+    return _driver().CUfunction(int(kernel.kernel.ptr))
+
+
+def raise_shared_limit(kernel, shared_bytes: int) -> None:
+    """Raise the kernel's dynamic shared-memory limit to `shared_bytes` if it is lower; never lower it.
+
+    The limit belongs to the function (the CUfunction that cuLaunchKernelEx launches too), not to a
+    launch shape: setting it to each shape's size would let a smaller shape lower it under a larger
+    shape whose plan is cached (that launch then fails with CUDA_ERROR_INVALID_VALUE; seen on the
+    H200). Plans call this when they are built; the limit only grows, so every cached plan stays valid."""
+    if shared_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
+        kernel.max_dynamic_shared_size_bytes = shared_bytes
+
+
+def _allow_big_clusters(function, cluster: int) -> None:
+    if cluster > 8:
+        driver = _driver()
+        check(driver.cuFuncSetAttribute(function,
+                                        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                        1), "allowing a non-portable cluster size")
+
+
+def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, *, cooperative: bool = False,
+                   programmatic: bool = False, stream=None):
+    """A function launch(*values) that launches the cupy RawKernel `fn` with cuLaunchKernelEx.
+
+    Clusters of `cluster` blocks along x (1: no cluster attribute); cooperatively if asked (every
+    block resident at once, or an error); as a programmatic dependent launch if asked (it may start
+    before the previous kernel on the stream ends and waits where the kernel says so:
+    launch_order.cuh). `arg_types` are the ctypes of the kernel's parameters, in order. Everything
+    but the argument values is fixed here, once."""
+    import cupy
+
+    driver = _driver()
+    function = function_handle(fn)
+    _allow_big_clusters(function, cluster)
+    raise_shared_limit(fn, shared_bytes)
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = (tuple(grid) + (1, 1))[:3]
+    config.blockDimX, config.blockDimY, config.blockDimZ = (tuple(block) + (1, 1))[:3]
+    config.sharedMemBytes = shared_bytes
+    config.hStream = driver.CUstream(cupy.cuda.get_current_stream().ptr if stream is None else stream)
+    attrs = []
+    if cluster > 1:
+        dims = driver.CUlaunchAttribute()
+        dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
+        attrs.append(dims)
+    if cooperative:
+        together = driver.CUlaunchAttribute()
+        together.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        together.value.cooperative = 1
+        attrs.append(together)
+    if programmatic:
+        early = driver.CUlaunchAttribute()
+        early.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        early.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(early)
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
+    types = tuple(arg_types)
+    what = (f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''}"
+            f"{', programmatic' if programmatic else ''})")
+    launch_ex, success = driver.cuLaunchKernelEx, driver.CUresult.CUDA_SUCCESS
+
+    def launch(*values) -> None:
+        result = launch_ex(config, function, (values, types), 0)
+        if result[0] != success:
+            check(result, what)
+    return launch
+
+
+# ---- occupancy, asked once per device and kernel build ----------------------------------------
+
+_occupancy: dict = {}
+loader.on_reload(_occupancy.clear)
+
+
+def _device_id() -> int:
+    import cupy
+
+    return cupy.cuda.Device().id
+
+
+def max_active_clusters(file: str, entry: str, threads: int, shared_bytes: int, cluster: int, defines=()) -> int:
+    """How many clusters of this shape fit on the current GPU at once (0: the launch would fail).
+    Asked once per device and kernel build (until `reload()`)."""
+    key = (_device_id(), str(file), entry, tuple(defines), threads, shared_bytes, cluster, "clusters")
+    count = _occupancy.get(key)
+    if count is None:
+        count = _occupancy[key] = _ask_max_active_clusters(file, entry, threads, shared_bytes, cluster, defines)
+    return count
+
+
+def _ask_max_active_clusters(file, entry, threads, shared_bytes, cluster, defines) -> int:
+    import cupy
+
+    driver = _driver()
+    kernel = loader.get_kernel(file, entry, defines)
+    function = function_handle(kernel)
+    raise_shared_limit(kernel, shared_bytes)
+    _allow_big_clusters(function, cluster)
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+    config.sharedMemBytes = shared_bytes
+    config.hStream = driver.CUstream(cupy.cuda.get_current_stream().ptr)
+    dims = driver.CUlaunchAttribute()
+    dims.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dims.value.clusterDim.x, dims.value.clusterDim.y, dims.value.clusterDim.z = cluster, 1, 1
+    config.attrs = [dims]
+    config.numAttrs = 1
+    (count,) = check(driver.cuOccupancyMaxActiveClusters(function, config), "cuOccupancyMaxActiveClusters")
+    return int(count)
+
+
+def resident_blocks(file: str, entry: str, threads: int, shared_bytes: int, defines=()) -> int:
+    """Blocks of this shape resident on the current GPU at once (occupancy per SM x SMs)."""
+    key = (_device_id(), str(file), entry, tuple(defines), threads, shared_bytes, "blocks")
+    count = _occupancy.get(key)
+    if count is None:
+        import cupy
+
+        driver = _driver()
+        kernel = loader.get_kernel(file, entry, defines)
+        raise_shared_limit(kernel, shared_bytes)
+        (per_sm,) = check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(function_handle(kernel), threads,
+                                                                             shared_bytes),
+                          "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        count = _occupancy[key] = int(per_sm) * cupy.cuda.Device().attributes["MultiProcessorCount"]
+    return count
+
+
+# ---- does a cluster launch work here? ---------------------------------------------------------
+
+_cluster_probe: dict = {}
+
+
+def cluster_launch_works(probe_file: str = "softmax/softmax_10_cluster.cu",
+                         probe_entry: str = "softmax_10_cluster_probe") -> bool:
+    """Launch the probe kernel with clusters of 2, 8 and 16 and check the ranks it reports (cached per device)."""
+    from onlinesoftmax.runtime import device
+
+    key = device.current_device_id()
+    if key in _cluster_probe:
+        return _cluster_probe[key][0]
+    ok, why = False, "no GPU"
+    if device.has_gpu():
+        import cupy
+
+        try:
+            if device.compute_capability() < 90:
+                raise ClusterLaunchError("clusters need compute capability 9.0")
+            probe = loader.get_kernel(probe_file, probe_entry)
+            for cluster in (2, 8, 16):
+                out = cupy.full(2 * 2 * cluster, -1, dtype=cupy.int32)
+                prepare_launch(probe, (2 * cluster,), (64,), 0, cluster, (ctypes.c_void_p,))(out.data.ptr)
+                got = out.get().reshape(-1, 2)
+                expect = np.stack([np.tile(np.arange(cluster), 2), np.full(2 * cluster, cluster)], axis=1)
+                if not (got == expect).all():
+                    raise ClusterLaunchError(f"cluster {cluster}: probe saw {got.tolist()}")
+            ok, why = True, "cuLaunchKernelEx with a cluster dimension works"
+        except Exception as error:  # any refusal means: use the kernels without clusters
+            ok, why = False, f"{type(error).__name__}: {error}"
+    _cluster_probe[key] = (ok, why)
+    return ok
+
+
+def cluster_status() -> str:
+    from onlinesoftmax.runtime import device
+
+    cluster_launch_works()
+    return _cluster_probe[device.current_device_id()][1]
