@@ -19,6 +19,8 @@ from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 from onlinesoftmax import checks_fast as cf
 from onlinesoftmax.kernels import softmax_fast as kf
+from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
+from onlinesoftmax.runtime import driver
 
 SUITE = "softmax-fast-attempts"
 SHAPES = [(4000, n, d) for d in ("float32", "float16", "bfloat16") for n in (16384, 65536, 262144)] + \
@@ -28,8 +30,8 @@ SHAPES = [(4000, n, d) for d in ("float32", "float16", "bfloat16") for n in (163
 def cluster_sizes(n_cols: int, dtype: str) -> list[int]:
     sizes = []
     for c in (1, 2, 4, 8, 16):
-        chunk_bytes = n_cols * kf.ITEMSIZE[dtype] // c
-        if (chunk_bytes <= kf.SHARED_LIMIT_BYTES or c == 16) and chunk_bytes >= 32 * 1024:
+        chunk_bytes = n_cols * configs.ITEMSIZE[dtype] // c
+        if (chunk_bytes <= configs.SHARED_LIMIT_BYTES or c == 16) and chunk_bytes >= 32 * 1024:
             sizes.append(c)
     return sizes
 
@@ -40,11 +42,11 @@ def measure() -> dict:
     started = time.time()
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", **copy}]
-    print(f"copy {copy['GBps']:.0f} GB/s; clusters: {kf.cluster_status()}", flush=True)
+    print(f"copy {copy['GBps']:.0f} GB/s; clusters: {driver.cluster_status()}", flush=True)
     for n_rows, n_cols, dtype in SHAPES:
         inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
-        ideal = 2 * n_rows * n_cols * kf.ITEMSIZE[dtype]
+        ideal = 2 * n_rows * n_cols * configs.ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "batch": 4000, "dtype": dtype}
         timed = [("fast", None, lambda x: osm.softmax(x, variant="fast", out=out)),
                  ("copy_same_size", None, lambda x: out.data.copy_from_device_async(x.data, ideal // 2)),
@@ -61,13 +63,13 @@ def measure() -> dict:
             if c is not None:
                 row["n_chunks"] = c
             if name == "softmax_12_pipelined" and "ms" in row:  # the persistent grid: clusters resident at once
-                plan = kf.plan_10(n_rows, n_cols, dtype, kf.vector_width(dtype), c)
-                row["clusters_resident"] = kf.max_active_clusters(
-                    kf._entry(name, dtype, kf.vector_width(dtype)), plan.threads,
-                    plan.cache_elems * kf.ITEMSIZE[dtype], c, osm.REGISTRY[name].file)
+                plan = configs.chunks_10(n_rows, n_cols, dtype, configs.vector_width(dtype), c)
+                row["clusters_resident"] = driver.max_active_clusters(
+                    osm.REGISTRY[name].file, configs.entry(name, dtype, configs.vector_width(dtype)), plan.threads,
+                    plan.cache_elems * configs.ITEMSIZE[dtype], c)
                 row["threads"] = plan.threads
             if name == "fast":
-                row["variant"] = kf.choose(n_rows, n_cols, dtype).variant.name
+                row["variant"] = dispatch.choose(n_rows, n_cols, dtype).variant.name
             rows.append(row)
             label = name[8:11] if name.startswith("softmax_") else name
             line.append(f"{label}{'' if c is None else f'/C{c}'}="
@@ -77,7 +79,7 @@ def measure() -> dict:
         cupy.get_default_memory_pool().free_all_blocks()
     print(f"measured in {time.time() - started:.0f} s", flush=True)
     meta = results.gpu_meta()
-    meta["clusters"] = kf.cluster_status()
+    meta["clusters"] = driver.cluster_status()
     return {"meta": meta, "rows": rows}
 
 

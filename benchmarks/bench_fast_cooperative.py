@@ -25,6 +25,8 @@ from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 from onlinesoftmax import checks_fast as cf
 from onlinesoftmax.kernels import softmax_fast as kf
+from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
+from onlinesoftmax.runtime import driver
 
 SUITE = "softmax-fast-cooperative"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -37,8 +39,8 @@ CHUNK_BYTES = (8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024)
 def chunk_counts(n_cols: int, dtype: str) -> list[int]:
     counts = []
     for chunk_bytes in CHUNK_BYTES:
-        c = -(-n_cols * kf.ITEMSIZE[dtype] // chunk_bytes)
-        if 1 <= c <= kf.COOP_MAX_CHUNKS and c not in counts:
+        c = -(-n_cols * configs.ITEMSIZE[dtype] // chunk_bytes)
+        if 1 <= c <= configs.COOP_MAX_CHUNKS and c not in counts:
             counts.append(c)
     return counts
 
@@ -49,12 +51,12 @@ def measure() -> dict:
     started = time.time()
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", **copy}]
-    print(f"copy {copy['GBps']:.0f} GB/s; clusters: {kf.cluster_status()}", flush=True)
+    print(f"copy {copy['GBps']:.0f} GB/s; clusters: {driver.cluster_status()}", flush=True)
     for n_rows, n_cols, dtype in SHAPES:
         inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         poison = cf.poisoned_like(out)
-        ideal = 2 * n_rows * n_cols * kf.ITEMSIZE[dtype]
+        ideal = 2 * n_rows * n_cols * configs.ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype}
         coop = osm.REGISTRY["softmax_13_cooperative"]
         timed = [("fast", {}, lambda x: osm.softmax(x, variant="fast", out=out)),
@@ -79,19 +81,20 @@ def measure() -> dict:
             except Exception as error:  # a refused shape or a wrong answer: say so in the data
                 row["error"] = f"{type(error).__name__}: {error}"[:300]
             if name == "softmax_13_cooperative":
-                vec = kf.vector_width(dtype)
+                vec = configs.vector_width(dtype)
                 prefetch = options.get("prefetch", True)
-                plan = kf.plan_13(n_rows, n_cols, dtype, vec, options.get("n_chunks"), prefetch=prefetch)
+                plan = configs.chunks_13(n_rows, n_cols, dtype, vec, options.get("n_chunks"), prefetch=prefetch)
                 row.update(n_chunks=plan.n_chunks, threads=plan.threads, prefetch=prefetch,
-                           chunk_bytes=plan.chunk_elems * kf.ITEMSIZE[dtype])
+                           chunk_bytes=plan.chunk_elems * configs.ITEMSIZE[dtype])
                 try:
-                    row["resident_blocks"] = kf.resident_blocks(
-                        kf._entry(name, dtype, vec), plan.threads, kf.coop_buffers(vec, prefetch) * row["chunk_bytes"],
-                        coop.file, () if prefetch else ("COOPERATIVE_PREFETCH=0",))
+                    row["resident_blocks"] = driver.resident_blocks(
+                        coop.file, configs.entry(name, dtype, vec), plan.threads,
+                        configs.coop_buffers(vec, prefetch) * row["chunk_bytes"],
+                        () if prefetch else ("COOPERATIVE_PREFETCH=0",))
                 except Exception as error:
                     row["resident_error"] = str(error)[:200]
             if name == "fast":
-                row["variant"] = kf.choose(n_rows, n_cols, dtype).variant.name
+                row["variant"] = dispatch.choose(n_rows, n_cols, dtype).variant.name
             rows.append(row)
             label = name[8:10] if name.startswith("softmax_") else name
             if name == "softmax_13_cooperative":
@@ -102,7 +105,7 @@ def measure() -> dict:
         cupy.get_default_memory_pool().free_all_blocks()
     print(f"measured in {time.time() - started:.0f} s", flush=True)
     meta = results.gpu_meta()
-    meta["clusters"] = kf.cluster_status()
+    meta["clusters"] = driver.cluster_status()
     return {"meta": meta, "rows": rows}
 
 

@@ -16,6 +16,8 @@ import cupy as cp
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks_fast as cf
 from onlinesoftmax.kernels import softmax_fast as kf
+from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
+from onlinesoftmax.runtime import driver
 
 runs = [("softmax_07_warp_per_row", (3, 100), {}), ("softmax_07_warp_per_row", (5, 1024), {}),
         ("softmax_07_warp_per_row", (2, 33), {"vec": 1}),
@@ -25,7 +27,7 @@ runs = [("softmax_07_warp_per_row", (3, 100), {}), ("softmax_07_warp_per_row", (
         ("softmax_11_split", (2, 200000), {}), ("softmax_11_split", (1, 4099), {"n_chunks": 3}),
         ("softmax_13_cooperative", (2, 200000), {}), ("softmax_13_cooperative", (7, 4099), {"n_chunks": 3, "max_groups": 2}),
         ("softmax_13_cooperative", (3, 70000), {"n_chunks": 300, "vec": 1})]
-if kf.cluster_launch_works():
+if driver.cluster_launch_works():
     runs += [("softmax_10_cluster", (2, 65536), {"n_chunks": 4}),
              ("softmax_10_cluster", (1, 300001), {"n_chunks": 16, "cache_elems": 8192}),
              ("softmax_10_cluster", (3, 1000), {"n_chunks": 2}),
@@ -33,7 +35,7 @@ if kf.cluster_launch_works():
              ("softmax_12_pipelined", (5, 4096), {"n_chunks": 2, "max_clusters": 1, "cache_elems": 512}),
              ("softmax_12_pipelined", (3, 96), {"n_chunks": 16})]
 else:
-    print("no cluster launch:", kf.cluster_status())
+    print("no cluster launch:", driver.cluster_status())
 only = os.environ.get("SANITIZE_KERNELS", "").split()  # e.g. "softmax_12_pipelined": only those
 runs = [r for r in runs if not only or r[0] in only]
 for name, shape, options in runs:

@@ -11,7 +11,7 @@ import numpy as np
 
 from onlinesoftmax import checks_fast
 from onlinesoftmax.runtime import device
-from onlinesoftmax.kernels import softmax_fast
+from onlinesoftmax.kernels import dispatch, softmax_fast
 from onlinesoftmax.measure import results
 
 SUITE = "softmax-fast"
@@ -61,7 +61,7 @@ def error_of(kernel: str, dtype: str, n_rows: int, n_cols: int) -> dict:
         return {"error": None, "note": "softmax_02_online is fp32 only"}
     y = osm.softmax(x, variant=kernel)
     passed, message = checks_fast.compare(y, x)
-    chosen = softmax_fast.choose(n_rows, n_cols, dtype).variant.name if kernel == "fast" else kernel
+    chosen = dispatch.choose(n_rows, n_cols, dtype).variant.name if kernel == "fast" else kernel
     source = "real kernel" if live else f"NumPy model, {rows} rows"
     return {"passed": passed, "message": message, "kernel": chosen, "source": source}
 
