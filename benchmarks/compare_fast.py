@@ -1,6 +1,8 @@
 """Read a recorded `softmax-fast` file and print ours/torch and ours/copy per shape, with the targets.
 
-No GPU needed:  python benchmarks/compare_fast.py [path/to/<date>-softmax-fast.json]
+No GPU needed:  python benchmarks/compare_fast.py [path/to/<date>-softmax-fast.json ...]
+Several files (the base and the extended shapes of bench_fast.py --shapes) are read as one; with no
+path, the newest softmax-fast file and the softmax-fast-extended file of the same day, if recorded.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def shape_table(data: dict) -> list[dict]:
     table = []
     for key in sorted(by_shape, key=lambda k: (["float32", "float16", "bfloat16"].index(k[0]), k[1], k[2])):
         entry = by_shape[key]
-        fast = entry["kernels"].get("fast")
+        fast = entry["kernels"].get("fast") or entry["kernels"].get("auto")   # the dispatcher, by either name
         if not fast or "ms" not in fast:
             continue
         torch_row = entry["kernels"].get("torch_softmax", {})
@@ -81,7 +83,30 @@ def summarize(data: dict) -> dict:
         out[name] = {"bound": TARGETS[name], "value": hit[0]["vs_torch"] if hit else None}
     copy_rows = [r for r in data["rows"] if r.get("kernel") == "copy"]
     out["copy_GBps"] = copy_rows[0]["GBps"] if copy_rows else None
+    out["worst_vs_torch"] = worst_vs_torch(table)
     return out
+
+
+BASE_BATCHES = (1, 10, 64, 4000)   # bench_fast.py's base sweep: these batches at N a power of two
+
+
+def in_base_sweep(entry: dict) -> bool:
+    n = entry["n_cols"]
+    return entry["batch"] in BASE_BATCHES and n > 0 and n & (n - 1) == 0
+
+
+def worst_vs_torch(table: list[dict]) -> dict:
+    """The slowest shape of "fast" (variant "auto") against torch: over every recorded shape, over the
+    base sweep (powers of two), and over the rest (vocabularies, odd N, odd row counts)."""
+    def worst(entries):
+        entries = [t for t in entries if t["vs_torch"]]
+        if not entries:
+            return {"value": None, "shape": None, "shapes": 0}
+        t = min(entries, key=lambda t: t["vs_torch"])
+        return {"value": t["vs_torch"], "shape": (t["dtype"], t["n_rows"], t["n_cols"]), "shapes": len(entries)}
+
+    return {"all": worst(table), "powers_of_two": worst([t for t in table if in_base_sweep(t)]),
+            "other": worst([t for t in table if not in_base_sweep(t)])}
 
 
 def _fmt(v, spec=".2f"):
@@ -107,18 +132,40 @@ def report(data: dict) -> str:
         met = value is not None and value >= item["bound"]
         lines.append(f"  {name:26s} {'met ' if met else 'MISS'} value {_fmt(value)} (bound {item['bound']})"
                      + (f" misses {item['misses']}" if item.get("misses") else ""))
+    worst = s["worst_vs_torch"]
+    parts = [f"{label} {_fmt(worst[key]['value'])} at {_shape(worst[key]['shape'])} ({worst[key]['shapes']} shapes)"
+             for key, label in (("powers_of_two", "powers of two"), ("other", "other shapes"))]
+    lines.append(f"worst fast (auto) / torch over all {worst['all']['shapes']} recorded shapes: "
+                 f"{_fmt(worst['all']['value'])} at {_shape(worst['all']['shape'])}; " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def _shape(shape) -> str:
+    return "-" if shape is None else f"{shape[0]} {shape[1]}x{shape[2]}"
+
+
+def merge(files: list[dict]) -> dict:
+    """Several recorded files as one: the first file's meta, every file's rows (its copy row first)."""
+    return {"meta": files[0]["meta"], "rows": [row for data in files for row in data["rows"]],
+            "paths": [data.get("path") for data in files]}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
-        path = Path(argv[1])
-        data = json.loads(path.read_text())
+        data = merge([{**json.loads(Path(path).read_text()), "path": path} for path in argv[1:]])
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from onlinesoftmax.measure import results
 
-        data = results.load_recorded("softmax-fast")
+        files = [results.load_recorded("softmax-fast")]
+        try:
+            extended = results.load_recorded("softmax-fast-extended")
+            if extended["meta"]["date"] == files[0]["meta"]["date"]:
+                files.append(extended)
+        except FileNotFoundError:
+            pass
+        data = merge(files)
+    print("read", ", ".join(str(p) for p in data["paths"]))
     print(report(data))
     return 0
 
