@@ -360,13 +360,13 @@ def measure(quick: bool = False) -> dict:
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", "method": "device", **copy, "us": copy["ms"] * 1e3}]
     print(f"copy {copy['GBps']:.0f} GB/s; torch: {getattr(torch, '__version__', 'absent')}; "
-          f"auto is called {bench.auto_variant()!r}", flush=True)
+          "the dispatcher is variant='auto'", flush=True)
     rows += host_part(xp, torch)
     print(f"host part in {time.time() - started:.0f} s", flush=True)
     rows += e2e_part(xp, torch, quick, copy["GBps"])
     print(f"measured in {time.time() - started:.0f} s", flush=True)
     meta = results.gpu_meta(" | ".join(f"{name}: {text}" for name, text in timer.METHODS.items()))
-    meta |= {"methods": dict(timer.METHODS), "api_variant": bench.auto_variant(), "clusters": bench.clusters()[1],
+    meta |= {"methods": dict(timer.METHODS), "clusters": bench.clusters()[1],
              "targets_us": dict(TARGET_US), "quick": quick}
     return {"meta": meta, "rows": rows}
 

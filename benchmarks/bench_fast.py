@@ -34,7 +34,7 @@ from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 from onlinesoftmax import checks_fast as cf
-from onlinesoftmax.kernels import softmax_fast as kf
+from onlinesoftmax.kernels import softmax_fast_configs as configs
 
 N_LIST = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
 BATCHES = (1, 10, 64, 4000)
@@ -80,9 +80,9 @@ def suite_name(quick: bool = False, which: str = "all") -> str:
 def candidates(n_rows: int, n_cols: int, dtype: str) -> list[str]:
     """The fast kernels worth timing at this shape (the others are out of range or clearly worse)."""
     names = []
-    if n_cols <= kf.MAX_COLS_07:
+    if n_cols <= configs.MAX_COLS_07:
         names.append("softmax_07_warp_per_row")
-    if 1024 <= n_cols <= kf.MAX_COLS_08:
+    if 1024 <= n_cols <= configs.MAX_COLS_08:
         names.append("softmax_08_registers")
     clusters = bench.clusters()[0] if n_cols >= 4096 else False
     if n_cols >= 4096:
@@ -121,12 +121,11 @@ def measure(quick: bool = False, which: str = "all") -> dict:
     import cupy
 
     started = time.time()
-    auto = bench.auto_variant()
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", **copy}]
     print(f"copy {copy['GBps']:.0f} GB/s; clusters: {bench.clusters()[1]}; shapes: {which}", flush=True)
     for batch, n_rows, n_cols, dtype in shapes(quick, which):
-        itemsize = kf.ITEMSIZE[dtype]
+        itemsize = configs.ITEMSIZE[dtype]
         inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         poison = cupy.empty_like(out)
@@ -145,8 +144,8 @@ def measure(quick: bool = False, which: str = "all") -> dict:
             return {**bench.measure(name, fn, inputs, bytes_per_call=ideal, copy_GBps=copy["GBps"], reps=reps,
                                     **extra, **fields), "correct": True}
 
-        shape_rows = [checked_measure("fast", lambda x: osm.softmax(x, variant=auto, out=out), variant=chosen,
-                                      api_variant=auto)]
+        shape_rows = [checked_measure("fast", lambda x: osm.softmax(x, out=out), variant=chosen,
+                                      api_variant="auto")]
         # the copy of the same bytes: the floor a small tensor sets (launch and latency bound)
         shape_rows.append(bench.measure("copy_same_size",
                                         lambda x: out.data.copy_from_device_async(x.data, ideal // 2), inputs,

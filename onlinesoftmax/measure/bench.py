@@ -7,7 +7,6 @@ and the fraction of the copy bandwidth measured in the same run. Correctness com
 """
 from __future__ import annotations
 
-import inspect
 
 import numpy as np
 
@@ -60,40 +59,18 @@ def torch_view(x):
     return torch.from_dlpack(x)
 
 
-def auto_variant() -> str:
-    """What the public softmax calls its dispatcher: "auto" (with `axis`), "fast" in the API before it."""
-    from onlinesoftmax import api
+def dispatcher_choice(n_rows: int, n_cols: int, dtype: str) -> str:
+    """The kernel variant="auto" runs for an unmasked softmax of this shape."""
+    from onlinesoftmax.kernels import dispatch
 
-    default = inspect.signature(api.softmax).parameters["variant"].default
-    return "auto" if default == "auto" else "fast"
-
-
-def dispatcher_choice(n_rows: int, n_cols: int, dtype: str) -> str | None:
-    """The kernel variant="auto" runs for an unmasked softmax of this shape (None if it cannot be told)."""
-    try:
-        from onlinesoftmax.kernels import dispatch
-
-        return dispatch.choose(n_rows, n_cols, dtype).variant.name
-    except ImportError:
-        pass
-    try:
-        from onlinesoftmax.kernels import softmax_fast
-
-        return softmax_fast.choose(n_rows, n_cols, dtype).variant.name
-    except Exception:
-        return None
+    return dispatch.choose(n_rows, n_cols, dtype).variant.name
 
 
 def clusters() -> tuple[bool, str]:
-    """(cluster launches work here, why): runtime/driver.py's probe (softmax_fast's before it)."""
-    try:
-        from onlinesoftmax.runtime import driver
+    """(cluster launches work here, why): runtime/driver.py's probe."""
+    from onlinesoftmax.runtime import driver
 
-        return driver.cluster_launch_works(), driver.cluster_status()
-    except ImportError:
-        from onlinesoftmax.kernels import softmax_fast
-
-        return softmax_fast.cluster_launch_works(), softmax_fast.cluster_status()
+    return driver.cluster_launch_works(), driver.cluster_status()
 
 
 def check_output(fn, x, out, poison) -> tuple[bool, str]:
