@@ -1,59 +1,101 @@
-"""CPU tier: the log-sum-exp kernels' NumPy models, the API, the (m, l, u) merge and the graders."""
+"""CPU tier: the log-sum-exp kernels' NumPy models in float32, float16 and bfloat16, the API,
+the (m, l, u) merge and the graders.
+
+Every model output is judged against the float64 reference with the project's error rule: at
+most twice the error of a same-dtype baseline (float32 math, rounded once to the output dtype)
+plus two ulps of the output dtype. The LSE is float32 for every input dtype, so it is judged
+in float32 whatever the input.
+"""
 import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, merge, reference
+from onlinesoftmax import checks, checks_fast, merge, reference
 from onlinesoftmax.book import exercises_logsumexp as ex
 from onlinesoftmax.kernels import logsumexp_online as kl
 
 EPS32 = float(np.finfo(np.float32).eps)
+DTYPES = ("float32", "float16", "bfloat16")
 LSE = osm.REGISTRY["logsumexp_01_online"]
-LOG_SOFTMAX = {"float32": osm.REGISTRY["log_softmax_01_online"], "float16": osm.REGISTRY["log_softmax_01_online_fp16"]}
+LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
+
+
+def rows(n_rows, n_cols, dtype="float32", seed=0, **kwargs):
+    """checks.random_rows made in float64, rounded once to `dtype` (bf16 through ml_dtypes)."""
+    return checks_fast.to_dtype(checks.random_rows(np, n_rows, n_cols, dtype="float64", seed=seed, **kwargs), dtype)
 
 
 def lse_compare(y, x):
-    """checks.tolerance, plus 4 fp32 eps: log l carries l's relative error (each e^x is good to ~2 ulp)."""
-    ref = reference.logsumexp(x)
+    """checks.tolerance in float32, plus 4 fp32 eps: log l carries l's relative error (each e^x is
+    good to ~2 ulp). The baseline is the LSE computed in float32 from x (exact in float32)."""
+    assert y.dtype == np.float32, f"the LSE is float32 for {x.dtype} input, got {y.dtype}"
+    ref = reference.logsumexp(checks_fast.as_float64(x))
     err = checks.max_abs_error(y, ref)
-    base_err = checks.max_abs_error(reference.logsumexp_same_dtype(x), ref)
+    base_err = checks.max_abs_error(reference.logsumexp_same_dtype(x.astype(np.float32)), ref)
     tol = checks.tolerance(base_err if np.isfinite(base_err) else 0.0, ref, np.float32) + 4 * EPS32
-    return err <= tol, f"error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+    return err <= tol, f"{x.dtype} LSE: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
 def log_softmax_compare(y, x):
-    return checks.compare(y, reference.log_softmax(x), reference.log_softmax_same_dtype(x), x.dtype)
+    """Error at most 2x that of (x - m) - log l in float32 rounded to x's dtype, plus two ulps of
+    x's dtype at the largest |output| (at least 1)."""
+    assert y.dtype == x.dtype, f"log_softmax returns x's dtype {x.dtype}, got {y.dtype}"
+    dtype = x.dtype.name
+    ref = reference.log_softmax(checks_fast.as_float64(x))
+    err = checks.max_abs_error(checks_fast.as_float64(y), ref)
+    baseline = checks_fast.as_float64(reference.log_softmax_same_dtype(x))
+    base_err = checks.max_abs_error(baseline, ref)
+    base_err = base_err if np.isfinite(base_err) else 0.0
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = max(float(finite.max()) if finite.size else 1.0, 1.0)
+    tol = 2.0 * base_err + 2.0 * checks_fast.EPS[dtype] * scale
+    return bool(err <= tol), f"{dtype} log_softmax: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
 def rows_for(n_cols):
     return 7 if n_cols <= 4097 else 2
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
-def test_logsumexp_model_on_the_edge_sizes(n_cols):
-    x = checks.random_rows(np, rows_for(n_cols), n_cols, seed=n_cols)
-    y = osm.logsumexp(x)
+def test_logsumexp_models_on_the_edge_sizes(dtype, n_cols):
+    x = rows(rows_for(n_cols), n_cols, dtype, seed=n_cols)
+    y = osm.api.run(LSE, x)
     assert y.shape == (x.shape[0],) and y.dtype == np.float32
     passed, message = lse_compare(y, x)
     assert passed, f"N={n_cols}: {message}"
 
 
-@pytest.mark.parametrize("dtype", ("float32", "float16"))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
 def test_log_softmax_models_on_the_edge_sizes(dtype, n_cols):
-    x = checks.random_rows(np, rows_for(n_cols), n_cols, dtype=dtype, seed=n_cols + 1)
-    y = osm.log_softmax(x)
+    x = rows(rows_for(n_cols), n_cols, dtype, seed=n_cols + 1)
+    y = osm.api.run(LOG_SOFTMAX, x)
     assert y.shape == x.shape and y.dtype == x.dtype
     passed, message = log_softmax_compare(y, x)
-    assert passed, f"{dtype} N={n_cols}: {message}"
+    assert passed, f"N={n_cols}: {message}"
+
+
+def test_public_functions_take_every_dtype():
+    """logsumexp gives float32, log_softmax x's dtype, for each of the three dtypes."""
+    x32 = rows(3, 77, seed=2)
+    for dtype in DTYPES:
+        x = checks_fast.to_dtype(x32, dtype)
+        lse, y = osm.logsumexp(x), osm.log_softmax(x)
+        assert lse.dtype == np.float32 and lse.shape == (3,) and lse_compare(lse, x)[0], dtype
+        assert y.dtype == x.dtype and y.shape == x.shape and log_softmax_compare(y, x)[0], dtype
 
 
 def test_a_row_of_a_million():
     x = checks.random_rows(np, 1, checks.HUGE_COLS[1], seed=3)
-    passed, message = lse_compare(osm.logsumexp(x), x)
+    passed, message = lse_compare(osm.api.run(LSE, x), x)
     assert passed, message
-    passed, message = log_softmax_compare(osm.log_softmax(x), x)
+    passed, message = log_softmax_compare(osm.api.run(LOG_SOFTMAX, x), x)
     assert passed, message
+    for dtype in ("float16", "bfloat16"):
+        xd = checks_fast.to_dtype(x, dtype)
+        assert lse_compare(osm.api.run(LSE, xd), xd)[0], dtype
+        assert log_softmax_compare(osm.api.run(LOG_SOFTMAX, xd), xd)[0], dtype
 
 
 def test_lse_near_zero_is_accurate_in_absolute_terms():
@@ -61,35 +103,38 @@ def test_lse_near_zero_is_accurate_in_absolute_terms():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 65536)) * 2
     x = (x - reference.logsumexp(x)[:, None] + 0.3).astype(np.float32)
-    assert np.abs(osm.logsumexp(x) - reference.logsumexp(x)).max() <= 4 * EPS32
+    assert np.abs(osm.api.run(LSE, x) - reference.logsumexp(x)).max() <= 4 * EPS32
+    for dtype in ("float16", "bfloat16"):   # the input rounded, the LSE of what was rounded: still float32-exact
+        xd = checks_fast.to_dtype(x, dtype)
+        assert np.abs(osm.api.run(LSE, xd) - reference.logsumexp(checks_fast.as_float64(xd))).max() <= 4 * EPS32
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", (1, 2, 3, 31, 100, 257, 4097))
-def test_special_rows(n_cols):
-    x, nan_rows = checks.special_rows(np, n_cols)
-    lse = osm.logsumexp(x)
+def test_special_rows(dtype, n_cols):
+    x, nan_rows = checks_fast.special_rows(np, n_cols, dtype)
+    lse = osm.api.run(LSE, x)
     assert lse[1] == -np.inf, "a row of all -inf has LSE -inf (log 0), not NaN"
     assert (np.isnan(lse) == (nan_rows & (np.arange(6) != 1))).all()
     assert lse_compare(lse, x)[0]
-    for dtype in ("float32", "float16"):
-        xd = x.astype(dtype)
-        y = osm.log_softmax(xd)
-        assert (np.isnan(y).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows are NaN"
-        assert not np.isnan(y[~nan_rows]).any(), "unexpected NaN"
-        assert (y[~nan_rows][np.isneginf(xd[~nan_rows])] == -np.inf).all(), "a -inf logit has log-probability -inf"
-        passed, message = log_softmax_compare(y, xd)
-        assert passed, f"{dtype}: {message}"
+    y = checks_fast.as_float64(osm.api.run(LOG_SOFTMAX, x))
+    x64 = checks_fast.as_float64(x)
+    assert (np.isnan(y).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows are NaN"
+    assert not np.isnan(y[~nan_rows]).any(), "unexpected NaN"
+    assert (y[~nan_rows][np.isneginf(x64[~nan_rows])] == -np.inf).all(), "a -inf logit has log-probability -inf"
+    passed, message = log_softmax_compare(osm.api.run(LOG_SOFTMAX, x), x)
+    assert passed, message
 
 
 @pytest.mark.parametrize("group", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
 def test_every_group_size(group):
     """Any lane count gives the same answer: the group reduction is the monoid at work."""
     for n_cols in (1, 5, 33, 1000, 4097):
-        x = checks.random_rows(np, 3, n_cols, seed=group + n_cols)
-        assert lse_compare(osm.api.run(LSE, x, group=group), x)[0], (group, n_cols)
-        for dtype, variant in LOG_SOFTMAX.items():
-            xd = x.astype(dtype)
-            assert log_softmax_compare(osm.api.run(variant, xd, group=group), xd)[0], (dtype, group, n_cols)
+        x = rows(3, n_cols, seed=group + n_cols)
+        for dtype in DTYPES:
+            xd = checks_fast.to_dtype(x, dtype)
+            assert lse_compare(osm.api.run(LSE, xd, group=group), xd)[0], (dtype, group, n_cols)
+            assert log_softmax_compare(osm.api.run(LOG_SOFTMAX, xd, group=group), xd)[0], (dtype, group, n_cols)
 
 
 def test_row_phases_follow_the_addresses():
@@ -98,37 +143,150 @@ def test_row_phases_follow_the_addresses():
     start = (base.ctypes.data + 4) % 16
     expected = [((16 - (start + r * 1003 * 4) % 16) % 16) // 4 for r in range(4)]
     assert list(phases) == expected and len(set(phases)) > 1
-    halves = np.zeros((3, 77), np.float16)
-    assert all(0 <= p < 8 for p in kl.row_phases(halves[:, 3:]))
+    for dtype in ("float16", "bfloat16"):
+        halves = checks_fast.to_dtype(np.zeros((3, 77), np.float32), dtype)
+        view = halves[:, 3:]
+        start = view.ctypes.data % 16
+        expected = [((16 - (start + r * 77 * 2) % 16) % 16) // 2 for r in range(3)]
+        assert list(kl.row_phases(view)) == expected and all(0 <= p < 8 for p in expected), dtype
 
 
-@pytest.mark.parametrize("dtype", ("float32", "float16"))
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_misaligned_and_strided_views(dtype):
-    base = checks.random_rows(np, 9, 1001, dtype=dtype, seed=5)
+    base = rows(9, 1001, dtype, seed=5)
     for view in (base[:, 1:], base[:, 3:-2], base[::2], base[1::3, 5:], base[:, ::2], base[::-1]):
-        passed, message = log_softmax_compare(osm.log_softmax(view), view)
+        passed, message = log_softmax_compare(osm.api.run(LOG_SOFTMAX, view), view)
         assert passed, message
-        if dtype == "float32":
-            assert lse_compare(osm.logsumexp(view), view)[0]
+        passed, message = lse_compare(osm.api.run(LSE, view), view)
+        assert passed, message
 
 
 def test_model_phases_change_the_partition_not_the_answer():
     x = checks.random_rows(np, 5, 1000, seed=8)
-    answers = [kl.simulate_logsumexp(x, phases=np.full(5, p)) for p in range(4)]
-    for y in answers:
-        assert lse_compare(y, x)[0]
-    assert max(np.abs(a - answers[0]).max() for a in answers) <= 4 * EPS32 * np.abs(answers[0]).max()
+    for dtype, n_phases in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
+        xd = checks_fast.to_dtype(x, dtype)
+        answers = [kl.simulate_logsumexp(xd, phases=np.full(5, p)) for p in range(n_phases)]
+        for y in answers:
+            assert lse_compare(y, xd)[0]
+        assert max(np.abs(a - answers[0]).max() for a in answers) <= 4 * EPS32 * np.abs(answers[0]).max()
+
+
+def test_16_bit_models_are_the_float32_model_rounded_once():
+    """fp16 / bf16 widen exactly and compute in fp32 on the same schedule as 8-element vectors:
+    log_softmax is the fp32 result rounded once to the dtype; the LSE is not rounded at all."""
+    for n_cols in (7, 1000, 4097):
+        x = rows(4, n_cols, seed=n_cols)
+        for dtype in ("float16", "bfloat16"):
+            xd = checks_fast.to_dtype(x, dtype)
+            widened = xd.astype(np.float32)
+            group = kl.group_size(n_cols, 8)
+            phases = kl.row_phases(xd)
+            m, l = kl.group_reduce(*kl.lane_states(widened, group, kl.LAYOUTS[dtype], phases), group)
+            with np.errstate(all="ignore"):
+                expected = ((widened - m[:, None]) - np.log(l)[:, None]).astype(np.float32).astype(xd.dtype)
+                lse = (m + np.log(l)).astype(np.float32)
+            got = kl.simulate_log_softmax(xd)
+            assert got.dtype == xd.dtype
+            np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+            np.testing.assert_array_equal(kl.simulate_logsumexp(xd), lse)
 
 
 def test_group_size_and_launch_geometry():
     assert [kl.group_size(n, 4) for n in (1, 100, 256, 1000, 4096, 16384, 65536, 1 << 20)] == \
         [4, 4, 8, 32, 128, 512, 1024, 1024]
     assert kl.group_size(4096, 8) == 64
+    assert kl.LAYOUTS["bfloat16"] == kl.LAYOUTS["float16"] == kl.RowLayout(vec=8, unroll=2)
+    assert kl.LAYOUTS["float32"] == kl.RowLayout(vec=4, unroll=4)
     assert LSE.geometry(4000, 100).grid == (63,) and LSE.geometry(4000, 100).block == (256,)
     assert LSE.geometry(10, 1 << 20).grid == (10,) and LSE.geometry(10, 1 << 20).block == (1024,)
     for bad in (0, 3, 2048, 1.0):
         with pytest.raises(ValueError):
             osm.api.run(LSE, np.ones((2, 8), np.float32), group=bad)
+
+
+# --- one variant per file, one entry per dtype, chosen by the plan builder ---------------------
+
+def test_one_variant_per_file_with_an_entry_per_dtype():
+    for variant in (LSE, LOG_SOFTMAX):
+        stem = variant.name
+        assert variant.dtypes == DTYPES
+        assert variant.launched_entries == (f"{stem}_f32", f"{stem}_f16", f"{stem}_bf16")
+        assert variant.entry_name == f"{stem}_f32"
+        assert [kl.entry_for(variant, d) for d in DTYPES] == list(variant.launched_entries)
+        assert all(name.startswith(stem + "_") for name in variant.launched_entries)
+        with pytest.raises(TypeError):
+            kl.entry_for(variant, "float64")
+    assert not [name for name in osm.REGISTRY if name.startswith(("log_softmax_01_online_", "logsumexp_01_online_"))], \
+        "the dtypes are entries of one variant, not variants of their own"
+    assert kl.TAGS == {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # the fast kernels' tags
+
+
+class FakeKernel:
+    """Stands in for the cupy.RawKernel: records the entry it was built for and each launch."""
+
+    def __init__(self, entry):
+        self.entry, self.launches = entry, []
+
+    def __call__(self, grid, block, args, **kwargs):
+        self.launches.append((grid, block, args))
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch):
+    built = []
+
+    def get_kernel(path, entry, defines=()):
+        assert str(path).endswith(".cu") and tuple(defines) == ()
+        built.append(FakeKernel(entry))
+        return built[-1]
+
+    monkeypatch.setattr(kl, "get_kernel", get_kernel)
+    return built
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plan_builders_pick_the_entry_of_the_dtype(dtype, fake_kernels):
+    """Without a GPU: the plan builder chooses `<stem>_<tag>` from x's dtype, sizes the lane group
+    from the dtype's vector width, takes a float32 LSE output and an x-dtype log_softmax output."""
+    x = checks_fast.to_dtype(np.zeros((5, 4096), np.float32), dtype)
+    vec = kl.LAYOUTS[dtype].vec
+    run = LSE.plan(LSE, x, np.zeros(5, np.float32))
+    run(x, np.zeros(5, np.float32))
+    kernel = fake_kernels[-1]
+    assert kernel.entry == f"logsumexp_01_online_{kl.TAGS[dtype]}"
+    grid, block, args = kernel.launches[0]
+    assert args[2:] == (5, 4096, 4096, kl.group_size(4096, vec)) and block == (max(256, kl.group_size(4096, vec)),)
+    y = np.zeros_like(x)
+    LOG_SOFTMAX.plan(LOG_SOFTMAX, x, y)(x, y)
+    assert fake_kernels[-1].entry == f"log_softmax_01_online_{kl.TAGS[dtype]}"
+    with pytest.raises(TypeError, match="float32"):
+        LSE.plan(LSE, x, np.zeros(5, np.float16 if dtype == "float32" else np.float64))
+    with pytest.raises(TypeError):
+        LOG_SOFTMAX.plan(LOG_SOFTMAX, x, np.zeros((5, 4096), np.float32 if dtype != "float32" else np.float16))
+    with pytest.raises(TypeError):
+        LSE.plan(LSE, x.astype(np.float64), np.zeros(5, np.float32))
+
+
+def test_the_checks_reject_wrong_answers():
+    """The comparisons above can fail: an LSE rounded to the input's 16-bit dtype, a log_softmax off
+    by a few ulps of its dtype in one element, and rows swapped."""
+    x = rows(4, 300, seed=9)
+    for dtype in DTYPES:
+        xd = checks_fast.to_dtype(x, dtype)
+        lse = osm.api.run(LSE, xd)
+        assert lse_compare(lse, xd)[0]
+        wrong = lse * np.float32(1 + 16 * EPS32)
+        assert not lse_compare(wrong, xd)[0], dtype
+        if dtype != "float32":
+            assert not lse_compare(checks_fast.to_dtype(lse, dtype).astype(np.float32), xd)[0], dtype
+        y = osm.api.run(LOG_SOFTMAX, xd)
+        assert log_softmax_compare(y, xd)[0]
+        y64 = checks_fast.as_float64(y)
+        scale = np.abs(y64).max()
+        bumped = y64.copy()
+        bumped[2, 17] += 12 * checks_fast.EPS[dtype] * scale
+        assert not log_softmax_compare(checks_fast.to_dtype(bumped, dtype), xd)[0], dtype
+        assert not log_softmax_compare(y[::-1].copy(), xd)[0], dtype
 
 
 def test_api_out_and_errors():
@@ -141,23 +299,36 @@ def test_api_out_and_errors():
         osm.log_softmax(x, out=np.empty(4, np.float32))
     y = checks.poisoned_like(x)
     assert osm.log_softmax(x, out=y) is y and checks.unwritten(y) == 0
-    with pytest.raises(TypeError):
-        osm.logsumexp(x.astype(np.float64))
-    with pytest.raises(TypeError):
-        osm.logsumexp(x.astype(np.float16))  # the LSE kernel is fp32 only
-    with pytest.raises(TypeError):
-        osm.log_softmax(x.astype(np.float64))
-    with pytest.raises(TypeError):
-        osm.log_softmax(np.ones((2, 3), np.int32))
+    for bad in (x.astype(np.float64), np.ones((2, 3), np.int32)):
+        for variant in (LSE, LOG_SOFTMAX):
+            with pytest.raises(TypeError):
+                osm.api.run(variant, bad)
+        with pytest.raises(TypeError):
+            osm.logsumexp(bad)
+        with pytest.raises(TypeError):
+            osm.log_softmax(bad)
     with pytest.raises(ValueError):
-        osm.logsumexp(np.ones(5, np.float32))
+        osm.api.run(LSE, np.ones(5, np.float32))
     with pytest.raises(ValueError):
         osm.log_softmax(np.ones((0, 5), np.float32))
-    with pytest.raises(ValueError, match="unknown logsumexp variant"):
-        osm.logsumexp(x, "fastest")
-    assert osm.log_softmax(x.astype(np.float16)).dtype == np.float16  # dispatched to the fp16 build
-    np.testing.assert_array_equal(osm.log_softmax(x.astype(np.float16), "online_fp16"),
-                                  osm.log_softmax(x.astype(np.float16)))
+    with pytest.raises(ValueError, match="unknown"):
+        osm.logsumexp(x, variant="fastest")
+    for dtype in ("float16", "bfloat16"):   # one variant takes every dtype; nothing to dispatch to
+        xd = checks_fast.to_dtype(x, dtype)
+        np.testing.assert_array_equal(osm.log_softmax(xd, variant="online").view(np.uint16),
+                                      osm.api.run(LOG_SOFTMAX, xd).view(np.uint16))
+        np.testing.assert_array_equal(osm.logsumexp(xd, variant="online"), osm.api.run(LSE, xd))
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_lse_out_is_float32_for_16_bit_input(dtype):
+    """The LSE is float32 for every input dtype, `out=` included (flash-attention keeps it so)."""
+    x = checks_fast.to_dtype(checks.random_rows(np, 4, 33), dtype)
+    out = checks.poisoned_like(np.empty(4, np.float32))
+    assert osm.api.run(LSE, x, out=out) is out and checks.unwritten(out) == 0
+    assert lse_compare(out, x)[0]
+    with pytest.raises(ValueError, match="out must be"):
+        osm.api.run(LSE, x, out=np.empty(4, x.dtype))
 
 
 # --- the (m, l, u) merge and blocked attention ---------------------------------------------------

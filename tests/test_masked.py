@@ -1,16 +1,23 @@
-"""CPU tier: the fused masks of softmax_03_online_masked on its NumPy model, and their errors.
+"""CPU tier: the fused masks of softmax_03_online_masked on its NumPy model, in float32, float16
+and bfloat16, and their errors.
 
 The reference is the float64 softmax of the masked logits (`softmax_masked.reference_masked`);
-the GPU tier (tests/gpu/test_masked_gpu.py) runs the same cases on the kernel.
+the baseline the same softmax computed in float32 and rounded once to x's dtype; the rule:
+error at most twice the baseline's, plus two ulps (checks.compare for float32, checks_fast's
+ulps of the largest output for the 16-bit dtypes). The GPU tier (tests/gpu/test_masked_gpu.py)
+runs the same cases on the kernel.
 """
 import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, reference
+from onlinesoftmax import checks, checks_fast, reference
+from onlinesoftmax.kernels import softmax_masked as km
 from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
 
 MASKED = "softmax_03_online_masked"
+VARIANT = osm.REGISTRY[MASKED]
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def mask_cases(x, seed=0):
@@ -33,32 +40,146 @@ def mask_cases(x, seed=0):
     }
 
 
-def check_masked(x, variant=MASKED, **kwargs):
-    out = checks.poisoned_like(x)
-    y = osm.softmax(x, variant, out=out, **kwargs)
-    assert y is out and checks.unwritten(y) == 0
-    options = prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf))
-    ref = reference_masked(x, **options)
-    baseline = reference.softmax_same_dtype(effective_logits(x, **options))
-    passed, message = checks.compare(y, ref, baseline, np.float32)
+def options_of(x, kwargs):
+    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf))
+
+
+def masked_compare(y, x, options):
+    """(passed, message): y against the float64 softmax of the masked logits, with x's dtype's rule."""
+    dtype = x.dtype.name
+    assert y.dtype == x.dtype, f"the masked softmax returns x's dtype {dtype}, got {y.dtype}"
+    x64 = checks_fast.as_float64(x)
+    ref = reference_masked(x64, **options)
+    baseline32 = reference.softmax_same_dtype(effective_logits(x64.astype(np.float32), **options))
+    if dtype == "float32":
+        return checks.compare(y, ref, baseline32, np.float32)
+    baseline = checks_fast.as_float64(checks_fast.to_dtype(baseline32, dtype))
+    err = checks.max_abs_error(checks_fast.as_float64(y), ref)
+    base_err = checks.max_abs_error(baseline, ref)
+    base_err = base_err if np.isfinite(base_err) else 0.0
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = float(finite.max()) if finite.size else 1.0
+    tol = 2.0 * base_err + 2.0 * checks_fast.EPS[dtype] * scale   # two ulps of the largest output
+    return bool(err <= tol), f"{dtype}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+
+
+def check_masked(x, **kwargs):
+    """The model through api.run on a poisoned output: everything written, NaN where the
+    reference has NaN, error within the rule. Returns (y as float64, reference)."""
+    options = options_of(x, kwargs)
+    out = checks_fast.poisoned_like(x)
+    y = osm.api.run(VARIANT, x, out=out, **options)
+    assert y is out and checks_fast.unwritten(y) == 0
+    ref = reference_masked(checks_fast.as_float64(x), **options)
+    passed, message = masked_compare(y, x, options)
     assert passed, message
-    return y, ref
+    y64 = checks_fast.as_float64(y)
+    assert np.array_equal(np.isnan(y64), np.isnan(ref))
+    return y64, ref
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_rows, n_cols", [(1, 1), (7, 3), (7, 100), (300, 257), (5, 4097), (3, 1000), (9, 2)])
 @pytest.mark.parametrize("kind", list(mask_cases(np.zeros((2, 2)))))
-def test_every_mask_kind_matches_the_reference(kind, n_rows, n_cols):
-    x = checks.random_rows(np, n_rows, n_cols, seed=n_rows + n_cols)
-    kwargs = mask_cases(x, seed=n_cols)[kind]
-    y, ref = check_masked(x, **kwargs)
-    assert np.array_equal(np.isnan(y), np.isnan(ref))
+def test_every_mask_kind_matches_the_reference(kind, n_rows, n_cols, dtype):
+    x = checks_fast.random_rows(np, n_rows, n_cols, dtype, seed=n_rows + n_cols)
+    check_masked(x, **mask_cases(x, seed=n_cols)[kind])
 
 
-def test_online_dispatches_to_the_masked_kernel():
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
+def test_edge_sizes_in_every_dtype(dtype, n_cols):
+    x = checks_fast.random_rows(np, 3 if n_cols > 4097 else 7, n_cols, dtype, seed=n_cols)
+    for kind in ("causal + padding", "additive float"):
+        check_masked(x, **mask_cases(x, seed=n_cols)[kind])
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_16_bit_is_the_float32_model_rounded_once(dtype):
+    """x widens exactly, the masked softmax runs in fp32 as for float32 input, y is rounded once."""
+    x = checks_fast.random_rows(np, 40, 257, dtype, seed=4)
+    widened = x.astype(np.float32)
+    for kind, kwargs in mask_cases(x, seed=5).items():
+        options = options_of(x, kwargs)
+        y = osm.api.run(VARIANT, x, **options)
+        expected = checks_fast.to_dtype(osm.api.run(VARIANT, widened, **options), dtype)
+        np.testing.assert_array_equal(y.view(np.uint16), expected.view(np.uint16), err_msg=kind)
+
+
+def test_the_masked_model_follows_the_online_kernel_and_the_default_dispatches_masks_to_it():
     x = checks.random_rows(np, 6, 70, seed=1)
-    np.testing.assert_array_equal(osm.softmax(x, "online", mask="causal"), osm.softmax(x, MASKED, mask="causal"))
-    # with no mask, the masked kernel follows the online kernel's schedule exactly
-    np.testing.assert_array_equal(osm.softmax(x, MASKED), osm.softmax(x, "online"))
+    # with no mask, the masked kernel follows the online kernel's schedule exactly (bit for bit)
+    np.testing.assert_array_equal(osm.api.run(VARIANT, x), osm.api.run(osm.REGISTRY["softmax_02_online"], x))
+    # a mask given to the default variant goes to the masked kernel
+    np.testing.assert_array_equal(osm.softmax(x, mask="causal"), osm.api.run(VARIANT, x, **prepare(x, "causal")))
+    for dtype in ("float16", "bfloat16"):
+        xd = checks_fast.to_dtype(x, dtype)
+        np.testing.assert_array_equal(osm.softmax(xd, mask="causal").view(np.uint16),
+                                      osm.api.run(VARIANT, xd, **prepare(xd, "causal")).view(np.uint16))
+
+
+def test_one_variant_with_an_entry_per_dtype():
+    assert VARIANT.dtypes == DTYPES
+    assert VARIANT.launched_entries == (f"{MASKED}_f32", f"{MASKED}_f16", f"{MASKED}_bf16")
+    assert VARIANT.entry_name == f"{MASKED}_f32"
+    assert [km.entry_for(VARIANT, d) for d in DTYPES] == list(VARIANT.launched_entries)
+    assert not [name for name in osm.REGISTRY if name.startswith(MASKED + "_")]
+    with pytest.raises(TypeError):
+        km.entry_for(VARIANT, "float64")
+
+
+class FakeKernel:
+    def __init__(self, entry):
+        self.entry, self.launches = entry, []
+
+    def __call__(self, grid, block, args, **kwargs):
+        self.launches.append((grid, block, args))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
+    """Without a GPU: the entry follows x's dtype; y must have x's dtype; the mask stays float32."""
+    built = []
+    monkeypatch.setattr(km, "get_kernel", lambda path, entry, defines=(): built.append(FakeKernel(entry)) or built[-1])
+    x = checks_fast.to_dtype(np.zeros((4, 8), np.float32), dtype)
+    options = prepare(x, np.zeros(8, np.float64), [1, 2, 3, 4], -1e6)
+    assert options["mask"].dtype == np.float32
+    y = np.zeros_like(x)
+    VARIANT.plan(VARIANT, x, y, **options)(x, y, **options)
+    assert built[-1].entry == f"{MASKED}_{km.TAGS[dtype]}"
+    grid, block, args = built[-1].launches[0]
+    assert grid == (4,) and block == (256,) and args[5] is options["mask"] and args[6] == 0
+    with pytest.raises(TypeError):
+        VARIANT.plan(VARIANT, x, np.zeros((4, 8), np.float64))
+    with pytest.raises(TypeError):
+        VARIANT.plan(VARIANT, x, y, mask=np.zeros((1, 8), np.float64))
+    with pytest.raises(TypeError):
+        VARIANT.plan(VARIANT, x.astype(np.float64), x.astype(np.float64))
+
+
+def test_prepared_options_make_a_plan_key():
+    """The options `prepare` returns key a launch plan (runtime/plan.py): the fill is a plain float
+    holding the float32 value (a numpy scalar would be taken for an array there)."""
+    from onlinesoftmax.runtime.plan import options_key
+
+    x = np.ones((4, 8), np.float32)
+    for mask_value in (-np.inf, -1e6, -FLT_MAX, 0.1):
+        options = prepare(x, "causal", None, mask_value)
+        assert type(options["fill"]) is float and options["fill"] == float(np.float32(mask_value))
+        hash(options_key(options))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_checker_rejects_wrong_answers(dtype):
+    """An off-by-one causal mask, and one probability a few ulps off, fail in every dtype."""
+    x = checks_fast.random_rows(np, 6, 10, dtype, seed=3)
+    options = prepare(x, "causal")
+    off_by_one = osm.api.run(VARIANT, x, **prepare(x, valid_lengths=np.minimum(np.arange(6) + 2, 10)))
+    assert not masked_compare(off_by_one, x, options)[0]
+    y = checks_fast.as_float64(osm.api.run(VARIANT, x, **options))
+    assert masked_compare(checks_fast.to_dtype(y, dtype), x, options)[0]
+    y[3, 1] += 8 * checks_fast.EPS[dtype] * np.nanmax(y)
+    assert not masked_compare(checks_fast.to_dtype(y, dtype), x, options)[0]
 
 
 def test_causal_is_torch_is_causal_for_tall_and_wide_matrices():
@@ -135,27 +256,23 @@ def test_bad_mask_input_is_a_clear_error(kwargs, error, match):
                                      "softmax_05_online_fp16_vec8"])
 def test_mask_with_a_variant_without_masks_is_an_error(variant):
     x = np.ones((4, 8), np.float16 if "fp16" in variant else np.float32)
-    with pytest.raises(ValueError, match="does not take a mask"):
-        osm.softmax(x, variant, mask="causal")
-    with pytest.raises(ValueError, match="does not take a mask"):
-        osm.softmax(x, variant, valid_lengths=[1, 2, 3, 4])
+    with pytest.raises(ValueError, match="mask"):
+        osm.softmax(x, variant=variant, mask="causal")
+    with pytest.raises(ValueError, match="mask"):
+        osm.softmax(x, variant=variant, valid_lengths=[1, 2, 3, 4])
 
 
-def test_masked_kernel_takes_float32_only():
-    with pytest.raises(TypeError):
-        osm.softmax(np.ones((4, 8), np.float16), mask="causal")
-    with pytest.raises(TypeError):
-        osm.softmax(np.ones((4, 8), np.float64), MASKED)
-
-
-def test_the_checker_rejects_an_off_by_one_causal_mask():
-    """Keeping j <= i + 1 instead of j <= i must fail against the causal reference."""
-    x = checks.random_rows(np, 6, 10, seed=3)
-    off_by_one = osm.softmax(x, valid_lengths=np.minimum(np.arange(6) + 2, 10))
-    options = prepare(x, "causal")
-    passed, _ = checks.compare(off_by_one, reference_masked(x, **options),
-                               reference.softmax_same_dtype(effective_logits(x, **options)), np.float32)
-    assert not passed
+def test_masked_kernel_takes_the_three_float_dtypes_only():
+    for bad in (np.ones((4, 8), np.float64), np.ones((4, 8), np.int32)):
+        with pytest.raises(TypeError):
+            osm.api.run(VARIANT, bad)
+        with pytest.raises(TypeError):
+            osm.softmax(bad, mask="causal")
+    for dtype in DTYPES:
+        x = checks_fast.to_dtype(np.ones((4, 8), np.float32), dtype)
+        y = osm.softmax(x, mask="causal")
+        assert y.dtype == x.dtype
+        assert (checks_fast.as_float64(y)[3, :4] == 0.25).all() and (checks_fast.as_float64(y)[3, 4:] == 0).all()
 
 
 def test_padding_and_additive_masks_from_the_definition():

@@ -1,5 +1,7 @@
 // online_rows.cuh — the (m, l) statistics of rows owned by groups of lanes, with 16-byte loads.
-// Used by logsumexp_01_online and log_softmax_01_online; never pasted.
+// Used by logsumexp_01_online and log_softmax_01_online; never pasted. The element policies
+// (F32Row, F16Row, BF16Row: storage type, 16-byte vector, conversions to and from fp32) are
+// also how softmax_03_online_masked loads and stores its three dtypes.
 //
 // Layout: a block of `blockDim.x` threads holds blockDim.x / group rows; the `group` lanes
 // of one row (group a power of two, 1 .. 1024) are consecutive threads. A short row gets a
@@ -10,7 +12,7 @@
 // Lane t pushes, in this order: head elements t, t + group, ...; then, per loop step k,
 // the UNROLL vectors k * group * UNROLL + u * group + t (u = 0 .. UNROLL-1) — all loads of a
 // step are issued before any is used; then tail elements t, t + group, ...
-// (the NumPy model in onlinesoftmax/kernels_logsumexp.py follows this order).
+// (the NumPy model in onlinesoftmax/kernels/logsumexp_online.py follows this order).
 //
 // Exponentials: e^(x - base) = 2^((x - base) * log2 e), one FADD, one FMUL and the MUFU.EX2
 // behind exp2f. Subtracting before scaling keeps the terms near the maximum exact, which is
@@ -23,6 +25,8 @@
 #define ONLINE_ROWS_LOG2E 1.4426950408889634f
 
 // Element types: how many elements one 16-byte vector holds, and how they convert.
+// fp32 in place; fp16 and bf16 as 16-bit words (half.cuh), widened exactly to fp32 and
+// narrowed with round-to-nearest-even. All arithmetic is fp32 in every policy.
 struct F32Row {
     typedef float Elem;
     typedef float4 Vec;
@@ -52,6 +56,20 @@ struct F16Row {
     static __device__ __forceinline__ void unpack(Vec v, float* f) { unpack_half8(v, f); }
     static __device__ __forceinline__ Vec pack(const float* f) { return pack_half8(f); }
     static __device__ __forceinline__ Elem from_float(float f) { return float_to_half(f); }
+    static __device__ __forceinline__ int to_alignment(const Elem* p) {
+        return halves_to_alignment(p, 16);
+    }
+};
+
+struct BF16Row {
+    typedef bfloat16_bits Elem;
+    typedef int4 Vec;
+    static constexpr int VEC = 8;
+    static constexpr int UNROLL = 2;  // as F16Row: 2 x 16 B in flight per lane and step
+    static __device__ __forceinline__ float load1(const Elem* p) { return bfloat16_to_float(*p); }
+    static __device__ __forceinline__ void unpack(Vec v, float* f) { unpack_bfloat16x8(v, f); }
+    static __device__ __forceinline__ Vec pack(const float* f) { return pack_bfloat16x8(f); }
+    static __device__ __forceinline__ Elem from_float(float f) { return float_to_bfloat16(f); }
     static __device__ __forceinline__ int to_alignment(const Elem* p) {
         return halves_to_alignment(p, 16);
     }

@@ -4,15 +4,18 @@
 //               is the same (online_rows.cuh); the output pass reads the row again with
 //               16-byte loads and writes (x - m) - log l, subtracting m first so that x - m
 //               is exact near the maximum. Stores are 16-byte vectors when y has the same
-//               alignment as x within 16 bytes, else scalar stores. Two entries: fp32, and
-//               fp16 in / fp16 out with all arithmetic in fp32 (halves as unsigned short,
-//               converted with PTX cvt in half.cuh; 8 halves per 16-byte vector).
+//               alignment as x within 16 bytes, else scalar stores. One body, three entries,
+//               one per dtype, y in x's dtype: log_softmax_01_online_f32, _f16 and _bf16
+//               (fp16 / bf16 as 16-bit words, converted with PTX cvt in half.cuh, 8 per
+//               16-byte vector; all arithmetic in fp32, one rounding per output).
 // Launch:       as logsumexp_01_online: block = (max(256, group)),
 //               grid = (ceil(n_rows / (block / group))); static shared memory 32 states.
-// Traffic:      2 reads + 1 write per element (12 B fp32, 6 B fp16) vs the ideal 1 + 1.
-// Limits:       1 <= n_cols <= 2^31 - 2^16; rows strided (unit column stride), any start; group a
-//               power of two in 1 .. 1024. A row of all -inf gives NaN (-inf - -inf, as
-//               torch); a row holding NaN or +inf gives NaN; an element -inf gives -inf.
+// Traffic:      2 reads + 1 write per element (12 B fp32, 6 B fp16 / bf16) vs the ideal 1 + 1.
+// Limits:       x and y float32, float16 or bfloat16 (the same dtype); 1 <= n_cols <=
+//               2^31 - 2^16; rows strided (unit column stride), any start; group a power of
+//               two in 1 .. 1024. A row of all -inf gives NaN (-inf - -inf, as torch); a row
+//               holding NaN or +inf gives NaN; an element -inf gives -inf. bf16 rounds with
+//               cvt.rn.bf16x2 on sm_80+, with the same rounding on the bits below (half.cuh).
 #include "online_rows.cuh"
 
 template <class Row>
@@ -65,13 +68,20 @@ __device__ __forceinline__ void log_softmax_rows(const typename Row::Elem* __res
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-log_softmax_01_online(const float* __restrict__ x, float* __restrict__ y, int n_rows, int n_cols,
-                      long long x_row_stride, long long y_row_stride, int group) {
+log_softmax_01_online_f32(const float* __restrict__ x, float* __restrict__ y, int n_rows, int n_cols,
+                          long long x_row_stride, long long y_row_stride, int group) {
     log_softmax_rows<F32Row>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, group);
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-log_softmax_01_online_fp16(const half_bits* __restrict__ x, half_bits* __restrict__ y, int n_rows,
-                           int n_cols, long long x_row_stride, long long y_row_stride, int group) {
+log_softmax_01_online_f16(const half_bits* __restrict__ x, half_bits* __restrict__ y, int n_rows,
+                          int n_cols, long long x_row_stride, long long y_row_stride, int group) {
     log_softmax_rows<F16Row>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, group);
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+log_softmax_01_online_bf16(const bfloat16_bits* __restrict__ x, bfloat16_bits* __restrict__ y,
+                           int n_rows, int n_cols, long long x_row_stride, long long y_row_stride,
+                           int group) {
+    log_softmax_rows<BF16Row>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, group);
 }

@@ -8,38 +8,48 @@
 //               j <= i, i.e. ones(rows, N).tril(0), for rows <= N and rows > N alike.
 //               Columns past the limit are never loaded; `fill` stands in for them.
 //               No masked copy of x is ever written: the mask costs no extra pass.
+//               One body, templated on the element type (the row policies of
+//               online_rows.cuh), three entries: softmax_03_online_masked_f32, _f16 and
+//               _bf16. Each x_ij is widened to fp32 as it is loaded (exact), the mask added
+//               and everything computed in fp32 exactly as in the fp32 entry, and y_ij
+//               rounded once to x's dtype as it is stored (round to nearest even).
 // Launch:       grid = (n_rows), block = (256), static shared memory 32 states (256 B).
 // Traffic:      x: 2 reads + 1 write per kept element, 1 write per element past the limit
-//               (causal on a square matrix: ~1 + 1 read instead of 2 + 1). An additive mask
-//               of rows x N adds 2 reads per element; a broadcast mask (row stride 0) is one
-//               row of N re-read by every block (mostly from L2).
-// Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride);
+//               (causal on a square matrix: ~1 + 1 read instead of 2 + 1); 4 B per access
+//               for fp32, 2 B for fp16 / bf16. An additive mask of rows x N adds 2 reads of
+//               4 B per element; a broadcast mask (row stride 0) is one row of N re-read by
+//               every block (mostly from L2).
+// Limits:       x and y float32, float16 or bfloat16 (the same dtype); the additive mask
+//               and `fill` float32 for every dtype; 1 <= n_cols <= 2^31 - 2^16; rows may be
+//               strided (unit column stride), scalar accesses (any alignment);
 //               mask == nullptr: no additive mask; valid_lengths == nullptr: no padding;
 //               0 <= valid_lengths[i] <= N (checked on the host). With fill = -inf a fully
 //               masked row gives NaN (0/0), as torch.softmax does; with a finite fill
 //               (-1e6, -FLT_MAX) it gives the uniform distribution 1/N.
-#include "online_state.cuh"
+#include "online_rows.cuh"
 
-// The logit column j of one row sees, after masking.
-__device__ __forceinline__ float masked_logit(const float* row_x, const float* row_mask, int j,
-                                              int limit, float fill) {
+// The logit column j of one row sees, after masking (in fp32, whatever x's dtype).
+template <class Row>
+__device__ __forceinline__ float masked_logit(const typename Row::Elem* row_x, const float* row_mask,
+                                              int j, int limit, float fill) {
     if (j >= limit) return fill;  // not loaded: causal / padding mask
-    float v = row_x[j];
+    float v = Row::load1(row_x + j);
     if (row_mask != nullptr) v += row_mask[j];
     return v;
 }
 
-extern "C" __global__ void softmax_03_online_masked(const float* __restrict__ x, float* __restrict__ y,
-                                                    int n_cols, long long x_row_stride,
-                                                    long long y_row_stride,
-                                                    const float* __restrict__ mask,
-                                                    long long mask_row_stride,
-                                                    const int* __restrict__ valid_lengths,
-                                                    int causal, float fill) {
+template <class Row>
+__device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __restrict__ x,
+                                                   typename Row::Elem* __restrict__ y, int n_cols,
+                                                   long long x_row_stride, long long y_row_stride,
+                                                   const float* __restrict__ mask,
+                                                   long long mask_row_stride,
+                                                   const int* __restrict__ valid_lengths,
+                                                   int causal, float fill) {
     __shared__ OnlineState scratch[32];
     const long long row = blockIdx.x;
-    const float* row_x = x + row * x_row_stride;
-    float* row_y = y + row * y_row_stride;
+    const typename Row::Elem* row_x = x + row * x_row_stride;
+    typename Row::Elem* row_y = y + row * y_row_stride;
     const float* row_mask = mask != nullptr ? mask + row * mask_row_stride : nullptr;
 
     int limit = n_cols;  // columns [limit, N) are masked
@@ -48,10 +58,43 @@ extern "C" __global__ void softmax_03_online_masked(const float* __restrict__ x,
 
     OnlineState s = online_identity();  // pass 1: statistics of the masked row
     for (int j = threadIdx.x; j < n_cols; j += blockDim.x)
-        online_push(s, masked_logit(row_x, row_mask, j, limit, fill));
+        online_push(s, masked_logit<Row>(row_x, row_mask, j, limit, fill));
     const OnlineState stats = online_block_reduce(s, scratch);
 
     const float inv_l = 1.0f / stats.l;  // pass 2: the output, same logits again
     for (int j = threadIdx.x; j < n_cols; j += blockDim.x)
-        row_y[j] = expf(masked_logit(row_x, row_mask, j, limit, fill) - stats.m) * inv_l;
+        row_y[j] = Row::from_float(expf(masked_logit<Row>(row_x, row_mask, j, limit, fill) - stats.m) * inv_l);
+}
+
+extern "C" __global__ void softmax_03_online_masked_f32(const float* __restrict__ x, float* __restrict__ y,
+                                                        int n_cols, long long x_row_stride,
+                                                        long long y_row_stride,
+                                                        const float* __restrict__ mask,
+                                                        long long mask_row_stride,
+                                                        const int* __restrict__ valid_lengths,
+                                                        int causal, float fill) {
+    masked_softmax_row<F32Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
+                               valid_lengths, causal, fill);
+}
+
+extern "C" __global__ void softmax_03_online_masked_f16(const half_bits* __restrict__ x,
+                                                        half_bits* __restrict__ y, int n_cols,
+                                                        long long x_row_stride, long long y_row_stride,
+                                                        const float* __restrict__ mask,
+                                                        long long mask_row_stride,
+                                                        const int* __restrict__ valid_lengths,
+                                                        int causal, float fill) {
+    masked_softmax_row<F16Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
+                               valid_lengths, causal, fill);
+}
+
+extern "C" __global__ void softmax_03_online_masked_bf16(const bfloat16_bits* __restrict__ x,
+                                                         bfloat16_bits* __restrict__ y, int n_cols,
+                                                         long long x_row_stride, long long y_row_stride,
+                                                         const float* __restrict__ mask,
+                                                         long long mask_row_stride,
+                                                         const int* __restrict__ valid_lengths,
+                                                         int causal, float fill) {
+    masked_softmax_row<BF16Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
+                                valid_lengths, causal, fill);
 }

@@ -1,4 +1,4 @@
-"""Launcher module of the log-sum-exp kernels: logsumexp_01_online, log_softmax_01_online(_fp16).
+"""Launcher module of the log-sum-exp kernels: logsumexp_01_online, log_softmax_01_online.
 
 Both kernels give each row a group of `group` consecutive lanes (a power of two, 1 .. 1024),
 chosen from N: short rows share a block, long rows get up to 1024 lanes. Each row is read
@@ -6,15 +6,22 @@ with 16-byte vectors after a per-row scalar head (kernels/common/online_rows.cuh
 NumPy models below follow that schedule: the same head / vector / tail split (from the
 array's own addresses), the same lane order and loop steps, the same exp2 re-scaling and
 tree sums, and the same group reduction.
+
+Each file holds one entry per input dtype, `<stem>_f32`, `<stem>_f16` and `<stem>_bf16`
+(the fast kernels' tags); the plan builder picks it from x's dtype. All arithmetic is fp32.
+log_softmax writes x's dtype; the LSE is float32 for every input dtype. The models take
+numpy float32, float16 and bfloat16 (ml_dtypes) and return the same dtypes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.registry import Launch, Variant, register
+from onlinesoftmax.runtime.loader import get_kernel
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
@@ -32,7 +39,22 @@ class RowLayout:
     unroll: int
 
 
-LAYOUTS = {"float32": RowLayout(vec=4, unroll=4), "float16": RowLayout(vec=8, unroll=2)}
+LAYOUTS = {"float32": RowLayout(vec=4, unroll=4), "float16": RowLayout(vec=8, unroll=2),
+           "bfloat16": RowLayout(vec=8, unroll=2)}
+DTYPES = tuple(LAYOUTS)
+TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # the fast kernels' build tags
+
+
+def entry_for(variant: Variant, dtype: str) -> str:
+    """The extern "C" entry of `variant` for input dtype `dtype`: `<file stem>_<tag>` (a define
+    build, `<name>_unguarded` say, keeps its file's entries)."""
+    if dtype not in variant.dtypes:
+        raise TypeError(f"{variant.name} takes {', '.join(variant.dtypes)}, got {dtype}")
+    return f"{Path(variant.file).stem}_{TAGS[dtype]}"
+
+
+def _entries(variant: Variant) -> tuple[str, ...]:
+    return tuple(entry_for(variant, dtype) for dtype in variant.dtypes)
 
 
 def group_size(n_cols: int, vec: int) -> int:
@@ -61,7 +83,8 @@ def geometry_for(dtype: str):
 
 def row_phases(x) -> np.ndarray:
     """Per row: elements from the row's start to its first 16-byte boundary (numpy or cupy)."""
-    address = x.data.ptr if hasattr(x.data, "ptr") else x.__array_interface__["data"][0]
+    # numpy first: x.data of a bfloat16 numpy array raises (the buffer protocol has no bf16)
+    address = x.ctypes.data if isinstance(x, np.ndarray) else x.data.ptr
     starts = address + np.arange(x.shape[0], dtype=np.int64) * x.strides[0]
     return ((16 - starts % 16) % 16) // x.itemsize
 
@@ -81,7 +104,7 @@ def push_exp2(state, values, guards: bool = True):
 
 def lane_states(x, group: int, layout: RowLayout, phases=None):
     """Every lane's (m, l) after its share of the row, shape (n_rows, group) each."""
-    x32 = np.asarray(x).astype(F32)  # fp16 -> fp32 is exact, as cvt.f32.f16
+    x32 = np.asarray(x).astype(F32)  # fp16 / bf16 -> fp32 is exact, as cvt.f32.f16 / the shift
     n_rows, n_cols = x32.shape
     phases = row_phases(x) if phases is None else np.asarray(phases)
     m = np.full((n_rows, group), sim.NEG_INF, F32)
@@ -149,12 +172,14 @@ def row_state(x, group: int | None = None, phases=None):
 
 
 def simulate_logsumexp(x, group: int | None = None, phases=None) -> np.ndarray:
+    """LSE per row, float32 whatever x's dtype (float32, float16 or bfloat16)."""
     m, l = row_state(x, group, phases)
     with np.errstate(all="ignore"):
         return (m + np.log(l)).astype(F32)
 
 
 def simulate_log_softmax(x, group: int | None = None, phases=None) -> np.ndarray:
+    """(x - m) - log l in float32, rounded once to x's dtype (nearest even, as the kernel's cvt)."""
     x = np.asarray(x)
     m, l = row_state(x, group, phases)
     with np.errstate(all="ignore"):
@@ -165,11 +190,16 @@ def simulate_log_softmax(x, group: int | None = None, phases=None) -> np.ndarray
 # --- the launchers ----------------------------------------------------------------------------
 
 def _plan(variant: Variant, x, y, group: int | None, per_element_output: bool):
+    dtype = x.dtype.name
+    entry = entry_for(variant, dtype)
+    out_dtype = dtype if per_element_output else "float32"   # the LSE is float32 for every input
+    if y.dtype.name != out_dtype:
+        raise TypeError(f"{variant.name} on {dtype} input writes {out_dtype}, got an output of {y.dtype.name}")
     n_rows, n_cols = x.shape
-    group = group_size(n_cols, LAYOUTS[x.dtype.name].vec) if group is None else group
+    group = group_size(n_cols, LAYOUTS[dtype].vec) if group is None else group
     check_group(group)
     geometry = launch_for(n_rows, group)
-    kernel = variant.kernel()
+    kernel = get_kernel(variant.path, entry, variant.defines)
     sizes = [np.int32(n_rows), np.int32(n_cols), np.int64(x.strides[0] // x.itemsize)]
     if per_element_output:
         sizes.append(np.int64(y.strides[0] // y.itemsize))
@@ -188,21 +218,18 @@ def plan_log_softmax(variant: Variant, x, y, group: int | None = None):
     return _plan(variant, x, y, group, per_element_output=True)
 
 
+# `geometry` answers for float32 rows (4 per 16-byte vector); fp16 / bf16 rows hold 8 per vector,
+# and the plan builder sizes their groups from LAYOUTS[dtype] (geometry_for(dtype) gives the same).
 register(Variant(
     name="logsumexp_01_online", family="logsumexp", file="logsumexp/logsumexp_01_online.cu",
     short="online", story="LSE = m + log l from the online state: one read per element, 16-byte loads",
     geometry=geometry_for("float32"), simulate=simulate_logsumexp, plan=plan_logsumexp,
-    reads_per_element=1, writes_per_element=0, features=frozenset({ONE_VALUE_PER_ROW})))
+    reads_per_element=1, writes_per_element=0, features=frozenset({ONE_VALUE_PER_ROW}),
+    dtypes=DTYPES, entry="logsumexp_01_online_f32", entries=_entries))
 
 register(Variant(
     name="log_softmax_01_online", family="log_softmax", file="logsumexp/log_softmax_01_online.cu",
     short="online", story="log-softmax = (x - m) - log l: the statistics pass, then one output pass",
     geometry=geometry_for("float32"), simulate=simulate_log_softmax, plan=plan_log_softmax,
-    reads_per_element=2, writes_per_element=1))
-
-register(Variant(
-    name="log_softmax_01_online_fp16", family="log_softmax", file="logsumexp/log_softmax_01_online.cu",
-    entry="log_softmax_01_online_fp16", short="online_fp16", dtypes=("float16",),
-    story="log_softmax_01_online on fp16 rows: fp32 math, fp16 out, 8 halves per 16-byte load",
-    geometry=geometry_for("float16"), simulate=simulate_log_softmax, plan=plan_log_softmax,
-    reads_per_element=2, writes_per_element=1))
+    reads_per_element=2, writes_per_element=1,
+    dtypes=DTYPES, entry="log_softmax_01_online_f32", entries=_entries))

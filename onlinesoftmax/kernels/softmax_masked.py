@@ -1,4 +1,4 @@
-"""Launcher module of the masked online softmax, softmax_03_online_masked (fp32).
+"""Launcher module of the masked online softmax, softmax_03_online_masked (fp32, fp16, bf16).
 
 Masks are fused into the kernel: an additive mask (rows x N, or one row of N
 broadcast), a causal mask (row i keeps columns j <= i, top-left aligned like
@@ -7,8 +7,15 @@ Columns removed by causal/padding take the value `mask_value` (default -inf).
 
 `prepare` validates the mask arguments once and turns them into the keyword
 options that both the kernel launcher and the NumPy model take.
+
+x may be float32, float16 or bfloat16: one entry per dtype, `softmax_03_online_masked_f32`,
+`_f16` and `_bf16` (the fast kernels' tags), chosen by the plan builder from x's dtype. The
+kernel widens x to fp32 as it loads it, adds the additive mask (float32 for every dtype),
+computes in fp32 as the fp32 entry does, and rounds y once to x's dtype; so does the model.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -16,9 +23,24 @@ from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import Variant, register
+from onlinesoftmax.runtime.loader import get_kernel
 
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
+DTYPES = ("float32", "float16", "bfloat16")
+TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # the fast kernels' build tags
+
+
+def entry_for(variant: Variant, dtype: str) -> str:
+    """The extern "C" entry of `variant` for x's dtype: `<file stem>_<tag>` (a define build,
+    `softmax_03_online_masked_unguarded` say, keeps its file's entries)."""
+    if dtype not in variant.dtypes:
+        raise TypeError(f"{variant.name} takes {', '.join(variant.dtypes)}, got {dtype}")
+    return f"{Path(variant.file).stem}_{TAGS[dtype]}"
+
+
+def _entries(variant: Variant) -> tuple[str, ...]:
+    return tuple(entry_for(variant, dtype) for dtype in variant.dtypes)
 
 
 def _as_module_of(x, a):
@@ -39,7 +61,7 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
     Raises TypeError / ValueError with the reason.
     """
     n_rows, n_cols = x.shape
-    options = {"mask": None, "causal": False, "valid_lengths": None, "fill": np.float32(-np.inf)}
+    options = {"mask": None, "causal": False, "valid_lengths": None, "fill": -np.inf}
     if isinstance(mask, str):
         if mask != "causal":
             raise ValueError(f'mask must be None, "causal" or an additive float array, got {mask!r}')
@@ -76,7 +98,8 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
         raise ValueError(f"mask_value must be -inf or finite, got {mask_value}")
     if fill != -np.inf and abs(fill) > FLT_MAX:
         raise ValueError(f"mask_value {mask_value} is not representable in float32")
-    options["fill"] = np.float32(fill)
+    # the float32 value as a Python float: a plan key (runtime/plan.py) takes a numpy scalar for an array
+    options["fill"] = float(np.float32(fill))
     return options
 
 
@@ -132,19 +155,29 @@ def reference_masked(x, **options):
 
 
 def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True) -> np.ndarray:
-    """NumPy model of softmax_03_online_masked: same masking, same thread schedule."""
+    """NumPy model of softmax_03_online_masked: same masking, same thread schedule.
+
+    x float32, float16 or bfloat16 (ml_dtypes): the logits are formed in float32 (x widened
+    exactly), the result computed in float32 and rounded once to x's dtype."""
     v = effective_logits(x, mask, causal, valid_lengths, fill)
     m, l = sim.online_row_state(v, BLOCK_THREADS, guards)
     with np.errstate(all="ignore"):
         inv_l = np.float32(1) / l
-        return (np.exp(v - m[:, None]) * inv_l[:, None]).astype(np.float32)
+        y = (np.exp(v - m[:, None]) * inv_l[:, None]).astype(np.float32)
+        return y if x.dtype == np.float32 else y.astype(x.dtype)
 
 
 def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf):
     """Runner on 2-D cupy arrays; options as returned by `prepare` (None = nullptr). The mask and
-    the lengths are passed on every call; their layout is part of the plan."""
+    the lengths are passed on every call; their layout is part of the plan. The entry follows
+    x's dtype; y must have x's dtype, the mask must be float32."""
+    entry = entry_for(variant, x.dtype.name)
+    if y.dtype != x.dtype:
+        raise TypeError(f"{variant.name}: y must have x's dtype {x.dtype.name}, got {y.dtype.name}")
+    if mask is not None and mask.dtype != np.float32:
+        raise TypeError(f"{variant.name}: the additive mask must be float32 (prepare converts it), got {mask.dtype}")
     geometry = variant.geometry(*x.shape)
-    kernel = variant.kernel()
+    kernel = get_kernel(variant.path, entry, variant.defines)
     mask_row_stride = np.int64(0 if mask is None or mask.shape[0] == 1 else mask.strides[0] // mask.itemsize)
     sizes = (np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize))
     flags = (np.int32(1 if causal else 0), np.float32(fill))
@@ -161,4 +194,5 @@ MASKED = register(Variant(
     story="softmax_02_online with additive / causal / padding masks fused into both passes",
     geometry=block_per_row, simulate=simulate_masked, plan=plan_masked,
     reads_per_element=2, writes_per_element=1,
-    features=frozenset({"mask", "causal", "valid_lengths"})))
+    features=frozenset({"mask", "causal", "valid_lengths"}),
+    dtypes=DTYPES, entry="softmax_03_online_masked_f32", entries=_entries))

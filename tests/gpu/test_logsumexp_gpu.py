@@ -1,174 +1,263 @@
-"""GPU tier for logsumexp_01_online and log_softmax_01_online(_fp16): edge matrix, special rows,
-views, every lane-group size, poisoned outputs, agreement with the NumPy models, bad input."""
+"""GPU tier for logsumexp_01_online and log_softmax_01_online in float32, float16 and bfloat16:
+edge matrix, special rows, views, every lane-group size, poisoned outputs, agreement with the
+NumPy models, bad input.
+
+The kernels are launched through their plans (runtime/plan.py's get_runner, what the API calls),
+so these tests hold whatever the public functions route. Every output is judged against the
+float64 reference: the LSE (float32 for every input dtype) with the float32 rule, log_softmax with
+the rule of x's dtype (twice the error of float32 math rounded once to the dtype, plus two ulps).
+"""
 import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fp16, reference
-from onlinesoftmax.runtime import device
+from onlinesoftmax import checks, checks_fast as cf, reference
 from onlinesoftmax.kernels import logsumexp_online as kl
+from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
+from onlinesoftmax.runtime.plan import get_runner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not device.has_gpu(), reason="needs a CUDA GPU")]
 cp = pytest.importorskip("cupy")
 
 EPS32 = float(np.finfo(np.float32).eps)
+DTYPES = cf.DTYPES
 LSE = osm.REGISTRY["logsumexp_01_online"]
-LOG_SOFTMAX = {"float32": osm.REGISTRY["log_softmax_01_online"],
-               "float16": osm.REGISTRY["log_softmax_01_online_fp16"]}
+LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
+
+
+def gpu_rows(n_rows, n_cols, dtype="float32", seed=0, **kwargs):
+    return cf.random_rows(cp, n_rows, n_cols, dtype, seed=seed, **kwargs)
+
+
+def to_dtype(x32, dtype):
+    """A float32 cupy array rounded to `dtype` (bf16 through its bits)."""
+    return cf.from_float32(x32, dtype)
+
+
+def rows_of(x):
+    """x as the kernels take it: unit column stride, non-negative row stride (a copy otherwise,
+    as the API makes); 16-bit arrays are copied as their bits."""
+    if x.strides[1] == x.itemsize and x.strides[0] >= 0 and x.strides[0] % x.itemsize == 0:
+        return x
+    if x.itemsize == 2:
+        return cp.ascontiguousarray(x.view(cp.uint16)).view(x.dtype)
+    return cp.ascontiguousarray(x)
+
+
+def to_host(x):
+    """cupy -> numpy, bf16 through its bits."""
+    if x.dtype.name == "bfloat16":
+        return x.view(cp.uint16).get().view(cf.np_dtype("bfloat16"))
+    return x.get()
 
 
 def lse_checked(x, out=None, **options):
-    """LSE on a poisoned output; synchronize (surfaces CUDA errors); nothing left unwritten."""
-    out = checks.poisoned_like(cp.empty(x.shape[0], cp.float32)) if out is None else out
+    """LSE on a poisoned float32 output; synchronize (surfaces CUDA errors); nothing left unwritten."""
+    x = rows_of(x)
+    out = cp.empty(x.shape[0], cp.float32) if out is None else out
     out.fill(checks.POISON)
-    y = osm.api.run(LSE, x, out=out, **options)
+    get_runner(LSE, x, out, options)(x, out, **options)
     cp.cuda.Device().synchronize()
-    assert y is out and checks.unwritten(y) == 0, "LSE left outputs unwritten"
-    return y
+    assert out.dtype == cp.float32 and checks.unwritten(out) == 0, "LSE left outputs unwritten"
+    return out
 
 
 def log_softmax_checked(x, out=None, **options):
-    out = checks_fp16.poisoned_like(x) if out is None else out
-    out.fill(checks_fp16.POISON_FP16 if out.dtype == cp.float16 else checks.POISON)
-    y = osm.api.run(LOG_SOFTMAX[x.dtype.name], x, out=out, **options)
+    """log_softmax on a poisoned output of x's dtype (a poison no log-probability can be); an `out`
+    passed in must come poisoned (cf.poisoned_like)."""
+    x = rows_of(x)
+    out = cf.poisoned_like(x) if out is None else out
+    assert cf.unwritten(out) == out.size, "pass a poisoned out"
+    get_runner(LOG_SOFTMAX, x, out, options)(x, out, **options)
     cp.cuda.Device().synchronize()
-    assert y is out and checks_fp16.unwritten(y) == 0, "log_softmax left outputs unwritten"
-    return y
+    assert out.dtype == x.dtype and cf.unwritten(out) == 0, "log_softmax left outputs unwritten"
+    return out
 
 
 def assert_lse_close(y, x):
-    """checks.tolerance, plus 4 fp32 eps: log l carries l's relative error (each exp2f is good to ~2 ulp)."""
-    ref = reference.logsumexp(x)
+    """checks.tolerance in float32, plus 4 fp32 eps: log l carries l's relative error (each exp2f is
+    good to ~2 ulp). The baseline: the LSE in float32 of x (which float32 holds exactly)."""
+    x64 = cf.as_float64(rows_of(x))
+    ref = reference.logsumexp(x64)
     err = checks.max_abs_error(y, ref)
-    base_err = checks.max_abs_error(reference.logsumexp_same_dtype(x), ref)
+    base_err = checks.max_abs_error(reference.logsumexp_same_dtype(x64.astype(cp.float32)), ref)
     tol = checks.tolerance(base_err if np.isfinite(base_err) else 0.0, ref, np.float32) + 4 * EPS32
-    assert err <= tol, f"logsumexp {x.shape}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+    assert err <= tol, f"logsumexp {x.dtype} {x.shape}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+
+
+def rounded(y32, dtype):
+    """float32 values rounded once to `dtype`, as float64."""
+    if dtype == "float16":
+        return y32.astype(cp.float16).astype(cp.float64)
+    if dtype == "bfloat16":   # NaN kept apart: round_to_bf16's bit trick carries NaN 0x7fffffff into the sign
+        return cp.where(cp.isnan(y32), cp.nan, cf.round_to_bf16(y32).astype(cp.float64))
+    return y32.astype(cp.float64)
 
 
 def assert_log_softmax_close(y, x):
-    passed, message = checks.compare(y, reference.log_softmax(x), reference.log_softmax_same_dtype(x), x.dtype)
-    assert passed, f"log_softmax {x.dtype} {x.shape}: {message}"
+    dtype = x.dtype.name
+    assert y.dtype == x.dtype
+    x64 = cf.as_float64(rows_of(x))
+    ref = reference.log_softmax(x64)
+    err = checks.max_abs_error(cf.as_float64(y), ref)
+    base_err = checks.max_abs_error(rounded(reference.log_softmax_same_dtype(x64.astype(cp.float32)), dtype), ref)
+    base_err = base_err if np.isfinite(base_err) else 0.0
+    finite = cp.abs(ref[cp.isfinite(ref)])
+    scale = max(float(finite.max()) if finite.size else 1.0, 1.0)
+    tol = 2.0 * base_err + 2.0 * cf.EPS[dtype] * scale
+    assert err <= tol, f"log_softmax {dtype} {x.shape}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
 @pytest.mark.parametrize("n_rows", checks.EDGE_ROWS)
-def test_logsumexp_edge_matrix(n_rows, n_cols):
-    x = checks.random_rows(cp, n_rows, n_cols, seed=n_rows * 7919 + n_cols)
+def test_logsumexp_edge_matrix(n_rows, n_cols, dtype):
+    x = gpu_rows(n_rows, n_cols, dtype, seed=n_rows * 7919 + n_cols)
     assert_lse_close(lse_checked(x), x)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
 @pytest.mark.parametrize("n_rows", checks.EDGE_ROWS)
-@pytest.mark.parametrize("dtype", ("float32", "float16"))
 def test_log_softmax_edge_matrix(dtype, n_rows, n_cols):
-    x = checks.random_rows(cp, n_rows, n_cols, dtype=dtype, seed=n_rows * 7919 + n_cols + 1)
+    x = gpu_rows(n_rows, n_cols, dtype, seed=n_rows * 7919 + n_cols + 1)
     assert_log_softmax_close(log_softmax_checked(x), x)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.HUGE_COLS)
-def test_rows_of_a_million(n_cols):
-    x = checks.random_rows(cp, 3, n_cols, seed=n_cols)
+def test_rows_of_a_million(n_cols, dtype):
+    x = gpu_rows(3, n_cols, dtype, seed=n_cols)
     assert_lse_close(lse_checked(x), x)
     assert_log_softmax_close(log_softmax_checked(x), x)
-    x16 = x.astype(cp.float16)
-    assert_log_softmax_close(log_softmax_checked(x16), x16)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", (1, 3, 100, 257, 4097, 65536))
-def test_special_rows(n_cols):
-    x, nan_rows = checks.special_rows(cp, n_cols)
+def test_special_rows(n_cols, dtype):
+    x, nan_rows = cf.special_rows(cp, n_cols, dtype)
     lse = lse_checked(x).get()
     assert lse[1] == -np.inf, "a row of all -inf has LSE -inf (log 0), not NaN"
     assert (np.isnan(lse) == (nan_rows & (np.arange(len(nan_rows)) != 1))).all()
     assert_lse_close(cp.asarray(lse), x)
-    for dtype in ("float32", "float16"):
-        xd = x.astype(dtype)
-        y = log_softmax_checked(xd)
-        y_host, x_host = y.get(), xd.get()
-        assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows must be NaN"
-        assert not np.isnan(y_host[~nan_rows]).any(), "unexpected NaN"
-        assert (y_host[~nan_rows][np.isneginf(x_host[~nan_rows])] == -np.inf).all()
-        assert_log_softmax_close(y, xd)
+    y = log_softmax_checked(x)
+    y_host, x_host = cf.as_float64(y).get(), cf.as_float64(x).get()
+    assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows must be NaN"
+    assert not np.isnan(y_host[~nan_rows]).any(), "unexpected NaN"
+    assert (y_host[~nan_rows][np.isneginf(x_host[~nan_rows])] == -np.inf).all()
+    assert_log_softmax_close(y, x)
 
 
 @pytest.mark.parametrize("group", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
 def test_every_group_size(group):
     for n_cols in (1, 5, 33, 1000, 4097, 65536):
-        x = checks.random_rows(cp, 7, n_cols, seed=group + n_cols)
-        assert_lse_close(lse_checked(x, group=group), x)
-        for dtype in ("float32", "float16"):
-            xd = x.astype(dtype)
-            assert_log_softmax_close(log_softmax_checked(xd, group=group), xd)
+        x32 = gpu_rows(7, n_cols, seed=group + n_cols)
+        for dtype in DTYPES:
+            x = to_dtype(x32, dtype)
+            assert_lse_close(lse_checked(x, group=group), x)
+            assert_log_softmax_close(log_softmax_checked(x, group=group), x)
 
 
-@pytest.mark.parametrize("dtype", ("float32", "float16"))
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_misaligned_and_strided_views(dtype):
-    base = checks.random_rows(cp, 9, 1001, dtype=dtype, seed=5)
+    base = gpu_rows(9, 1001, dtype, seed=5)
     views = (base[:, 1:], base[:, 3:-2], base[:, 7:], base[::2], base[1::3, 5:], base[:, ::2],
              base.T[:500].T, base[::-1], base[:, 1:2])
     for view in views:
-        assert_log_softmax_close(log_softmax_checked(view, out=checks_fp16.poisoned_like(view)), view)
-        if dtype == "float32":
-            assert_lse_close(lse_checked(view), view)
+        assert_log_softmax_close(log_softmax_checked(view), view)
+        assert_lse_close(lse_checked(view), view)
 
 
-@pytest.mark.parametrize("dtype", ("float32", "float16"))
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_output_with_another_alignment_than_the_input(dtype):
     """y's rows start at other 16-byte phases than x's: the kernel must fall back to scalar stores."""
-    x_base = checks.random_rows(cp, 5, 2051, dtype=dtype, seed=6)
+    x_base = gpu_rows(5, 2051, dtype, seed=6)
     for x_view, shift in ((x_base[:, :2048], 1), (x_base[:, 1:2049], 0), (x_base[:, 3:2051], 2)):
-        out_base = cp.empty((5, 2051), dtype=dtype)
-        out = out_base[:, shift:shift + 2048]
+        out = cf.poisoned_like(x_base)[:, shift:shift + 2048]
         assert_log_softmax_close(log_softmax_checked(x_view, out=out), x_view)
     lse_base = cp.empty(6, cp.float32)
-    x = x_base[:, :2048].astype(cp.float32)
+    x = x_base[:, :2048]
     assert_lse_close(lse_checked(x, out=lse_base[1:]), x)  # a misaligned LSE output is fine (scalar writes)
 
 
-def test_many_rows():
-    x = checks.random_rows(cp, 100_003, 5, seed=12)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_rows(dtype):
+    x = gpu_rows(100_003, 5, dtype, seed=12)
     assert_lse_close(lse_checked(x), x)
     assert_log_softmax_close(log_softmax_checked(x), x)
 
 
-def test_gpu_kernels_match_their_models():
-    """The models follow the kernels' schedule; told the GPU array's row phases, they agree to ~ulps."""
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_kernels_match_their_models(dtype):
+    """The models follow the kernels' schedule; told the GPU array's row phases, they agree to ~ulps:
+    the LSE to 4 fp32 eps, log_softmax to one ulp of x's dtype (fp32: 4 eps)."""
     for n_cols in (3, 1000, 4097):
-        x = checks.random_rows(cp, 7, n_cols + 2, seed=n_cols)[:, 1:-1]  # misaligned rows
+        x = gpu_rows(7, n_cols + 2, dtype, seed=n_cols)[:, 1:-1]  # misaligned rows
         phases = kl.row_phases(x)
-        host = x.get()
+        host = to_host(x)
         lse_gpu, lse_model = lse_checked(x).get(), kl.simulate_logsumexp(host, phases=phases)
+        assert lse_model.dtype == np.float32
         assert np.abs(lse_gpu - lse_model).max() <= 4 * EPS32 * max(1.0, np.abs(lse_model).max())
-        y_gpu, y_model = log_softmax_checked(x).get(), kl.simulate_log_softmax(host, phases=phases)
-        assert np.abs(y_gpu - y_model).max() <= 4 * EPS32 * max(1.0, np.abs(y_model).max())
-        x16 = x.astype(cp.float16)
-        y16_gpu = log_softmax_checked(x16).get().astype(np.float64)
-        y16_model = kl.simulate_log_softmax(x16.get(), phases=kl.row_phases(x16)).astype(np.float64)
-        ulp16 = np.spacing(np.abs(y16_model).astype(np.float16)).astype(np.float64)
-        assert (np.abs(y16_gpu - y16_model) <= ulp16 + 1e-7).all()
+        y_gpu = cf.as_float64(log_softmax_checked(x)).get()
+        y_model = kl.simulate_log_softmax(host, phases=phases)
+        assert y_model.dtype == host.dtype
+        y_model = cf.as_float64(y_model)
+        if dtype == "float32":
+            assert np.abs(y_gpu - y_model).max() <= 4 * EPS32 * max(1.0, np.abs(y_model).max())
+        else:
+            ulp = np.abs(y_model) * cf.EPS[dtype]   # one ulp of the dtype at each value (at most)
+            assert (np.abs(y_gpu - y_model) <= ulp + 1e-7).all()
+
+
+def test_16_bit_entries_compute_in_float32():
+    """fp16 / bf16 input: the LSE equals the fp32 entry's on the widened input to a few fp32 eps
+    (only the vector schedule differs), far below a 16-bit ulp."""
+    x32 = gpu_rows(9, 3000, seed=2)
+    for dtype in ("float16", "bfloat16"):
+        x = to_dtype(x32, dtype)
+        widened = cf.as_float64(x).astype(cp.float32)
+        a, b = lse_checked(x).get(), lse_checked(widened).get()
+        assert np.abs(a - b).max() <= 4 * EPS32 * max(1.0, np.abs(b).max()), dtype
+
+
+def test_public_functions_on_cupy_take_every_dtype():
+    """The API routes all three dtypes to the one variant: log_softmax in x's dtype, the LSE float32."""
+    x32 = gpu_rows(4, 300, seed=3)
+    for dtype in DTYPES:
+        x = to_dtype(x32, dtype)
+        lse, y = osm.logsumexp(x), osm.log_softmax(x)
+        assert lse.dtype == cp.float32 and lse.shape == (4,), dtype
+        assert y.dtype == x.dtype and y.shape == x.shape, dtype
+        assert_lse_close(lse, x)
+        assert_log_softmax_close(y, x)
 
 
 def test_bad_gpu_input_then_a_healthy_context():
     with pytest.raises(TypeError):
         osm.logsumexp(cp.ones((2, 8), dtype=cp.float64))
     with pytest.raises(TypeError):
-        osm.logsumexp(cp.ones((2, 8), dtype=cp.float16))
-    with pytest.raises(TypeError):
         osm.log_softmax(cp.ones((2, 8), dtype=cp.int32))
-    with pytest.raises(ValueError):
-        osm.logsumexp(cp.ones((2, 3, 4), dtype=cp.float32))
     with pytest.raises(ValueError):
         osm.log_softmax(cp.ones((0, 4), dtype=cp.float32))
     with pytest.raises(ValueError):
         osm.logsumexp(cp.ones((2, 8), cp.float32), out=cp.empty((2, 8), cp.float32))
     with pytest.raises(ValueError):
         osm.api.run(LSE, cp.ones((2, 8), cp.float32), group=48)
-    x = checks.random_rows(cp, 2, 8)
-    assert_lse_close(lse_checked(x), x)
-    assert_log_softmax_close(log_softmax_checked(x), x)
+    x16 = cp.ones((2, 8), cp.float16)
+    with pytest.raises(TypeError, match="float32"):   # the LSE is never written in 16 bits
+        LSE.plan(LSE, x16, cp.empty(2, cp.float16))
+    with pytest.raises(TypeError):                    # nor log_softmax in another dtype than x's
+        LOG_SOFTMAX.plan(LOG_SOFTMAX, x16, cp.empty((2, 8), cp.float32))
+    for dtype in DTYPES:
+        x = gpu_rows(2, 8, dtype)
+        assert_lse_close(lse_checked(x), x)
+        assert_log_softmax_close(log_softmax_checked(x), x)
 
 
 def test_compiled_resources_are_reported():
-    for variant in (LSE, *LOG_SOFTMAX.values()):
-        report = variant.resources()
-        assert 0 < report.registers <= 64 and report.stack_bytes == 0, (variant.name, report)
+    """Every entry of both files: at most 64 registers (1024-thread blocks), no local memory."""
+    for variant in (LSE, LOG_SOFTMAX):
+        for entry in variant.launched_entries:
+            report = resources_from_device(get_kernel(variant.path, entry, variant.defines))
+            assert 0 < report.registers <= 64 and report.stack_bytes == 0, (entry, report)
