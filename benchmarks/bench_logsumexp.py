@@ -1,4 +1,4 @@
-"""Suite `logsumexp`: logsumexp_01_online and log_softmax_01_online(_fp16) against the libraries.
+"""Suite `logsumexp`: logsumexp_01_online and log_softmax_01_online (fp32, fp16, bf16) against the libraries.
 
 Peers, same process, same inputs, same timer (`onlinesoftmax.measure.timer.time_gpu`):
 torch.logsumexp / torch.log_softmax (when torch is importable) and cupy's
@@ -48,14 +48,14 @@ def peers(op: str, dtype: str) -> dict:
     if op == "logsumexp":
         if dtype == "float32":
             found["cupyx.scipy.special.logsumexp"] = (lambda x: special.logsumexp(x, axis=1), lambda x: x)
-    else:
+    elif dtype != "bfloat16":
         found["cupyx.scipy.special.log_softmax"] = (lambda x: special.log_softmax(x, axis=1), lambda x: x)
     try:
         import torch
 
         if torch.cuda.is_available():
-            to_torch = lambda x: torch.as_tensor(x, device="cuda")  # noqa: E731  (zero copy)
-            if op == "logsumexp" and dtype == "float32":
+            to_torch = bench.torch_view  # zero copy
+            if op == "logsumexp":
                 found["torch.logsumexp"] = (lambda t: torch.logsumexp(t, dim=1), to_torch)
             elif op == "log_softmax":
                 found["torch.log_softmax"] = (lambda t: torch.log_softmax(t, dim=1), to_torch)
@@ -86,15 +86,14 @@ def measure_shape(n_rows: int, n_cols: int, dtype: str, copy_GBps: float) -> lis
     inputs = bench.inputs(n_rows, n_cols, dtype)
     fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype}
     rows = []
-    ops = ("logsumexp", "log_softmax") if dtype == "float32" else ("log_softmax",)
-    for op in ops:
+    for op in ("logsumexp", "log_softmax"):
         if op == "logsumexp":
             variant = osm.REGISTRY["logsumexp_01_online"]
             out = cupy.empty(n_rows, dtype=cupy.float32)
             ours = lambda x: osm.logsumexp(x, out=out)  # noqa: E731
             ideal_bytes, counted = n_rows * n_cols * itemsize + 4 * n_rows, LSE_BYTES
         else:
-            variant = osm.REGISTRY["log_softmax_01_online" + ("_fp16" if dtype == "float16" else "")]
+            variant = osm.REGISTRY["log_softmax_01_online"]
             out = cupy.empty((n_rows, n_cols), dtype=dtype)
             ours = lambda x: osm.log_softmax(x, out=out)  # noqa: E731
             ideal_bytes, counted = 2 * n_rows * n_cols * itemsize, LOG_SOFTMAX_BYTES
@@ -116,11 +115,11 @@ def measure_shape(n_rows: int, n_cols: int, dtype: str, copy_GBps: float) -> lis
 
 
 def measure(shapes=SHAPES) -> dict:
-    """Time every shape in fp32 (logsumexp and log_softmax) and fp16 (log_softmax); {"meta", "rows"}."""
+    """Time logsumexp and log_softmax at every shape in fp32, fp16 and bf16; {"meta", "rows"}."""
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", "op": "copy", "bytes_counted": "read + write", **copy}]
     for n_rows, n_cols in shapes:
-        for dtype in ("float32", "float16"):
+        for dtype in ("float32", "float16", "bfloat16"):
             new = measure_shape(n_rows, n_cols, dtype, copy["GBps"])
             rows += new
             print(f"{n_rows}x{n_cols} {dtype}: " + " ".join(f"{r['op']}:{r['kernel']}={r['GBps']:.0f}" for r in new),

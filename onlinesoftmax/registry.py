@@ -74,20 +74,21 @@ class Variant:
         """Bytes the access model says this variant moves through DRAM."""
         return (self.reads_per_element + self.writes_per_element) * n_rows * n_cols * itemsize
 
-    def kernel(self):
-        """The compiled `cupy.RawKernel` (GPU only)."""
+    def kernel(self, entry: str | None = None):
+        """The compiled `cupy.RawKernel` of `entry` (default `entry_name`; GPU only)."""
         from onlinesoftmax.runtime.loader import get_kernel
 
-        return get_kernel(self.path, self.entry_name, self.defines)
+        return get_kernel(self.path, entry or self.entry_name, self.defines)
 
-    def resources(self):
-        """Registers / shared / local memory: from the device when there is one, else nvcc."""
+    def resources(self, entry: str | None = None):
+        """Registers / shared / local memory of `entry` (default `entry_name`): from the device when
+        there is one, else nvcc."""
         from onlinesoftmax.runtime import device
         from onlinesoftmax.runtime.loader import resources_from_device, resources_from_nvcc
 
         if device.has_gpu():
-            return resources_from_device(self.kernel())
-        return resources_from_nvcc(self.path, self.entry_name, self.defines)
+            return resources_from_device(self.kernel(entry))
+        return resources_from_nvcc(self.path, entry or self.entry_name, self.defines)
 
 
 REGISTRY: dict[str, Variant] = {}

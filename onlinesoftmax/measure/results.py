@@ -13,6 +13,9 @@ from onlinesoftmax.runtime.loader import REPO_ROOT
 from onlinesoftmax.measure.timer import METHOD
 
 DATA_DIR = REPO_ROOT / "data"
+# (registry name, dtype) -> the name its rows carry in files recorded before the dtypes of a kernel were
+# one variant (data/h200/2026-11-29-logsumexp.json names the fp16 build of log_softmax apart).
+RETIRED_NAMES = {("log_softmax_01_online", "float16"): "log_softmax_01_online_fp16"}
 META_KEYS = ("gpu", "sm_count", "l2_bytes", "driver", "cuda_runtime", "cupy", "date",
              "git_commit", "method")
 

@@ -15,6 +15,7 @@ loader's, also `onlinesoftmax.reload()`) forgets them all, with the kernels they
 from __future__ import annotations
 
 import cupy
+import numpy as np
 
 from onlinesoftmax.runtime import loader
 
@@ -31,7 +32,7 @@ def options_key(options: dict) -> tuple:
     """Options as a key: an array option (a mask, lengths) changes from call to call, so its
     layout goes in the key (the runner is given the array itself on every call); any other
     option is part of the plan."""
-    return tuple((name, layout(value) if hasattr(value, "strides") and hasattr(value, "data") else value)
+    return tuple((name, layout(value) if isinstance(value, (np.ndarray, cupy.ndarray)) else value)
                  for name, value in sorted(options.items()))
 
 
