@@ -258,10 +258,12 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
     that axis moved last. variant: "auto" (the fastest kernel for the shape, dtype, mask and GPU),
     or a kernel's registry name or short name (`onlinesoftmax.VARIANTS`) to run that one.
 
-    Masks (on 1-D or 2-D x; fused into the kernel, never materialized): `mask` is None, "causal"
-    (row i keeps columns j <= i, like torch's is_causal) or an additive float array of shape
-    (rows, N) or (N,); `valid_lengths` keeps columns j < valid_lengths[i] of row i. Removed
-    columns take `mask_value` (-inf: a fully masked row is NaN, as in torch; -1e6: uniform).
+    Masks (along the last axis; fused into the kernel, never materialized): `mask` is None,
+    "causal" (row i of each (q, N) matrix keeps columns j <= i, like torch's is_causal, for x of
+    shape (..., q, N)) or an additive float array of shape (N,), (q, N) or x's shape;
+    `valid_lengths` (x's shape without its last axis) keeps columns j < valid_lengths[...] of each
+    row. Removed columns take `mask_value` (-inf: a fully masked row is NaN, as in torch; -1e6:
+    uniform).
     """
     if type(x) is _CUPY_ARRAY and variant == "auto" and out is None and mask is None and valid_lengths is None \
             and mask_value == -np.inf:
@@ -306,14 +308,14 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:
     from onlinesoftmax.kernels import softmax_masked
 
     check_array(x, "softmax")
-    if x.ndim > 2 or normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:
-        raise ValueError(f"softmax: masks take 1-D or 2-D x masked along the last axis, got x of shape "
-                         f"{tuple(x.shape)} and axis={axis}; reshape to (rows, N) first")
+    if normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:
+        raise ValueError(f"softmax: masks apply along the last axis, got axis={axis}; "
+                         "move the masked axis last (numpy.moveaxis) first")
     if variant not in AUTO:
         chosen = resolve(variant, "softmax", "softmax")
         if "mask" not in chosen.features and chosen.name != "softmax_02_online":
             supporting = ", ".join(repr(v.short or v.name) for v in REGISTRY.values() if "mask" in v.features)
             raise ValueError(f"softmax: variant {variant!r} takes no mask or valid_lengths; "
                              f"use variant='auto' or one of: {supporting}")
-    rows = x.reshape(1, -1) if x.ndim == 1 else x
-    return softmax_masked.prepare(rows, mask, valid_lengths, mask_value)
+    rows, _ = as_rows(x, x.ndim - 1)
+    return softmax_masked.prepare(rows, mask, valid_lengths, mask_value, shape=x.shape)

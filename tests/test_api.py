@@ -139,8 +139,30 @@ def test_mask_value_needs_a_mask_and_a_number():
     with pytest.raises(TypeError, match="must be a number"):
         osm.softmax(x, mask="causal", mask_value="a")
     assert np.isfinite(osm.softmax(x, mask="causal", mask_value=-1e6)).all()
-    with pytest.raises(ValueError, match="1-D or 2-D"):
-        osm.softmax(np.ones((2, 2, 8), np.float32), mask="causal")
+    with pytest.raises(ValueError, match="along the last axis"):
+        osm.softmax(np.ones((2, 2, 8), np.float32), axis=1, mask="causal")
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+def test_masks_on_a_score_tensor_follow_its_query_axis(dtype):
+    """(batch, heads, q, k) with mask="causal", a (q, k) additive mask and per-row lengths: each (q, k)
+    matrix is masked as torch masks it, checked against the float64 softmax of explicitly masked logits."""
+    rng = np.random.default_rng(7)
+    b, h, q, k = 2, 3, 5, 7
+    x = cf.to_dtype(rng.standard_normal((b, h, q, k)).astype(np.float32) * 3, dtype)
+    x64 = np.asarray(x, dtype=np.float64)
+    tril = np.tril(np.ones((q, k), bool))
+    additive = np.where(rng.random((q, k)) < 0.7, 0.0, -np.inf).astype(np.float32)
+    additive[:, 0] = 0.0
+    lengths = rng.integers(1, k + 1, size=(b, h, q))
+    cases = [({"mask": "causal"}, np.where(tril, x64, -np.inf)),
+             ({"mask": additive}, x64 + additive),
+             ({"valid_lengths": lengths}, np.where(np.arange(k) < lengths[..., None], x64, -np.inf))]
+    for kwargs, logits in cases:
+        y = osm.softmax(x, **kwargs)
+        assert y.shape == x.shape and y.dtype == x.dtype
+        np.testing.assert_allclose(y.astype(np.float64), scipy.special.softmax(logits, axis=-1),
+                                   rtol=_tolerance(dtype), atol=_tolerance(dtype) * 1e-2, err_msg=str(list(kwargs)))
 
 
 def test_auto_on_numpy_runs_the_chosen_kernels_model():

@@ -148,7 +148,8 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
     VARIANT.plan(VARIANT, x, y, **options)(x, y, **options)
     assert built[-1].entry == f"{MASKED}_{km.TAGS[dtype]}"
     grid, block, args = built[-1].launches[0]
-    assert grid == (4,) and block == (256,) and args[5] is options["mask"] and args[6] == 0
+    assert grid == (4,) and block == (256,) and args[5] is options["mask"]
+    assert (args[6], args[7]) == (8, 1), "one mask row of 8, used by every row (row i reads mask row i mod 1)"
     with pytest.raises(TypeError):
         VARIANT.plan(VARIANT, x, np.zeros((4, 8), np.float64))
     with pytest.raises(TypeError):

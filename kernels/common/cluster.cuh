@@ -1,8 +1,15 @@
 // cluster.cuh — Hopper thread-block clusters through inline PTX (sm_90): rank, barrier,
 // and reading a state from another block's shared memory (distributed shared memory).
 // A kernel launched without cluster dimensions is a cluster of one, so these still work.
+// Clusters exist from sm_90 on: a kernel that includes this header is Hopper-only (its variant
+// declares min_cc = 90 in the registry), and a build for an older arch stops here with one error
+// instead of ptxas's list of unsupported instructions.
 #pragma once
 #include "online_state.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "cluster.cuh: thread-block clusters need sm_90 or newer (a kernel that includes it declares min_cc = 90)"
+#endif
 
 __device__ __forceinline__ unsigned int cluster_rank() {
     unsigned int r;

@@ -6,8 +6,18 @@
 // exited). The second must call wait_for_prerequisite_grid() before it reads anything the first
 // wrote; that wait returns when the first grid has completed and its writes are visible.
 // Launched the ordinary way, both are no-ops, so the kernels stay correct under any launcher.
+// Built for an arch below sm_90 (no griddepcontrol) both compile to nothing: there the launches
+// are ordinary, and the stream already orders the second kernel after the first.
 #pragma once
 
-__device__ __forceinline__ void dependents_may_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void dependents_may_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
 
-__device__ __forceinline__ void wait_for_prerequisite_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}

@@ -3,9 +3,13 @@
 // Changed from softmax_02_online: each logit is formed on the fly as
 //               v_j = fill                   if j >= limit(i)      (causal / padding)
 //               v_j = x_ij + mask_ij          otherwise             (additive mask, optional)
-//               where limit(i) = min(N, i + 1 if causal, valid_lengths[i] if given).
-//               Causal is top-left aligned like torch's is_causal: row i keeps columns
-//               j <= i, i.e. ones(rows, N).tril(0), for rows <= N and rows > N alike.
+//               where limit(i) = min(N, q(i) + 1 if causal, valid_lengths[i] if given),
+//               q(i) = i mod causal_rows: rows come in (causal_rows, N) matrices (a score
+//               tensor (..., q, N) has causal_rows = q; a 2-D x has causal_rows = its rows).
+//               Causal is top-left aligned like torch's is_causal: row q keeps columns
+//               j <= q, i.e. ones(q, N).tril(0), for q <= N and q > N alike. The additive
+//               mask has mask_rows rows used in turn: row i reads mask row i mod mask_rows
+//               (1: one row for all; q: a (q, N) mask over (..., q, N); n_rows: one each).
 //               Columns past the limit are never loaded; `fill` stands in for them.
 //               No masked copy of x is ever written: the mask costs no extra pass.
 //               One body, templated on the element type (the row policies of
@@ -23,6 +27,7 @@
 //               and `fill` float32 for every dtype; 1 <= n_cols <= 2^31 - 2^16; rows may be
 //               strided (unit column stride), scalar accesses (any alignment);
 //               mask == nullptr: no additive mask; valid_lengths == nullptr: no padding;
+//               causal_rows == 0: no causal mask; mask_rows >= 1 divides nothing (any value);
 //               0 <= valid_lengths[i] <= N (checked on the host). With fill = -inf a fully
 //               masked row gives NaN (0/0), as torch.softmax does; with a finite fill
 //               (-1e6, -FLT_MAX) it gives the uniform distribution 1/N.
@@ -43,17 +48,21 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
                                                    typename Row::Elem* __restrict__ y, int n_cols,
                                                    long long x_row_stride, long long y_row_stride,
                                                    const float* __restrict__ mask,
-                                                   long long mask_row_stride,
+                                                   long long mask_row_stride, int mask_rows,
                                                    const int* __restrict__ valid_lengths,
-                                                   int causal, float fill) {
+                                                   int causal_rows, float fill) {
     __shared__ OnlineState scratch[32];
     const long long row = blockIdx.x;
     const typename Row::Elem* row_x = x + row * x_row_stride;
     typename Row::Elem* row_y = y + row * y_row_stride;
-    const float* row_mask = mask != nullptr ? mask + row * mask_row_stride : nullptr;
+    // a mask of mask_rows rows repeats over the rows (1: one row for all; (q, N) over (..., q, N))
+    const float* row_mask = mask != nullptr ? mask + (row % mask_rows) * mask_row_stride : nullptr;
 
     int limit = n_cols;  // columns [limit, N) are masked
-    if (causal && row + 1 < limit) limit = static_cast<int>(row + 1);
+    if (causal_rows > 0) {  // row i of each (causal_rows, N) matrix keeps columns j <= i
+        const long long query = row % causal_rows;
+        if (query + 1 < limit) limit = static_cast<int>(query + 1);
+    }
     if (valid_lengths != nullptr && valid_lengths[row] < limit) limit = valid_lengths[row];
 
     OnlineState s = online_identity();  // pass 1: statistics of the masked row
@@ -70,31 +79,31 @@ extern "C" __global__ void softmax_03_online_masked_f32(const float* __restrict_
                                                         int n_cols, long long x_row_stride,
                                                         long long y_row_stride,
                                                         const float* __restrict__ mask,
-                                                        long long mask_row_stride,
+                                                        long long mask_row_stride, int mask_rows,
                                                         const int* __restrict__ valid_lengths,
-                                                        int causal, float fill) {
+                                                        int causal_rows, float fill) {
     masked_softmax_row<F32Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
-                               valid_lengths, causal, fill);
+                               mask_rows, valid_lengths, causal_rows, fill);
 }
 
 extern "C" __global__ void softmax_03_online_masked_f16(const half_bits* __restrict__ x,
                                                         half_bits* __restrict__ y, int n_cols,
                                                         long long x_row_stride, long long y_row_stride,
                                                         const float* __restrict__ mask,
-                                                        long long mask_row_stride,
+                                                        long long mask_row_stride, int mask_rows,
                                                         const int* __restrict__ valid_lengths,
-                                                        int causal, float fill) {
+                                                        int causal_rows, float fill) {
     masked_softmax_row<F16Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
-                               valid_lengths, causal, fill);
+                               mask_rows, valid_lengths, causal_rows, fill);
 }
 
 extern "C" __global__ void softmax_03_online_masked_bf16(const bfloat16_bits* __restrict__ x,
                                                          bfloat16_bits* __restrict__ y, int n_cols,
                                                          long long x_row_stride, long long y_row_stride,
                                                          const float* __restrict__ mask,
-                                                         long long mask_row_stride,
+                                                         long long mask_row_stride, int mask_rows,
                                                          const int* __restrict__ valid_lengths,
-                                                         int causal, float fill) {
+                                                         int causal_rows, float fill) {
     masked_softmax_row<BF16Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
-                                valid_lengths, causal, fill);
+                                mask_rows, valid_lengths, causal_rows, fill);
 }

@@ -21,6 +21,7 @@
 // Limits:       any n_cols <= 2^31 - 2^16; chunk_elems a multiple of V; V > 1 needs 16-byte aligned
 //               rows and n_cols % V == 0; fp32 / fp16 / bf16 storage; -inf / NaN as 07.
 //               Launched without a cluster (C = 1) it is softmax_09 with two extra barriers.
+//               sm_90 or newer (clusters; cluster.cuh stops an older build with #error).
 #include "cluster.cuh"
 #include "row_chunk.cuh"
 

@@ -19,6 +19,8 @@
 //               comes from L2 when the input fits it (H200: ~60 MB), so small batches of long
 //               rows still move about 1 read + 1 write through DRAM.
 // Limits:       C <= 1024 (one state per thread in the merge); any n_cols; V as softmax_10.
+//               sm_80 or newer; the programmatic launch needs sm_90 (below it griddepcontrol
+//               compiles to nothing and the two launches are ordinary, stream-ordered ones).
 #include "launch_order.cuh"
 #include "row_chunk.cuh"
 

@@ -21,6 +21,7 @@
 //               launcher sends other rows to softmax_10; chunk_elems a multiple of V;
 //               fp32 / fp16 / bf16; -inf / NaN as 07. Same partition and reduction order as
 //               softmax_10, so the same NumPy model.
+//               sm_90 or newer (clusters, as softmax_10).
 // Measured:     first built with the plain 16-byte store of chunk_output, which nvcc splits in
 //               this row loop into four 4-byte stores per vector (SASS: STG.E, no STG.E.128; the
 //               loads lose .CONSTANT): slower than softmax_10 at every shape (suite

@@ -25,7 +25,7 @@
 //               P x 8 B polled per chunk.
 // Limits:       the buffers fit 227 KB; chunk_elems a multiple of V; P <= blocks resident at
 //               once; V > 1 needs 16-byte aligned rows and n_cols % V == 0; fp32 / fp16 / bf16;
-//               -inf / NaN as softmax_07.
+//               -inf / NaN as softmax_07. sm_80 or newer (cp.async; no cluster or sm_90 feature).
 // Measured:     an attempt, not adopted (suite softmax-fast-cooperative, chapter 06): correct for
 //               any P, but below softmax_10 / 12 at batch 4000, and at few rows sometimes ahead of
 //               the dispatcher's choice, sometimes behind. Its first build published with

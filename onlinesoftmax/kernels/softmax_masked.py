@@ -52,16 +52,20 @@ def _as_module_of(x, a):
     return cupy.asarray(a)
 
 
-def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
-    """Validate mask arguments for the 2-D input `x`; return the kernel/model options.
+def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf, shape=None) -> dict:
+    """Validate mask arguments for the rows `x` (rows, N); return the kernel/model options.
 
-    mask: None, "causal", or an additive float array of shape (rows, N), (N,) or (1, N).
-    valid_lengths: None or integers, one per row, each in [0, N].
-    mask_value: what causal / padding put in place of a removed logit (-inf, -1e6, ...).
-    Raises TypeError / ValueError with the reason.
+    `shape` is the caller's shape when x is its rows (a score tensor (..., q, N) has rows of
+    (q, N) matrices); default x's own. mask: None, "causal" (row i of each (q, N) matrix keeps
+    columns j <= i), or an additive float array of shape (N,), (q, N), the caller's shape, or
+    (rows, N). valid_lengths: None or integers of the caller's shape without its last axis (one
+    per row), each in [0, N]. mask_value: what causal / padding put in place of a removed logit
+    (-inf, -1e6, ...). Raises TypeError / ValueError with the reason.
     """
     n_rows, n_cols = x.shape
-    options = {"mask": None, "causal": False, "valid_lengths": None, "fill": -np.inf}
+    shape = tuple(x.shape) if shape is None else tuple(shape)
+    query_rows = shape[-2] if len(shape) >= 2 else 1
+    options = {"mask": None, "causal": False, "causal_rows": query_rows, "valid_lengths": None, "fill": -np.inf}
     if isinstance(mask, str):
         if mask != "causal":
             raise ValueError(f'mask must be None, "causal" or an additive float array, got {mask!r}')
@@ -72,11 +76,11 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
         if mask.dtype.kind != "f":
             raise TypeError(f"an additive mask must hold floats (0 keeps, -inf removes), got {mask.dtype}; "
                             "for a boolean keep-mask pass np.where(keep, 0.0, -np.inf)")
-        if mask.shape == (n_cols,):
-            mask = mask.reshape(1, n_cols)
-        if mask.shape not in ((n_rows, n_cols), (1, n_cols)):
-            raise ValueError(f"mask shape {mask.shape} does not match x of shape {x.shape}: "
-                             f"expected ({n_rows}, {n_cols}), ({n_cols},) or (1, {n_cols})")
+        accepted = {(n_cols,), (1, n_cols), (query_rows, n_cols), shape, (n_rows, n_cols)}
+        if tuple(mask.shape) not in accepted:
+            raise ValueError(f"mask shape {tuple(mask.shape)} does not match x of shape {shape}: expected one of "
+                             + ", ".join(str(s) for s in sorted(accepted, key=len)))
+        mask = mask.reshape(-1, n_cols)
         mask = _as_module_of(x, mask)
         xp = array_module(mask)
         options["mask"] = xp.ascontiguousarray(mask.astype(xp.float32, copy=False))
@@ -86,8 +90,9 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf) -> dict:
             lengths = np.asarray(lengths)
         if lengths.dtype.kind not in "iu":
             raise TypeError(f"valid_lengths must be integers, got {lengths.dtype}")
-        if lengths.shape != (n_rows,):
-            raise ValueError(f"valid_lengths must have one entry per row, shape ({n_rows},), got {lengths.shape}")
+        if tuple(lengths.shape) not in {(n_rows,), shape[:-1]}:
+            raise ValueError(f"valid_lengths must have one entry per row, shape {shape[:-1]}, got {lengths.shape}")
+        lengths = lengths.reshape(n_rows)
         low, high = int(lengths.min()), int(lengths.max())
         if low < 0 or high > n_cols:
             raise ValueError(f"valid_lengths must lie in [0, N] = [0, {n_cols}], got values in [{low}, {high}]")
@@ -125,8 +130,11 @@ def example_mask(kind: str, n_rows: int, n_cols: int, xp=np, seed: int = 0) -> t
     raise ValueError(f"unknown mask kind {kind!r}; known: {', '.join(MASK_KINDS)}")
 
 
-def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, dtype=np.float32):
+def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, dtype=np.float32,
+                     causal_rows=None):
     """The logits the kernel sees after masking: x + mask, then `fill` past each row's limit.
+    A mask of fewer rows than x repeats over them (row i uses mask row i mod its rows); causal
+    rows come in (causal_rows, N) matrices (default: all rows are one matrix).
 
     In float32 (the default) this is exactly what the kernel computes; with
     dtype=float64 it is the input of the float64 reference. numpy or cupy.
@@ -135,11 +143,12 @@ def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.in
     n_rows, n_cols = x.shape
     v = xp.array(x, dtype=dtype)
     if mask is not None:
+        mask = xp.asarray(mask, dtype=dtype).reshape(-1, n_cols)
         with np.errstate(invalid="ignore", over="ignore"):
-            v = (v + xp.asarray(mask, dtype=dtype)).astype(dtype)
+            v = (v + mask[xp.arange(n_rows) % mask.shape[0]]).astype(dtype)
     limit = xp.full(n_rows, n_cols, dtype=xp.int64)
     if causal:
-        limit = xp.minimum(limit, xp.arange(n_rows) + 1)
+        limit = xp.minimum(limit, xp.arange(n_rows) % (causal_rows or n_rows) + 1)
     if valid_lengths is not None:
         limit = xp.minimum(limit, xp.asarray(valid_lengths, dtype=xp.int64))
     removed = xp.arange(n_cols)[None, :] >= limit[:, None]
@@ -154,12 +163,13 @@ def reference_masked(x, **options):
     return reference.softmax(effective_logits(x, dtype=np.float64, **options))
 
 
-def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True) -> np.ndarray:
+def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True,
+                    causal_rows=None) -> np.ndarray:
     """NumPy model of softmax_03_online_masked: same masking, same thread schedule.
 
     x float32, float16 or bfloat16 (ml_dtypes): the logits are formed in float32 (x widened
     exactly), the result computed in float32 and rounded once to x's dtype."""
-    v = effective_logits(x, mask, causal, valid_lengths, fill)
+    v = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
     m, l = sim.online_row_state(v, BLOCK_THREADS, guards)
     with np.errstate(all="ignore"):
         inv_l = np.float32(1) / l
@@ -167,7 +177,8 @@ def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf
         return y if x.dtype == np.float32 else y.astype(x.dtype)
 
 
-def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf):
+def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf,
+                causal_rows=None):
     """Runner on 2-D cupy arrays; options as returned by `prepare` (None = nullptr). The mask and
     the lengths are passed on every call; their layout is part of the plan. The entry follows
     x's dtype; y must have x's dtype, the mask must be float32."""
@@ -178,12 +189,13 @@ def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=N
         raise TypeError(f"{variant.name}: the additive mask must be float32 (prepare converts it), got {mask.dtype}")
     geometry = variant.geometry(*x.shape)
     kernel = get_kernel(variant.path, entry, variant.defines)
-    mask_row_stride = np.int64(0 if mask is None or mask.shape[0] == 1 else mask.strides[0] // mask.itemsize)
+    mask_rows = 1 if mask is None else mask.shape[0]
+    mask_layout = (np.int64(0 if mask is None else mask.strides[0] // mask.itemsize), np.int32(mask_rows))
     sizes = (np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize))
-    flags = (np.int32(1 if causal else 0), np.float32(fill))
+    flags = (np.int32((causal_rows or x.shape[0]) if causal else 0), np.float32(fill))
 
     def run(x, y, mask=None, valid_lengths=None, **_):
-        kernel(geometry.grid, geometry.block, (x, y, *sizes, mask, mask_row_stride, valid_lengths, *flags),
+        kernel(geometry.grid, geometry.block, (x, y, *sizes, mask, *mask_layout, valid_lengths, *flags),
                shared_mem=geometry.shared_bytes)
     return run
 

@@ -6,6 +6,7 @@ built with -DONLINE_SOFTMAX_GUARDS=0 (built here, not registered).
 """
 import dataclasses
 
+import cupy as cp
 import numpy as np
 import pytest
 
@@ -16,7 +17,6 @@ from onlinesoftmax.kernels.softmax_masked import simulate_masked
 from onlinesoftmax.kernels.softmax_teaching import simulate_online
 
 pytestmark = pytest.mark.gpu
-cp = pytest.importorskip("cupy")
 
 
 GUARD_ROWS = checks.GUARD_ROWS

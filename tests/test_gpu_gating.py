@@ -1,0 +1,97 @@
+"""The GPU tier fails when it cannot run: `pytest -m gpu` on a machine where CuPy sees no GPU exits
+non-zero with a message, unless ONLINESOFTMAX_ALLOW_NO_GPU=1 (then the GPU tests are skipped with
+the reason). A CPU run (`-m "not gpu"`) is unaffected.
+
+Each case runs pytest in a subprocess on a tiny test file next to a copy of the repository's
+conftest.py, with CUDA_VISIBLE_DEVICES="" so that no GPU is visible even on a GPU machine.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GPU_TESTS = REPO_ROOT / "tests" / "gpu"
+
+TINY_TESTS = '''
+import pytest
+
+
+@pytest.mark.gpu
+def test_on_the_gpu():
+    pass
+
+
+def test_on_the_cpu():
+    pass
+'''
+
+PYTEST_INI = '''
+[pytest]
+markers =
+    gpu: needs a CUDA GPU
+addopts = -ra --strict-markers
+'''
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("gating")
+    shutil.copy(REPO_ROOT / "conftest.py", folder / "conftest.py")
+    (folder / "pytest.ini").write_text(PYTEST_INI)
+    (folder / "test_tiny.py").write_text(TINY_TESTS)
+    return folder
+
+
+def run_pytest(folder: Path, markexpr: str | None, allow: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ONLINESOFTMAX_ALLOW_NO_GPU", "PYTEST_ADDOPTS")}
+    env["CUDA_VISIBLE_DEVICES"] = ""   # no GPU, whatever this machine has
+    if allow is not None:
+        env["ONLINESOFTMAX_ALLOW_NO_GPU"] = allow
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(folder / "pytest.ini"),
+               "--rootdir", str(folder), str(folder / "test_tiny.py")]
+    if markexpr is not None:
+        command += ["-m", markexpr]
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_gpu_run_without_a_gpu_fails_loudly(project):
+    done = run_pytest(project, "gpu")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "no CUDA GPU is visible" in output, output
+    assert "ONLINESOFTMAX_ALLOW_NO_GPU=1" in output, output
+    assert "passed" not in output and "skipped" not in output, output
+
+
+def test_gpu_run_without_a_gpu_skips_when_allowed(project):
+    done = run_pytest(project, "gpu", allow="1")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"\b1 skipped\b", output) and "1 deselected" in output, output
+    assert "needs a CUDA GPU" in output, output   # the reason, in -ra's summary
+
+
+def test_cpu_run_is_unchanged(project):
+    done = run_pytest(project, "not gpu")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"\b1 passed\b", output) and "1 deselected" in output and "skipped" not in output, output
+
+
+# Owned elsewhere for now: they still carry their own skips (importorskip, skipif on has_gpu).
+OWN_SKIPS_PENDING = {"test_logsumexp_gpu.py", "test_masked_gpu.py"}
+
+
+def test_gpu_tests_have_no_skip_of_their_own():
+    """conftest.py is the one place a GPU test is skipped for want of a GPU (or of cupy)."""
+    own = re.compile(r"importorskip\(\s*[\"']cupy|skipif\([^)]*has_gpu|allow_module_level")
+    offenders = [f.name for f in sorted(GPU_TESTS.glob("test_*.py"))
+                 if f.name not in OWN_SKIPS_PENDING and own.search(f.read_text())]
+    assert not offenders, f"GPU test files that skip themselves (leave it to conftest.py): {offenders}"
