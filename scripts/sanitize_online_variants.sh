@@ -15,18 +15,20 @@ from onlinesoftmax import checks, checks_fp16
 from onlinesoftmax.kernels import softmax_masked
 
 for shape in ((1, 1), (7, 100), (3, 4097), (300, 257)):
-    x = checks.random_rows(cp, *shape, seed=1)
-    for kind in softmax_masked.MASK_KINDS:
-        kwargs, _ = softmax_masked.example_mask(kind, *shape, cp)
-        osm.softmax(x, "softmax_03_online_masked", **kwargs)
-    osm.softmax(x, mask="causal", valid_lengths=cp.zeros(shape[0], cp.int32))
+    for dtype in ("float32", "float16", "bfloat16"):
+        x = checks.random_rows(cp, *shape, seed=1).astype(dtype)
+        for kind in softmax_masked.MASK_KINDS:
+            kwargs, _ = softmax_masked.example_mask(kind, *shape, cp)
+            osm.softmax(x, variant="softmax_03_online_masked", **kwargs)
+        osm.softmax(x, mask="causal", valid_lengths=cp.zeros(shape[0], cp.int32))
+        osm.softmax(x.reshape(1, *shape), mask="causal")
 for name in ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8"):
     base = checks.random_rows(cp, 5, 1003, "float16", seed=2, max_offset=8)
     out = checks_fp16.poisoned_like(base)
     for view, y in ((base, None), (base[:, 1:], None), (base[:, 3:1000], out[:, 3:1000]),
                     (base[:, :5], None), (base[:, 7:9], out[:, 7:9])):
-        osm.softmax(view, name, out=y)
-    osm.softmax(checks.random_rows(cp, 2, 65536, "float16", seed=3, max_offset=8), name)
+        osm.softmax(view, variant=name, out=y)
+    osm.softmax(checks.random_rows(cp, 2, 65536, "float16", seed=3, max_offset=8), variant=name)
 cp.cuda.Device().synchronize()
 print("sanitized")
 PY
