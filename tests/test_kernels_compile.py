@@ -56,10 +56,6 @@ NEWEST_ARCH = "sm_121"   # the newest real arch of the pinned nvcc 13.0 / nvidia
 OTHER_ARCHS = ("sm_80", "sm_86", "sm_89", NEWEST_ARCH)
 ARCHS = (*OTHER_ARCHS[:3], NVCC_TARGET, *OTHER_ARCHS[3:])
 
-# min_cc the kernel modules are to declare, used while a variant still has the registry's default
-# (a declared value always wins). Delete an entry once onlinesoftmax/kernels/*.py sets it.
-PENDING_MIN_CC = {"softmax_10_cluster": 90, "softmax_12_pipelined": 90}
-
 
 class SpillWarning(UserWarning):
     """A build for an arch other than sm_90a spills registers (reported, not failed)."""
@@ -117,14 +113,12 @@ def launched_entries(name: str) -> tuple[str, ...]:
 
 
 def min_cc(name: str) -> int:
-    """The compute capability build `name` needs: the variant's `min_cc` (70, the registry's default,
-    for a file the registry does not know)."""
+    """The compute capability build `name` needs: the variant's `min_cc` (the registry's default for
+    a file the registry does not know)."""
     from onlinesoftmax.registry import Variant
 
-    default = Variant.__dataclass_fields__["min_cc"].default
     variant = _variant(name)
-    declared = variant.min_cc if variant is not None else default
-    return PENDING_MIN_CC.get(name, declared) if declared == default else declared
+    return variant.min_cc if variant is not None else Variant.__dataclass_fields__["min_cc"].default
 
 
 def arch_cc(arch: str) -> int:
