@@ -86,7 +86,7 @@ def test_cpu_run_is_unchanged(project):
 
 
 # Owned elsewhere for now: they still carry their own skips (importorskip, skipif on has_gpu).
-OWN_SKIPS_PENDING = {"test_logsumexp_gpu.py", "test_masked_gpu.py"}
+OWN_SKIPS_PENDING = set()
 
 
 def test_gpu_tests_have_no_skip_of_their_own():

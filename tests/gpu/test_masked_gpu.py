@@ -10,6 +10,7 @@ options `prepare` makes, so these tests hold whatever the public function routes
 from functools import lru_cache
 
 import numpy as np
+import cupy as cp
 import pytest
 
 import onlinesoftmax as osm
@@ -19,7 +20,6 @@ from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
 from onlinesoftmax.runtime.plan import get_runner
 
 pytestmark = pytest.mark.gpu
-cp = pytest.importorskip("cupy")
 
 MASKED = "softmax_03_online_masked"
 VARIANT = osm.REGISTRY[MASKED]
