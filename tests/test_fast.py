@@ -381,3 +381,179 @@ def test_shared_memory_limit_is_only_ever_raised():
                              (220 * 1024, 220 * 1024)):
         driver.raise_shared_limit(kernel, shared)
         assert kernel.max_dynamic_shared_size_bytes == expected
+
+
+# ---- rows at any start: the 16-byte builds of softmax_09 .. 12 on odd N and misaligned rows ----------------
+
+ANY_START = ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined")
+ODD_COLS = (1, 3, 7, 9, 31, 33, 257, 1001, 4097, 50257)
+
+
+def _rows_at(values: np.ndarray, offset: int = 0, row_stride: int | None = None) -> np.ndarray:
+    """A (rows, N) numpy view holding `values` whose first element lies `offset` elements past a
+    16-byte boundary, rows `row_stride` elements apart (default N): addresses the test controls."""
+    n_rows, n_cols = values.shape
+    row_stride = n_cols if row_stride is None else row_stride
+    itemsize = values.dtype.itemsize
+    count = offset + n_rows * row_stride
+    raw = np.zeros(count * itemsize + 16, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % 16
+    flat = raw[skip:skip + count * itemsize].view(values.dtype)
+    view = flat[offset:].reshape(n_rows, row_stride)[:, :n_cols]
+    view[...] = values
+    assert (view.ctypes.data - offset * itemsize) % 16 == 0
+    return view
+
+
+def _misaligned_views(n_rows: int, n_cols: int, dtype: str, seed: int):
+    """Odd-N rows at starts off 16 bytes: x[:, 1:] and x[1:, :] of a contiguous array, a view starting
+    3 elements in with a row stride that moves the phase from row to row, and the contiguous rows."""
+    base = cf.random_rows(np, n_rows + 1, n_cols + 3, dtype, seed=seed)
+    contiguous = _rows_at(np.ascontiguousarray(base[:n_rows, :n_cols]))
+    shifted = _rows_at(np.ascontiguousarray(base[:, :n_cols + 1]))
+    return (contiguous, shifted[:, 1:], shifted[1:, :n_cols], _rows_at(base[:n_rows, 2:], offset=3, row_stride=n_cols + 2))
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", ANY_START)
+def test_models_of_rows_at_any_start_match_the_reference(name, dtype):
+    """The models follow the 16-byte builds on rows with a scalar head and tail (odd N, misaligned
+    starts, phases changing from row to row) and agree with the float64 reference; some rows must
+    really have a head and a tail."""
+    vec = configs.vector_width(dtype)
+    heads_seen = tails_seen = 0
+    for n_cols in ODD_COLS:
+        for view in _misaligned_views(3, n_cols, dtype, seed=n_cols):
+            heads = configs.row_heads(view, vec)
+            heads_seen += int((heads > 0).sum())
+            tails_seen += int(((n_cols - heads) % vec > 0).sum())
+            y = osm.softmax(view, variant=name)
+            assert y.dtype == view.dtype and y.shape == view.shape
+            passed, message = cf.compare(y, view)
+            assert passed, f"{name} N={n_cols} heads={heads.tolist()}: {message}"
+    assert heads_seen and tails_seen
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", ANY_START)
+def test_models_count_head_and_tail_elements_once(name, dtype):
+    """The row's maximum in its head (chunk 0's threads) or its tail (the last chunk's threads): a lost or
+    doubled element would move the sum by a whole term. Also many chunks, so head and tail lie in different
+    blocks, and vec=1 (the scalar build, no head) on the same rows."""
+    options = {"softmax_10_cluster": {"n_chunks": 8}, "softmax_12_pipelined": {"n_chunks": 4},
+               "softmax_11_split": {"n_chunks": 13}}.get(name, {})
+    for n_cols in (3, 33, 4097, 50257):
+        for view in _misaligned_views(4, n_cols, dtype, seed=n_cols + 1):
+            values = view.astype(np.float32)
+            values[0, 0] += 12.0          # a head element whenever row 0 has a head
+            values[1, -1] += 12.0         # a tail element whenever row 1 has a tail
+            values[2, :2] = values[2, :2].max() + 9.0
+            spiked = _rows_at(cf.to_dtype(values, dtype), offset=int(view.ctypes.data % 16 // view.itemsize),
+                              row_stride=view.strides[0] // view.itemsize)
+            vec = configs.vector_width(dtype)
+            assert (configs.row_heads(spiked, vec) == configs.row_heads(view, vec)).all()
+            for extra in (options, dict(options, vec=1)) if options else ({}, {"vec": 1}):
+                passed, message = cf.compare(osm.api.run(osm.REGISTRY[name], spiked, **extra), spiked)
+                assert passed, f"{name} N={n_cols} {extra}: {message}"
+
+
+def test_row_heads_and_the_phase_rule():
+    """row_heads: elements to the first 16-byte boundary per row (at most N); aligned_for_vectors: the
+    16-byte builds of softmax_09 .. 12 need x and y in the same phase; the old rule (07, 08, 13) needs
+    rows on 16 bytes and N % V == 0."""
+    x = _rows_at(np.zeros((4, 7), np.float32), offset=1)               # rows 28 bytes apart
+    assert configs.row_heads(x, 4).tolist() == [3, 0, 1, 2]
+    assert configs.row_heads(x, 1).tolist() == [0, 0, 0, 0]
+    half = _rows_at(np.zeros((3, 2), np.float16), offset=1, row_stride=5)   # heads 7, 2, 5: at most N = 2
+    assert configs.row_heads(half, 8).tolist() == [2, 2, 2]
+    same = _rows_at(np.zeros((4, 7), np.float32), offset=1)
+    other = _rows_at(np.zeros((4, 7), np.float32), offset=2)
+    wider = _rows_at(np.zeros((4, 7), np.float32), offset=1, row_stride=8)   # same start, stride 32 B vs 28 B
+    assert configs.aligned_for_vectors(x, same)
+    assert not configs.aligned_for_vectors(x, other)
+    assert not configs.aligned_for_vectors(x, wider)
+    assert configs.aligned_for_vectors(x[:1], wider[:1])                 # one row: the strides do not matter
+    assert configs.aligned_for_vectors(DeviceLike(x), DeviceLike(same))
+    assert not configs.rows_aligned_for_vectors(x, same)
+    aligned = _rows_at(np.zeros((4, 8), np.float32))
+    assert configs.rows_aligned_for_vectors(aligned, _rows_at(np.zeros((4, 8), np.float32)))
+    assert not configs.rows_aligned_for_vectors(_rows_at(np.zeros((4, 7), np.float32)))
+
+
+def _run_plan_on(name, x, y, **options):
+    variant = osm.REGISTRY[name]
+    x, y = DeviceLike(x), DeviceLike(y)
+    variant.plan(variant, x, y, **options)(x, y, **options)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+def test_plans_take_the_16_byte_build_for_rows_at_any_start(dtype, recorded_launches):
+    """Odd N with x and y rows in the same phase: softmax_09 .. 12 launch their 16-byte entries; phases that
+    differ: the scalar entries (softmax_12 hands those rows to softmax_10's). softmax_07, 08 and 13 keep the
+    old rule: odd N or rows off 16 bytes run the scalar build."""
+    vec = configs.vector_width(dtype)
+    for n_rows, n_cols in ((3, 33), (2, 50257), (1, 262147)):
+        values = cf.random_rows(np, n_rows, n_cols, dtype, seed=n_cols)
+        layouts = {
+            "same phase, contiguous": (_rows_at(values), _rows_at(np.zeros_like(values)), vec),
+            "same phase, off 16 bytes": (_rows_at(values, offset=1, row_stride=n_cols + 2),
+                                         _rows_at(np.zeros_like(values), offset=1, row_stride=n_cols + 2), vec),
+            "phases differ": (_rows_at(values, offset=1), _rows_at(np.zeros_like(values)), 1),
+        }
+        for label, (x, y, expected) in layouts.items():
+            for name in ANY_START:
+                recorded_launches.clear()
+                _run_plan_on(name, x, y)
+                launched = {entry for entry, *_ in recorded_launches}
+                assert launched, f"{name} {label}: nothing launched"
+                assert all(entry.endswith(f"_v{expected}") for entry in launched), (name, label, launched)
+                if name == "softmax_12_pipelined":
+                    stem = "softmax_12_pipelined" if expected > 1 else "softmax_10_cluster"
+                    assert all(entry.startswith(stem) for entry in launched), (label, launched)
+            for name in ("softmax_08_registers", "softmax_13_cooperative") if n_cols <= 32768 else ("softmax_13_cooperative",):
+                recorded_launches.clear()
+                _run_plan_on(name, x, y)
+                assert all("_v1" in entry for entry, *_ in recorded_launches), (name, label, recorded_launches)
+        recorded_launches.clear()
+        _run_plan_on("softmax_09_shared", _rows_at(values), _rows_at(np.zeros_like(values)), vec=1)
+        assert all(entry.endswith("_v1") for entry, *_ in recorded_launches)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", ANY_START)
+def test_models_of_one_hot_rows_at_any_start_are_exact(name, dtype):
+    """Rows of -inf with one 0, the 0 walking over heads, chunk edges and tails in every phase: exactly 1 there,
+    0 elsewhere, also with many chunks (an element counted twice gives 0.5, one missed NaN)."""
+    vec = configs.vector_width(dtype)
+    options = ({}, {"n_chunks": 16} if name in ("softmax_10_cluster", "softmax_12_pipelined") else
+               {"n_chunks": 13} if name == "softmax_11_split" else {"vec": 1})
+    for n_cols in (3, 33, 257):
+        cols = set(range(min(n_cols, 2 * vec + 2))) | set(range(max(0, n_cols - 2 * vec - 2), n_cols))
+        for n_chunks in (2, 3, 16, 64):
+            chunk = configs.chunk_elems_for(n_cols, n_chunks, vec)
+            cols |= {c for c in range(chunk - vec - 1, chunk + 2 * vec + 1) if 0 <= c < n_cols}
+        cols = np.repeat(sorted(cols), vec)
+        values = np.full((len(cols), n_cols), -np.inf, np.float32)
+        values[np.arange(len(cols)), cols] = 0.0
+        for offset in (0, 3):
+            x = _rows_at(cf.to_dtype(values, dtype), offset=offset)
+            assert len(set(configs.row_heads(x, vec).tolist())) > 1 or n_cols < vec
+            for extra in options:
+                y = cf.as_float64(osm.api.run(osm.REGISTRY[name], x, **extra))
+                np.testing.assert_array_equal(y, np.where(values == 0, 1.0, 0.0), err_msg=f"{name} N={n_cols} {extra}")
+
+
+def test_registry_geometry_is_what_the_plans_launch_for_odd_rows(recorded_launches):
+    """softmax_09 .. 11 on a contiguous fp32 x of odd N (a fresh y has its phase): the 16-byte build, with the
+    grid, block and shared memory the registry's geometry reports."""
+    for n_rows, n_cols in ((3, 33), (2, 50257), (1, 1_000_003)):
+        x = cf.random_rows(np, n_rows, n_cols, "float32", seed=n_cols)
+        for name in ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split"):
+            recorded_launches.clear()
+            _run_plan(name, x, **({"programmatic": False} if name == "softmax_11_split" else {}))
+            entry, grid, block, shared = recorded_launches[-1]
+            assert entry.endswith("_f32_v4"), entry
+            geometry = osm.REGISTRY[name].geometry(n_rows, n_cols)
+            assert (grid, block) == (geometry.grid, geometry.block), (name, n_cols)
+            if name != "softmax_11_split":
+                assert shared == geometry.shared_bytes, (name, n_cols)

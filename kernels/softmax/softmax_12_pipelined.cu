@@ -11,16 +11,22 @@
 //               reads shared memory only (chunk_state<T, V, true>); the per-block states are
 //               double-buffered by row parity, so one cluster barrier per row both publishes
 //               this row's states and proves the states of two rows ago were read.
+//               Rows at any start as softmax_10: the vector part of each row (from its first
+//               16-byte boundary, which may differ from row to row) is chunked, prefetched and
+//               cached; the < V head / tail elements are read from global memory by the blocks
+//               of the first / last chunk. A chunk's vector count may differ by one between
+//               rows: the refill copies as many vectors as the next row's chunk holds.
 // Launch:       grid = min(n_rows, clusters resident at once) * C blocks (cuOccupancyMaxActiveClusters),
 //               cluster = (C, 1, 1), block = T threads, dynamic shared memory = cache_elems * sizeof(T).
 //               Entries softmax_12_pipelined_<dtype>_v<V> for the 16-byte builds only
 //               (softmax_12_pipelined_f32_v4, _f16_v8, _bf16_v8).
 // Traffic:      1 read + 1 write per element while a chunk fits shared memory (as softmax_10);
 //               the uncached tail of a chunk is read twice and is not prefetched.
-// Limits:       16-byte aligned rows with n_cols % V == 0 (cp.async moves 16 bytes): the
-//               launcher sends other rows to softmax_10; chunk_elems a multiple of V;
-//               fp32 / fp16 / bf16; -inf / NaN as 07. Same partition and reduction order as
-//               softmax_10, so the same NumPy model.
+// Limits:       rows at any start and of any length as long as x and y rows have the same
+//               phase (x_row % 16 == y_row % 16 in every row; cp.async moves 16 aligned bytes):
+//               the launcher sends other rows to softmax_10's scalar builds; chunk_elems a
+//               multiple of V with C x chunk_elems >= n_cols; fp32 / fp16 / bf16; -inf / NaN as 07.
+//               Same partition and reduction order as softmax_10, so the same NumPy model.
 //               sm_90 or newer (clusters, as softmax_10).
 // Measured:     first built with the plain 16-byte store of chunk_output, which nvcc splits in
 //               this row loop into four 4-byte stores per vector (SASS: STG.E, no STG.E.128; the
@@ -49,24 +55,44 @@ __device__ __forceinline__ void pipelined_rows(const T* __restrict__ x, T* __res
 
     const unsigned int n_chunks = cluster_size();
     const long long n_clusters = gridDim.x / n_chunks;
-    const long long start = static_cast<long long>(cluster_rank()) * chunk_elems;
-    const int length = static_cast<int>(max(0LL, min(static_cast<long long>(chunk_elems), n_cols - start)));
+    const unsigned int chunk = cluster_rank();
+    const bool first = chunk == 0, last = chunk == n_chunks - 1;
+    const long long start = static_cast<long long>(chunk) * chunk_elems;  // in the row's vector part
     long long row = blockIdx.x / n_chunks;
 
-    if (row < n_rows) chunk_prefetch<T, V>(x + row * x_row_stride + start, length, cache_elems, cache);
+    if (row < n_rows) {
+        const T* row_x = x + row * x_row_stride;
+        const RowParts parts = row_parts<T, V>(row_x, n_cols);
+        chunk_prefetch<T, V>(row_x + parts.head + start, chunk_length(parts.vec_elems, start, chunk_elems),
+                             cache_elems, cache);
+    }
     cp_async_commit();
     for (int k = 0; row < n_rows; ++k, row += n_clusters) {
-        const T* chunk_x = x + row * x_row_stride + start;
-        T* chunk_y = y + row * y_row_stride + start;
-        const long long next = row + n_clusters;
+        const T* row_x = x + row * x_row_stride;
+        T* row_y = y + row * y_row_stride;
+        const RowParts parts = row_parts<T, V>(row_x, n_cols);  // aligned rows: {0, n_cols, 0}
+        const int length = chunk_length(parts.vec_elems, start, chunk_elems);
+        const T* chunk_x = row_x + parts.head + start;
+        T* chunk_y = row_y + parts.head + start;
         cp_async_wait_all();  // this thread's slots hold this row (each thread reads only its own)
-        const OnlineState mine =
-            online_block_reduce(chunk_state<T, V, true>(chunk_x, length, cache_elems, cache), scratch);
+        OnlineState mine = chunk_state<T, V, true>(chunk_x, length, cache_elems, cache);
+        edge_push<T, V>(mine, row_x, parts, first, last);
+        mine = online_block_reduce(mine, scratch);
         if (threadIdx.x == 0) block_state[k & 1] = mine;
         cluster_sync();  // this row's states visible; every block is done reading row k - 1's
         const OnlineState whole = cluster_reduce_states(&block_state[k & 1], &row_state);
+        edge_output<T, V>(row_x, row_y, parts, first, last, whole);
+        const long long next = row + n_clusters;
+        const T* next_x = nullptr;   // the next row's chunk (its vector part), prefetched during the output
+        int next_length = 0;
+        if (next < n_rows) {
+            const T* next_row_x = x + next * x_row_stride;
+            const RowParts next_parts = row_parts<T, V>(next_row_x, n_cols);
+            next_x = next_row_x + next_parts.head + start;
+            next_length = chunk_length(next_parts.vec_elems, start, chunk_elems);
+        }
         chunk_output<T, V, false, PIPELINED_UNSPLIT_STORE>(chunk_x, chunk_y, length, cache_elems, cache, whole,
-                                                           next < n_rows ? x + next * x_row_stride + start : nullptr);
+                                                           next_x, next_length);
         cp_async_commit();
     }
     cluster_sync();  // nobody exits while its last state may still be read

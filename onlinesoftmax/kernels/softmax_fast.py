@@ -18,7 +18,7 @@ from onlinesoftmax.kernels.softmax_fast_configs import (
     CONFIGS_07, CONFIGS_08, DTYPES, ITEMSIZE, MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK, aligned_for_vectors,
     check_chunks, chunks_09, chunks_10, chunks_11, chunks_13, config_07, config_08, coop_buffers, dtype_name,
     entry, geometry_07, geometry_08, geometry_09, geometry_10, geometry_11, geometry_12, geometry_13, launches_11,
-    vector_width)
+    rows_aligned_for_vectors, vector_width)
 from onlinesoftmax.kernels.softmax_fast_models import (
     simulate_07, simulate_08, simulate_09, simulate_10, simulate_11, simulate_12, simulate_13)
 from onlinesoftmax.registry import Variant, register
@@ -28,10 +28,14 @@ from onlinesoftmax.runtime.loader import get_kernel, nvcc_available, ptxas_repor
 POINTER, INT, LONG = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 
 
-def _vec_for(x, y, force_vec: int | None) -> int:
-    if force_vec == 1 or not aligned_for_vectors(x, y):
+def _vec_for(x, y, force_vec: int | None, any_start: bool = False) -> int:
+    """The vector width of the build to launch: 1 when asked (vec=1); else 16 bytes' worth when the
+    variant's condition holds. any_start (softmax_09 .. 12): x's and y's rows in the same phase, any start
+    and any N; otherwise (softmax_07, 08, 13) rows on 16 bytes with N % V == 0."""
+    if force_vec == 1:
         return 1
-    return vector_width(x.dtype)
+    fits = aligned_for_vectors(x, y) if any_start else rows_aligned_for_vectors(x, y)
+    return vector_width(x.dtype) if fits else 1
 
 
 def _strides(x, y):
@@ -70,7 +74,7 @@ def plan_08(variant: Variant, x, y, vec: int | None = None):
 
 def plan_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int | None = None):
     dtype = dtype_name(x.dtype)
-    v = _vec_for(x, y, vec)
+    v = _vec_for(x, y, vec, any_start=True)
     chunks = chunks_09(x.shape[1], dtype, v)
     cache = _cache(chunks, cache_elems, v)
     fn = get_kernel(variant.path, entry(variant.name, dtype, v))
@@ -109,7 +113,7 @@ def plan_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
             cache_elems: int | None = None):
     check_chunks(n_chunks, variant.name)
     dtype = dtype_name(x.dtype)
-    v = _vec_for(x, y, vec)
+    v = _vec_for(x, y, vec, any_start=True)
     chunks, name, cache, shared, _ = _resident_cluster_plan(variant, x, dtype, v, n_chunks, cache_elems)
     launch = driver.prepare_launch(get_kernel(variant.path, name), (x.shape[0] * chunks.n_chunks,),
                                    (chunks.threads,), shared, chunks.n_chunks, CLUSTER_ARGS)
@@ -124,10 +128,10 @@ def plan_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
 def plan_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
             cache_elems: int | None = None, max_clusters: int | None = None):
     """Persistent clusters: as many as are resident at once (or `max_clusters`), each looping over rows.
-    Rows that are not 16-byte aligned (or vec=1) go to softmax_10, which has the scalar builds."""
+    Rows whose x and y phases differ (or vec=1) go to softmax_10, which has the scalar builds."""
     check_chunks(n_chunks, variant.name)
     dtype = dtype_name(x.dtype)
-    v = _vec_for(x, y, vec)
+    v = _vec_for(x, y, vec, any_start=True)
     if v == 1:
         return plan_10(CLUSTER, x, y, vec=1, n_chunks=n_chunks, cache_elems=cache_elems)
     chunks, name, cache, shared, resident = _resident_cluster_plan(variant, x, dtype, v, n_chunks, cache_elems)
@@ -154,7 +158,7 @@ def plan_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
     import cupy
 
     dtype = dtype_name(x.dtype)
-    v = _vec_for(x, y, vec)
+    v = _vec_for(x, y, vec, any_start=True)
     chunks = chunks_11(x.shape[0], x.shape[1], dtype, v, n_chunks)
     stats = get_kernel(variant.path, entry("softmax_11_split_stats", dtype, v))
     output = get_kernel(variant.path, entry("softmax_11_split_output", dtype, v))

@@ -5,7 +5,12 @@ Pure functions of (rows, N, dtype, vector width): the plan builders (softmax_fas
 NumPy models (softmax_fast_models.py) both use them, so a model partitions a row exactly as
 its kernel does. Each `.cu` holds template instantiations with extern "C" entries named
 `<file stem>_<dtype>_v<V>[_...]`: V = 16 / itemsize elements per 16-byte access, or V = 1
-(the scalar path for rows that are not 16-byte aligned); `entry_names` lists them.
+(the scalar path); `entry_names` lists them. softmax_09 .. 12 run their V > 1 builds on rows at any
+start and of any length whenever x's and y's rows have the same phase (`aligned_for_vectors`):
+each row is split at its first 16-byte boundary into a head (< V elements), whole vectors and a
+tail (< V), and the chunk geometry below covers the vector part of every row (C x chunk_elems >=
+N >= the vectors of any row). softmax_07 / 08 / 13 need rows on 16 bytes and N % V == 0
+(`rows_aligned_for_vectors`).
 """
 from __future__ import annotations
 
@@ -61,14 +66,41 @@ def vector_width(dtype) -> int:
     return 16 // ITEMSIZE[dtype_name(dtype)]
 
 
-def aligned_for_vectors(*arrays) -> bool:
-    """True when every row of every (2-D, unit column stride) array starts on 16 bytes and
-    N is a multiple of the vector width: the condition of the V > 1 builds."""
+def data_address(a) -> int:
+    """The first byte of a numpy or cupy array (numpy first: .data of a bfloat16 numpy array raises)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def aligned_for_vectors(x, y) -> bool:
+    """The condition of the V > 1 builds of softmax_09 .. 12: x's and y's rows (2-D, unit column
+    stride) lie at the same offset from a 16-byte boundary in every row, x_row % 16 == y_row % 16
+    (same start phase, row strides equal mod 16). Any start, any N: the kernels split each row at
+    its first 16-byte boundary (kernels/common/row_chunk.cuh, row_parts) and index y like x."""
+    x_start, y_start = data_address(x), data_address(y)
+    if x_start % x.itemsize or x.strides[0] % x.itemsize or y_start % y.itemsize or y.strides[0] % y.itemsize:
+        return False   # an element split across the boundary: no vector path
+    if x_start % 16 != y_start % 16:
+        return False
+    return x.shape[0] == 1 or x.strides[0] % 16 == y.strides[0] % 16
+
+
+def rows_aligned_for_vectors(*arrays) -> bool:
+    """The condition of the V > 1 builds of softmax_07, 08 and 13: every row of every (2-D, unit column
+    stride) array starts on 16 bytes and N is a multiple of the vector width."""
     for a in arrays:
-        data_ptr = a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
-        if data_ptr % 16 or a.strides[0] % 16 or (a.shape[1] * a.itemsize) % 16:
+        if data_address(a) % 16 or a.strides[0] % 16 or (a.shape[1] * a.itemsize) % 16:
             return False
     return True
+
+
+def row_heads(x, vec: int) -> np.ndarray:
+    """Per row of x (numpy or cupy): the elements before its first 16-byte boundary, at most N
+    (row_parts in row_chunk.cuh); all 0 for vec = 1."""
+    n_rows, n_cols = x.shape
+    if vec == 1:
+        return np.zeros(n_rows, dtype=np.int64)
+    starts = data_address(x) + np.arange(n_rows, dtype=np.int64) * x.strides[0]
+    return np.minimum((16 - starts % 16) % 16 // x.itemsize, n_cols)
 
 
 def pow2_at_least(n: int) -> int:
@@ -108,7 +140,8 @@ def chunk_threads(chunk_elems: int, vec: int, itemsize: int = 4) -> int:
 
 
 def chunk_elems_for(n_cols: int, n_chunks: int, vec: int) -> int:
-    """Elements per chunk, a multiple of the vector width."""
+    """Elements per chunk, a multiple of the vector width; n_chunks of them hold n_cols, so also the
+    vector part of any row (which starts at the row's first 16-byte boundary and is at most n_cols)."""
     return -(-n_cols // (n_chunks * vec)) * vec
 
 
@@ -217,7 +250,9 @@ def entry(stem: str, dtype: str, vec: int, suffix: str = "") -> str:
     return f"{stem}_{TAGS[dtype]}_v{vec}{suffix}"
 
 
-# ---- geometry (fp32, aligned rows) for the registry ---------------------------------------
+# ---- geometry (fp32, a contiguous x and a fresh y) for the registry ---------------------------
+# softmax_09 .. 12 run their 16-byte build (V = 4) for any N there (x and y rows in the same phase);
+# softmax_07 / 08 / 13 only when N % 4 == 0.
 
 def geometry_07(n_rows: int, n_cols: int) -> Launch:
     nv, g = config_07(n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
@@ -230,25 +265,25 @@ def geometry_08(n_rows: int, n_cols: int) -> Launch:
 
 
 def geometry_09(n_rows: int, n_cols: int) -> Launch:
-    plan = chunks_09(n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    plan = chunks_09(n_cols, "float32", 4)
     return Launch(grid=(n_rows,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
 
 
 def geometry_10(n_rows: int, n_cols: int) -> Launch:
-    plan = chunks_10(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    plan = chunks_10(n_rows, n_cols, "float32", 4)
     return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
 
 
 def geometry_12(n_rows: int, n_cols: int) -> Launch:
     """Per cluster launched; the grid is capped at the clusters resident at once (known on the GPU only)."""
-    plan = chunks_10(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    plan = chunks_10(n_rows, n_cols, "float32", 4)
     return Launch(grid=(n_rows * plan.n_chunks,), block=(plan.threads,), shared_bytes=plan.cache_elems * 4)
 
 
 def geometry_11(n_rows: int, n_cols: int) -> Launch:
     """The output (merge) launch, the larger block; the stats launch has the same grid and block (T,)
     (`launches_11` gives both)."""
-    plan = chunks_11(n_rows, n_cols, "float32", 4 if n_cols % 4 == 0 else 1)
+    plan = chunks_11(n_rows, n_cols, "float32", 4)
     return launches_11(n_rows, plan)[1]
 
 

@@ -3,7 +3,9 @@
 Each model follows its kernel's partition of a row (softmax_fast_configs.py), its exponent
 form (2^((x - m) log2e), or the fused FMA form for 16-bit rows) and its reduction order
 (butterfly, block tree, cluster exchange, fold), so a model's output is what the kernel's
-should be on a machine without a GPU.
+should be on a machine without a GPU. The models of softmax_09 .. 12 split each row where the
+kernels do, at its first 16-byte boundary, found from the array's own addresses (row_heads):
+the vector part is chunked, the head goes to chunk 0 and the tail to the last chunk.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels.softmax_fast_configs import (
     CHUNK_UNROLL, F32, ITEMSIZE, LOG2E, ChunkPlan, pow2_at_least, config_07, config_08, dtype_name,
-    chunks_09, chunks_10, chunks_11, chunks_13, vector_width)
+    chunks_09, chunks_10, chunks_11, chunks_13, row_heads, vector_width)
 
 # ---- NumPy models ------------------------------------------------------------------------
 
@@ -125,6 +127,15 @@ def chunk_states(x32: np.ndarray, threads: int, vec: int, folded: bool):
     return m, l
 
 
+def chunk_push(m: np.ndarray, l: np.ndarray, v: np.ndarray, folded: bool):
+    """row_chunk.cuh's chunk_push: one element folded in as a chunk_state step folds its vectors."""
+    with np.errstate(all="ignore"):
+        m_new = np.fmax(m, v)
+        base = online_base(m_new)
+        l = (l * np.exp2(((m - base) * LOG2E).astype(F32))).astype(F32) + exp_sub(v, base, folded)
+        return m_new, l.astype(F32)
+
+
 def chunk_output(x32: np.ndarray, row_m: np.ndarray, row_l: np.ndarray, folded: bool) -> np.ndarray:
     with np.errstate(all="ignore"):
         return (exp_sub(x32, row_m[:, None], folded) * (F32(1) / row_l)[:, None]).astype(F32)
@@ -138,15 +149,40 @@ def split_rows(x32: np.ndarray, n_chunks: int, chunk: int) -> np.ndarray:
     return padded.reshape(n_rows * n_chunks, chunk)
 
 
-def chunked_model(x, plan: ChunkPlan, vec: int, merge: str) -> np.ndarray:
+def chunked_states(x, x32: np.ndarray, plan: ChunkPlan, vec: int, any_start: bool, folded: bool):
+    """Per-thread (m, l) of every chunk, shape (rows * n_chunks, threads). any_start (softmax_09 .. 12):
+    each row splits at its first 16-byte boundary (row_parts): the vector part is chunked, thread t < head
+    of chunk 0 then folds head element t, thread t < tail of the last chunk tail element t (edge_push).
+    Otherwise (softmax_13) the whole row is chunked."""
+    n_rows, n_cols = x32.shape
+    count, threads = plan.n_chunks, plan.threads
+    heads = row_heads(x, vec) if any_start else np.zeros(n_rows, dtype=np.int64)
+    m = np.empty((n_rows, count, threads), dtype=F32)
+    l = np.empty((n_rows, count, threads), dtype=F32)
+    for head in np.unique(heads):
+        rows = np.flatnonzero(heads == head)
+        head = int(head)
+        end = head + (n_cols - head) // vec * vec          # first tail element
+        assert end - head <= count * plan.chunk_elems
+        # a chunk's length is what lies inside the vector part; padding is -inf, which the kernels treat alike
+        cm, cl = chunk_states(split_rows(x32[rows, head:end], count, plan.chunk_elems), threads, vec, folded)
+        cm, cl = cm.reshape(len(rows), count, threads), cl.reshape(len(rows), count, threads)
+        for t in range(head):
+            cm[:, 0, t], cl[:, 0, t] = chunk_push(cm[:, 0, t], cl[:, 0, t], x32[rows, t], folded)
+        for t in range(n_cols - end):
+            cm[:, -1, t], cl[:, -1, t] = chunk_push(cm[:, -1, t], cl[:, -1, t], x32[rows, end + t], folded)
+        m[rows], l[rows] = cm, cl
+    return m.reshape(n_rows * count, threads), l.reshape(n_rows * count, threads)
+
+
+def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = False) -> np.ndarray:
     """softmax_09 / 10 / 11 / 13: per-chunk block states, then the row's merge ("cluster", "block" or "fold")."""
-    dtype = dtype_name(np.asarray(x).dtype)
+    x = np.asarray(x)   # the same array (its addresses give the rows' heads)
+    dtype = dtype_name(x.dtype)
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
     folded = ITEMSIZE[dtype] == 2
-    chunks = split_rows(x32, plan.n_chunks, plan.chunk_elems)
-    # a chunk's length is what lies inside the row; padding is -inf, which the kernels treat alike
-    m, l = chunk_states(chunks, plan.threads, vec, folded)
+    m, l = chunked_states(x, x32, plan, vec, any_start, folded)
     block = sim.block_reduce((m, l), combine, (F32(-np.inf), F32(0)))
     states = tuple(s.reshape(n_rows, plan.n_chunks) for s in block)
     if plan.n_chunks == 1:
@@ -175,19 +211,27 @@ def chunked_model(x, plan: ChunkPlan, vec: int, merge: str) -> np.ndarray:
 
 
 def _model_vec(x, vec):
+    """softmax_13: the 16-byte build only when N % V == 0 (its launcher also needs rows on 16 bytes)."""
     dtype = dtype_name(np.asarray(x).dtype)
     v = vec or vector_width(dtype)
     return dtype, (1 if v > 1 and x.shape[1] % v else v)
 
 
+def _model_vec_any_start(x, vec):
+    """softmax_09 .. 12: the 16-byte build for any N and any start (vec=1: the scalar build). The launcher
+    takes it when y's rows have x's phase, as a fresh output of a contiguous x has."""
+    dtype = dtype_name(np.asarray(x).dtype)
+    return dtype, vec or vector_width(dtype)
+
+
 def simulate_09(x, vec: int | None = None, cache_elems: int | None = None) -> np.ndarray:
-    dtype, v = _model_vec(x, vec)
-    return chunked_model(x, chunks_09(x.shape[1], dtype, v), v, "block")
+    dtype, v = _model_vec_any_start(x, vec)
+    return chunked_model(x, chunks_09(x.shape[1], dtype, v), v, "block", any_start=True)
 
 
 def simulate_10(x, vec: int | None = None, n_chunks: int | None = None, cache_elems: int | None = None) -> np.ndarray:
-    dtype, v = _model_vec(x, vec)
-    return chunked_model(x, chunks_10(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "cluster")
+    dtype, v = _model_vec_any_start(x, vec)
+    return chunked_model(x, chunks_10(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "cluster", any_start=True)
 
 
 def simulate_12(x, vec: int | None = None, n_chunks: int | None = None, cache_elems: int | None = None,
@@ -197,8 +241,8 @@ def simulate_12(x, vec: int | None = None, n_chunks: int | None = None, cache_el
 
 
 def simulate_11(x, vec: int | None = None, n_chunks: int | None = None, programmatic: bool = True) -> np.ndarray:
-    dtype, v = _model_vec(x, vec)
-    return chunked_model(x, chunks_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block")
+    dtype, v = _model_vec_any_start(x, vec)
+    return chunked_model(x, chunks_11(x.shape[0], x.shape[1], dtype, v, n_chunks), v, "block", any_start=True)
 
 
 def simulate_13(x, vec: int | None = None, n_chunks: int | None = None, max_groups: int | None = None,

@@ -280,3 +280,178 @@ def test_compiled_resources_have_no_local_memory():
         assert table, variant.name
         for entry, report in table.items():
             assert report.registers > 0 and report.stack_bytes == 0, (entry, report)
+
+
+# ---- rows at any start: the 16-byte builds of softmax_09 .. 12 on odd N and rows off 16 bytes -------------
+
+ANY_START = ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined")
+ODD_COLS = (1, 3, 31, 33, 50257, 100003, 262147)
+ANY_START_OPTIONS = {
+    "softmax_09_shared": ({}, {"cache_elems": 512}, {"cache_elems": 0}),
+    "softmax_10_cluster": ({}, {"n_chunks": 2}, {"n_chunks": 16, "cache_elems": 512}),
+    "softmax_11_split": ({}, {"n_chunks": 3}, {"n_chunks": 64}),
+    "softmax_12_pipelined": ({}, {"max_clusters": 1}, {"n_chunks": 4, "max_clusters": 2, "cache_elems": 512}),
+}
+
+
+def same_phase_layouts(n_rows, n_cols, dtype, seed):
+    """(label, x, out, out's allocation) with x's and out's rows in the same phase, so the 16-byte builds run:
+    contiguous odd-N rows (the phase moves from row to row), x[:, 1:] of rows N + 1 wide, x[1:, :] and
+    x[1:, 2:] of rows N + 3 wide; each out is the same view of a poisoned array shaped like x's."""
+    x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=seed)
+    out = cf.poisoned_like(x)
+    layouts = [("contiguous", x, out, out)]
+    for extra, cut in ((1, (slice(None), slice(1, None))), (3, (slice(1, None), slice(0, n_cols))),
+                       (3, (slice(1, None), slice(2, n_cols + 2)))):
+        base = cf.random_rows(cp, n_rows + 1, n_cols + extra, dtype, seed=seed + extra)
+        poisoned = cf.poisoned_like(base)
+        view, out_view = base[cut][:n_rows], poisoned[cut][:n_rows]
+        assert view.shape == (n_rows, n_cols)
+        layouts.append((f"rows {n_cols + extra} wide, [{cut[0].start}:, {cut[1].start}:]", view, out_view, poisoned))
+    return layouts
+
+
+def skip_without_clusters(name):
+    from onlinesoftmax.runtime import driver
+
+    if name in ("softmax_10_cluster", "softmax_12_pipelined") and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
+
+
+def bits_of(y):
+    """The raw bits of a (possibly strided) result, for bit-for-bit comparisons and copies in every dtype."""
+    return y.view(cp.uint16 if y.itemsize == 2 else cp.uint32)
+
+
+def repoison(allocation):
+    bits_of(allocation)[...] = bits_of(cf.poisoned_like(allocation))
+
+
+def close_to_reference(y, x) -> tuple[bool, str]:
+    """cf.compare, except that fp32 may also be within 4 ulps of the largest output. A 16-byte build adds a
+    thread's terms to its running l one at a time in fp32 (row_chunk.cuh), 1 + small + small ..., so a short row
+    that one element dominates can lose up to ~4 ulps of its largest output where the scalar build (one element
+    per thread) loses 1: measured on the H200 at N = 33 (3.99 ulps in softmax_09 .. 12 alike, every thread's
+    (m, l) within 1.1 ulps of exact). Aligned rows take the same arithmetic; cf.compare allows 2 ulps + twice
+    the baseline's error."""
+    from onlinesoftmax import reference
+
+    passed, message = cf.compare(y, x)
+    if passed or x.dtype.name != "float32":
+        return passed, message
+    ref = reference.softmax(cf.as_float64(x))
+    err = checks.max_abs_error(cf.as_float64(y), ref)
+    scale = float(cp.abs(ref[cp.isfinite(ref)]).max())
+    return bool(err <= 4 * cf.EPS["float32"] * scale), message + f" (4 ulps: {4 * cf.EPS['float32'] * scale:.3e})"
+
+
+def run_into(name, x, out, **options):
+    y = api.run(osm.REGISTRY[name], x, out=out, **options)
+    cp.cuda.Device().synchronize()
+    assert y is out
+    return y
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("n_cols", ODD_COLS)
+@pytest.mark.parametrize("name", ANY_START)
+def test_rows_at_any_start_take_the_16_byte_build(name, n_cols, dtype):
+    """Odd N, rows off 16 bytes whose phase may change from row to row, x and out in the same phase: the
+    16-byte build runs (head, vectors, tail per row), writes every element of out and nothing around it,
+    and matches the float64 reference; with chunk counts, partial caches and few persistent clusters."""
+    skip_without_clusters(name)
+    for label, x, out, allocation in same_phase_layouts(5, n_cols, dtype, seed=n_cols):
+        assert kf._vec_for(x, out, None, any_start=True) == kf.vector_width(dtype), label
+        for options in ANY_START_OPTIONS[name]:
+            repoison(allocation)
+            y = run_into(name, x, out, **options)
+            assert cf.unwritten(y) == 0, f"{name} {label} {options}: outputs left unwritten"
+            assert cf.unwritten(allocation) == allocation.size - y.size, f"{name} {label} {options}: wrote outside out"
+            passed, message = close_to_reference(y, x)
+            assert passed, f"{name} {x.shape} {label} {options}: {message}"
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+def test_pipelined_rows_at_any_start_equal_the_cluster_kernel(dtype):
+    """softmax_12 on rows whose heads differ from row to row (so a chunk's vector count changes between the
+    rows a cluster loops over, and the refill copies the next row's count): the same bits as softmax_10."""
+    skip_without_clusters("softmax_12_pipelined")
+    for n_cols in (33, 4097, 50257, 100003):
+        for label, x, out, _ in same_phase_layouts(9, n_cols, dtype, seed=n_cols + 5):
+            for n_chunks in (1, 2, 4, 16):
+                for options in ({}, {"max_clusters": 1}, {"max_clusters": 2, "cache_elems": 512}):
+                    repoison(out)
+                    y = bits_of(run_into("softmax_12_pipelined", x, out, n_chunks=n_chunks, **options)).copy()
+                    assert cf.unwritten(out) == 0
+                    cache = {k: v for k, v in options.items() if k == "cache_elems"}
+                    repoison(out)
+                    z = bits_of(run_into("softmax_10_cluster", x, out, n_chunks=n_chunks, **cache))
+                    assert bool((y == z).all()), f"softmax_12 != softmax_10 at {x.shape} {label} C={n_chunks} {options}"
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", ANY_START)
+def test_rows_at_any_start_match_their_models(name, dtype):
+    """The NumPy models split rows where the kernels do (from the arrays' addresses): host rows laid out in
+    the same phases as the device rows give the same values within an ulp or two."""
+    skip_without_clusters(name)
+    for n_cols in (3, 33, 4097, 50257):
+        host = cf.to_dtype(checks.random_rows(np, 5, n_cols + 1, seed=n_cols), dtype)
+        host[1, 3] = np.nan
+        raw = np.zeros(host.nbytes + 16, dtype=np.uint8)      # host rows at the device rows' phases
+        skip = (-raw.ctypes.data) % 16
+        host_base = raw[skip:skip + host.nbytes].view(host.dtype).reshape(host.shape)
+        host_base[...] = host
+        device_base = cf.on_device(cp, host_base)
+        out_base = cf.poisoned_like(device_base)
+        for cut in ((slice(None), slice(1, None)), (slice(None), slice(0, n_cols))):
+            host_x, x, out = host_base[cut], device_base[cut], out_base[cut]
+            assert host_x.ctypes.data % 16 == x.data.ptr % 16
+            assert kf._vec_for(x, out, None, any_start=True) > 1
+            y = run_into(name, x, out)
+            assert cf.unwritten(y) == 0
+            gpu = cf.as_float64(y).get()
+            model = cf.as_float64(api.run(osm.REGISTRY[name], host_x))
+            assert (np.isnan(gpu) == np.isnan(model)).all()
+            finite = ~np.isnan(model)
+            np.testing.assert_allclose(gpu[finite], model[finite], rtol=8 * cf.EPS[dtype], atol=1e-30)
+
+
+NEG_INF_BITS = {"float32": 0xFF800000, "float16": 0xFC00, "bfloat16": 0xFF80}
+
+
+def one_hot_positions(n_cols, vec):
+    """Columns that walk over a row's head, its last vectors and tail, and the edges of the chunks the
+    plans cut (any row's head is < vec, so edges of its vector part lie within vec of k * chunk)."""
+    from onlinesoftmax.kernels import softmax_fast_configs as configs
+
+    cols = set(range(min(n_cols, 2 * vec + 2))) | set(range(max(0, n_cols - 2 * vec - 2), n_cols))
+    for n_chunks in (2, 3, 4, 16, 64):
+        chunk = configs.chunk_elems_for(n_cols, n_chunks, vec)
+        for k in range(1, min(n_chunks, 4)):
+            cols |= {c for c in range(k * chunk - vec - 1, k * chunk + 2 * vec + 1) if 0 <= c < n_cols}
+    return sorted(cols)
+
+
+@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("name", ANY_START)
+def test_one_hot_rows_at_any_start_are_exact(name, dtype):
+    """Rows of -inf with a single 0 that walks over heads, chunk edges and tails, in every phase: the output
+    is exactly 1 there and 0 elsewhere (an element counted twice in (m, l) gives 0.5, one missed NaN, one
+    written twice or by the wrong thread a wrong place)."""
+    skip_without_clusters(name)
+    vec = kf.vector_width(dtype)
+    for n_cols in (3, 33, 4097, 50257):
+        cols = np.repeat(one_hot_positions(n_cols, vec), vec)   # vec rows per column: every phase meets it
+        for label, x, out, allocation in same_phase_layouts(len(cols), n_cols, dtype, seed=1):
+            bits = bits_of(x)
+            bits[...] = NEG_INF_BITS[dtype]
+            bits[cp.arange(len(cols)), cp.asarray(cols)] = 0
+            expected = np.zeros(x.shape)
+            expected[np.arange(len(cols)), cols] = 1.0
+            for options in ANY_START_OPTIONS[name]:
+                repoison(allocation)
+                y = cf.as_float64(run_into(name, x, out, **options)).get()
+                wrong = np.argwhere(y != expected)
+                assert not len(wrong), (f"{name} N={n_cols} {label} {options}: {len(wrong)} wrong, first at "
+                                        f"{wrong[:3].tolist()} = {[y[tuple(w)] for w in wrong[:3]]}")
