@@ -177,6 +177,7 @@ def _finish(result, x_shape, axis: int, per_row: bool):
 def _call(function: str, family: str, x, axis, variant, out, options: dict, choose):
     """The slow path: validate, choose, plan, run; remember the plan for the fast path when it applies."""
     on_gpu = check_array(x, function)
+    asked_axis = axis   # the fast path looks the call up by the axis as the caller wrote it
     axis = normalize_axis(axis, x.ndim, function)
     check_length(x, axis, function)
     rows, is_view = as_rows(x, axis)
@@ -215,7 +216,7 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
     if direct and is_view and not options and variant in AUTO and y.flags.c_contiguous:
         if len(_fast_path) >= FAST_PATH_LIMIT:
             _fast_path.clear()
-        _fast_path[(function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis,
+        _fast_path[(function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, asked_axis,
                     _current_stream().ptr)] = (runner, out_shape, out_dtype)
     return _finish(y, x.shape, axis, per_row)
 
