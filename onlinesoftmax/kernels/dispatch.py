@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from onlinesoftmax.kernels.softmax_fast import CLUSTER, PIPELINED, REGISTERS, SHARED, SPLIT, WARP_PER_ROW
 from onlinesoftmax.kernels.softmax_fast_configs import ITEMSIZE, MAX_CLUSTER, MAX_COLS_07, SHARED_TWO_BLOCKS_BYTES, \
     dtype_name
-from onlinesoftmax.registry import Variant
+from onlinesoftmax.registry import REGISTRY, Variant
 from onlinesoftmax.runtime import device, driver
 
 PIPELINED_MIN_ROWS = 1024   # 16-bit rows of 64K go to softmax_12 from here (measured at 4000)
@@ -45,6 +45,9 @@ def choose(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None, 
     cc = device.compute_capability() if cc is None else cc
     sms = device.sm_count() if sms is None else sms
     clusters = clusters_usable(cc) if clusters is None else (clusters and cc >= 90)
+    if cc < 80:   # the fast kernels' bf16 instructions need 8.0: the one-block-per-row online kernel
+        return Choice(REGISTRY["softmax_03_online_masked"],
+                      "compute capability below 8.0: a block per row, two passes, every dtype")
     choice = _rule(n_rows, n_cols, dtype, sms, clusters)
     assert choice.variant.min_cc <= cc, (choice, cc)
     return choice

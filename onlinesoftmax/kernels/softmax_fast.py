@@ -253,17 +253,17 @@ def _fast(name: str, **fields) -> Variant:
 WARP_PER_ROW = _fast(
     "softmax_07_warp_per_row", short="warp_per_row", entry="softmax_07_warp_per_row_f32_v4_n8_g32",
     story="short rows: a group of 1-32 lanes per row, the row in registers, read once",
-    geometry=geometry_07, simulate=simulate_07, plan=plan_07, max_cols=MAX_COLS_07)
+    geometry=geometry_07, simulate=simulate_07, plan=plan_07, max_cols=MAX_COLS_07, min_cc=80)
 
 REGISTERS = _fast(
     "softmax_08_registers", short="registers", entry="softmax_08_registers_f32_v4_n8_t1024",
     story="a block per row, the row cached in registers: one read, one exp per element",
-    geometry=geometry_08, simulate=simulate_08, plan=plan_08, max_cols=MAX_COLS_08)
+    geometry=geometry_08, simulate=simulate_08, plan=plan_08, max_cols=MAX_COLS_08, min_cc=80)
 
 SHARED = _fast(
     "softmax_09_shared", short="shared", entry="softmax_09_shared_f32_v4",
     story="a block per row, the row cached in up to 227 KB of shared memory",
-    geometry=geometry_09, simulate=simulate_09, plan=plan_09)
+    geometry=geometry_09, simulate=simulate_09, plan=plan_09, min_cc=80)
 
 CLUSTER = _fast(
     "softmax_10_cluster", short="cluster", entry="softmax_10_cluster_f32_v4",
@@ -273,7 +273,7 @@ CLUSTER = _fast(
 SPLIT = _fast(
     "softmax_11_split", short="split", entry="softmax_11_split_stats_f32_v4", reads_per_element=2,
     story="the row split over many blocks without clusters: partial states, then a merge launch",
-    geometry=geometry_11, simulate=simulate_11, plan=plan_11)
+    geometry=geometry_11, simulate=simulate_11, plan=plan_11, min_cc=80)
 
 PIPELINED = _fast(
     "softmax_12_pipelined", short="pipelined", entry="softmax_12_pipelined_f32_v4",
@@ -283,7 +283,7 @@ PIPELINED = _fast(
 COOPERATIVE = _fast(
     "softmax_13_cooperative", short="cooperative", entry="softmax_13_cooperative_f32_v4",
     story="any number of blocks per row on a cooperative grid: chunks in shared memory, (m, l) met in global memory",
-    geometry=geometry_13, simulate=simulate_13, plan=plan_13, min_cc=90)
+    geometry=geometry_13, simulate=simulate_13, plan=plan_13, min_cc=80)
 
 FAST_VARIANTS = (WARP_PER_ROW, REGISTERS, SHARED, CLUSTER, SPLIT, PIPELINED)
 # Measured and not adopted (suite softmax-fast-cooperative; chapter 06): outside the dispatcher,

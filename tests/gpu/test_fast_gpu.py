@@ -5,8 +5,9 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks
-from onlinesoftmax.kernels import softmax_fast as kf
+from onlinesoftmax.kernels import dispatch, softmax_fast as kf, softmax_fast_configs as configs
 from onlinesoftmax import checks_fast as cf
+from onlinesoftmax.runtime import driver
 
 pytestmark = pytest.mark.gpu
 
@@ -38,9 +39,9 @@ def fits(name, n_cols):
 
 def test_cluster_launch_works_on_hopper():
     """Reported first: whether softmax_10 can run (else the dispatcher uses softmax_11)."""
-    print("cluster launch:", kf.cluster_status())
+    print("cluster launch:", driver.cluster_status())
     if int(cp.cuda.Device().compute_capability) >= 90:
-        assert kf.cluster_launch_works(), kf.cluster_status()
+        assert driver.cluster_launch_works(), driver.cluster_status()
 
 
 @pytest.mark.parametrize("dtype", cf.DTYPES)
@@ -50,8 +51,8 @@ def test_cluster_launch_works_on_hopper():
 def test_edge_matrix(name, n_rows, n_cols, dtype):
     if not fits(name, n_cols):
         pytest.skip(f"{name} holds at most {osm.REGISTRY[name].max_cols} columns")
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_rows * 7919 + n_cols)
     assert_close(name, run_checked(name, x), x)
 
@@ -61,8 +62,8 @@ def test_edge_matrix(name, n_rows, n_cols, dtype):
 @pytest.mark.parametrize("name", ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split", "softmax_12_pipelined",
                                   "softmax_13_cooperative", "fast"))
 def test_rows_of_a_million(name, dtype, n_cols):
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     x = cf.random_rows(cp, 3, n_cols, dtype, seed=n_cols)
     assert_close(name, run_checked(name, x), x)
 
@@ -74,8 +75,8 @@ def test_special_rows(name, n_cols, dtype):
     """-inf entries, an all -inf row (NaN), +inf (NaN row), NaN (NaN row), as torch."""
     if not fits(name, n_cols):
         pytest.skip("row too long for this kernel")
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     x, nan_rows = cf.special_rows(cp, n_cols, dtype)
     y = run_checked(name, x)
     y64 = cf.as_float64(y)
@@ -88,8 +89,8 @@ def test_special_rows(name, n_cols, dtype):
 @pytest.mark.parametrize("name", FAST + ("fast",))
 def test_misaligned_and_strided_views(name, dtype):
     """Views that start at an odd element, skip rows, or stride columns: right, never wrong."""
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     for n_cols in (1001, 1024, 8192):
         base = cf.random_rows(cp, 9, n_cols + 8, dtype, seed=n_cols)
         views = (base[:, 1:n_cols + 1], base[::2, :n_cols], base[1::3, 3:n_cols - 2], base[:, : 2 * (n_cols // 2):2],
@@ -113,8 +114,8 @@ def test_misaligned_and_strided_views(name, dtype):
 @pytest.mark.parametrize("name", FAST)
 def test_scalar_path_on_aligned_rows(name, dtype):
     """The V = 1 builds, forced on aligned data, agree with the reference too."""
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     for n_cols in (5, 256, 1000, 4096, 30000, 100000):
         if not fits(name, n_cols):
             continue
@@ -125,8 +126,8 @@ def test_scalar_path_on_aligned_rows(name, dtype):
 @pytest.mark.parametrize("dtype", cf.DTYPES)
 @pytest.mark.parametrize("n_chunks", (1, 2, 4, 8, 16))
 def test_cluster_sizes_and_partial_cache(n_chunks, dtype):
-    if not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     for n_rows, n_cols in ((3, 70001 if dtype == "float32" else 70000), (5, 4096), (2, 100)):
         x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_chunks)
         assert_close("softmax_10_cluster", run_checked("softmax_10_cluster", x, n_chunks=n_chunks), x)
@@ -140,8 +141,8 @@ def test_cluster_sizes_and_partial_cache(n_chunks, dtype):
 def test_pipelined_rows_per_cluster_and_partial_cache(n_chunks, dtype):
     """softmax_12: few resident clusters, so each loops over many rows (both state parities,
     a last round where some clusters idle), a partial cache, and rows shorter than the cluster."""
-    if not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     name = "softmax_12_pipelined"
     for n_rows, n_cols in ((13, 70000), (7, 4096), (5, 96)):
         x = cf.random_rows(cp, n_rows, n_cols, dtype, seed=n_chunks + n_cols)
@@ -166,9 +167,9 @@ def test_cooperative_groups_loop_and_chunk_counts(dtype):
         for options in ({"max_groups": 1}, {"max_groups": 3}, {"prefetch": False}, {"prefetch": False, "max_groups": 2}):
             y = run_checked(name, x, **options)
             assert bool((y == reference).all()), f"{name}: {options} changed the result at {x.shape}"
-        buffers = kf.coop_buffers(kf._vec_for(x, x, None))
+        buffers = configs.coop_buffers(kf._vec_for(x, x, None))
         for n_chunks in (1, 5, 700):
-            if buffers * -(-n_cols // n_chunks) * x.itemsize > kf.SHARED_LIMIT_BYTES:
+            if buffers * -(-n_cols // n_chunks) * x.itemsize > configs.SHARED_LIMIT_BYTES:
                 continue
             y = run_checked(name, x, n_chunks=n_chunks, max_groups=2)
             assert_close(name, y, x)
@@ -188,8 +189,8 @@ def test_shared_memory_limit_is_never_lowered_between_shapes(name):
     """A large-chunk shape, a small-chunk shape of the same kernel, the large one again: the second
     must not lower the kernel's shared-memory limit under the first's cached launch configuration
     (found on the H200: softmax_12 failed with CUDA_ERROR_INVALID_VALUE at 10 x 1M in a benchmark)."""
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     options = {"n_chunks": 4} if name != "softmax_12_pipelined" else {"n_chunks": 4, "max_clusters": 2}
     big = cf.random_rows(cp, 3, 4 * 24000, "float32", seed=1)      # ~94 KB chunks (x 2 buffers for 13)
     small = cf.random_rows(cp, 5, 4 * 4096, "float32", seed=2)     # 16 KB chunks
@@ -226,8 +227,8 @@ def test_split_dependent_launch_back_to_back():
 @pytest.mark.parametrize("name", FAST)
 def test_gpu_kernels_match_their_models(name, dtype):
     """The NumPy model follows the kernel's partition: same NaN pattern, values within an ulp or two."""
-    if name in CLUSTERED and not kf.cluster_launch_works():
-        pytest.skip(kf.cluster_status())
+    if name in CLUSTERED and not driver.cluster_launch_works():
+        pytest.skip(driver.cluster_status())
     for n_cols in (33, 1000, 4096, 20000):
         if not fits(name, n_cols):
             continue
@@ -249,8 +250,8 @@ def test_bad_gpu_input(name):
         call(cp.ones((2, 8), dtype=cp.int32))
     with pytest.raises(TypeError):
         call(cp.ones((2, 8), dtype=cp.float64))
-    with pytest.raises(ValueError):
-        call(cp.ones((2, 3, 4), dtype=cp.float32))
+    x3 = cf.random_rows(cp, 6, 40, "float32").reshape(2, 3, 40)    # leading axes are rows
+    cp.testing.assert_array_equal(call(x3), call(x3.reshape(6, 40)).reshape(2, 3, 40))
     with pytest.raises(ValueError):
         call(cp.ones((0, 4), dtype=cp.float32))
     with pytest.raises(ValueError):
@@ -258,8 +259,8 @@ def test_bad_gpu_input(name):
     if name != "fast" and osm.REGISTRY[name].max_cols < 2**31 - 1:
         with pytest.raises(ValueError, match="at most"):
             call(cp.ones((2, osm.REGISTRY[name].max_cols + 1), dtype=cp.float32))
-    if name == "fast":
-        with pytest.raises(ValueError, match="mask"):
+    if name not in ("fast", "softmax_02_online", "softmax_03_online_masked"):
+        with pytest.raises(ValueError, match="takes no mask"):
             call(cp.ones((2, 8), dtype=cp.float32), mask="causal")
     x = cf.random_rows(cp, 2, 8, "float32")
     assert_close(name, run_checked(name, x), x)  # the context is still healthy
@@ -267,7 +268,7 @@ def test_bad_gpu_input(name):
 
 def test_dispatch_runs_the_chosen_kernel():
     for n_rows, n_cols in ((4000, 256), (4000, 4096), (64, 65536), (1, 1 << 20), (10, 1 << 20)):
-        choice = kf.choose(n_rows, n_cols, "float32")
+        choice = dispatch.choose(n_rows, n_cols, "float32")
         x = cf.random_rows(cp, n_rows, n_cols, "float32", seed=n_cols)
         y = run_checked("fast", x)
         z = run_checked(choice.variant.name, x)
@@ -361,7 +362,7 @@ def test_rows_at_any_start_take_the_16_byte_build(name, n_cols, dtype):
     and matches the float64 reference; with chunk counts, partial caches and few persistent clusters."""
     skip_without_clusters(name)
     for label, x, out, allocation in same_phase_layouts(5, n_cols, dtype, seed=n_cols):
-        assert kf._vec_for(x, out, None, any_start=True) == kf.vector_width(dtype), label
+        assert kf._vec_for(x, out, None, any_start=True) == configs.vector_width(dtype), label
         for options in ANY_START_OPTIONS[name]:
             repoison(allocation)
             y = run_into(name, x, out, **options)
@@ -440,7 +441,7 @@ def test_one_hot_rows_at_any_start_are_exact(name, dtype):
     is exactly 1 there and 0 elsewhere (an element counted twice in (m, l) gives 0.5, one missed NaN, one
     written twice or by the wrong thread a wrong place)."""
     skip_without_clusters(name)
-    vec = kf.vector_width(dtype)
+    vec = configs.vector_width(dtype)
     for n_cols in (3, 33, 4097, 50257):
         cols = np.repeat(one_hot_positions(n_cols, vec), vec)   # vec rows per column: every phase meets it
         for label, x, out, allocation in same_phase_layouts(len(cols), n_cols, dtype, seed=1):

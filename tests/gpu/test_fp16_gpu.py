@@ -129,11 +129,11 @@ def test_bad_input_then_the_context_is_healthy(variant):
         osm.softmax(cp.ones((2, 8), cp.float32), variant=variant)
     with pytest.raises(TypeError):
         osm.softmax(cp.ones((2, 8), cp.float64), variant=variant)
-    with pytest.raises(ValueError):
-        osm.softmax(cp.ones((2, 3, 4), cp.float16), variant=variant)
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
+        osm.softmax(cp.ones((2, 3, 4), cp.float16), axis=3, variant=variant)
     with pytest.raises(ValueError):
         osm.softmax(cp.ones((0, 4), cp.float16), variant=variant)
-    with pytest.raises(ValueError, match="does not take a mask"):
+    with pytest.raises(ValueError, match="takes no mask"):
         osm.softmax(cp.ones((2, 8), cp.float16), variant=variant, mask="causal")
     run_and_check(variant, rows_on_gpu(2, 8, 1))
 
