@@ -49,7 +49,7 @@ if __package__ in (None, ""):   # run as a script: the repository root on the pa
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import onlinesoftmax as osm  # noqa: E402
-from onlinesoftmax import checks_fast as cf  # noqa: E402
+from onlinesoftmax import checks  # noqa: E402
 from onlinesoftmax.measure import bench, results, timer  # noqa: E402
 
 SUITE = "api-overhead"
@@ -242,8 +242,8 @@ def host_row(kernel: str, fn, args, fields: dict, *, check=None, launch: str | N
 def host_part(xp, torch) -> list[dict]:
     rows = []
     n_rows, n_cols = HOST_SHAPE
-    for dtype in cf.DTYPES:
-        x = cf.random_rows(xp, n_rows, n_cols, dtype, seed=5)
+    for dtype in checks.DTYPES:
+        x = checks.random_rows(xp, n_rows, n_cols, dtype, seed=5)
         shape = {"dtype": dtype, "n_rows": n_rows, "n_cols": n_cols}
         chosen = bench.dispatcher_choice(n_rows, n_cols, dtype)
         for api in APIS:
@@ -264,7 +264,7 @@ def host_part(xp, torch) -> list[dict]:
                 rows.append(host_row(TORCH_NAMES[api], torch_call(torch, api), (t,),
                                      shape | {"api": api, "call": torch_call_text(api)}))
     for name, (n_rows, n_cols) in VARIANT_SHAPES.items():
-        x = cf.random_rows(xp, n_rows, n_cols, "float32", seed=6)
+        x = checks.random_rows(xp, n_rows, n_cols, "float32", seed=6)
         out = xp.empty_like(x)
         ours = our_call("softmax", variant=name)
         rows.append(host_row(name, lambda x, f=ours: f(x), (x,),
@@ -343,8 +343,8 @@ def e2e_part(xp, torch, quick: bool, copy_GBps: float) -> list[dict]:
     rows = []
     subset = set(subset_shapes(quick))
     for n_rows, n_cols in e2e_shapes(quick):
-        for dtype in cf.DTYPES:
-            inputs = [cf.random_rows(xp, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
+        for dtype in checks.DTYPES:
+            inputs = [checks.random_rows(xp, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
             tensors = [bench.torch_view(x) for x in inputs] if torch is not None else None
             ops = [("softmax", None)] + (list(MASKED_OPS) if (n_rows, n_cols) in subset else [])
             for api, mask_kind in ops:
@@ -403,7 +403,7 @@ def comparison_table(rows: list[dict]) -> list[dict]:
         if side:
             key = (row["api"], row.get("mask", "none"), row["dtype"], row["n_rows"], row["n_cols"])
             by_key.setdefault(key, {})[f"{side}_{row['method']}_us"] = row["us"]
-    order = {d: i for i, d in enumerate(cf.DTYPES)}
+    order = {d: i for i, d in enumerate(checks.DTYPES)}
     table = []
     for key in sorted(by_key, key=lambda k: (k[0], k[1], order.get(k[2], 9), k[3] * k[4], k[3])):
         entry = dict(zip(("api", "mask", "dtype", "n_rows", "n_cols"), key)) | by_key[key]

@@ -33,7 +33,7 @@ from onlinesoftmax import api
 from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
-from onlinesoftmax import checks_fast as cf
+from onlinesoftmax import checks
 from onlinesoftmax.kernels import softmax_fast_configs as configs
 
 N_LIST = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
@@ -68,7 +68,7 @@ def shapes(quick: bool = False, which: str = "base"):
         raise ValueError(f"shapes: which must be one of {SHAPE_SETS}, got {which!r}")
     sizes = (base_shapes(quick) if which in ("all", "base") else []) + \
         (extended_shapes(quick) if which in ("all", "extended") else [])
-    for dtype in cf.DTYPES:
+    for dtype in checks.DTYPES:
         for batch, n_rows, n_cols in sizes:
             yield batch, n_rows, n_cols, dtype
 
@@ -126,10 +126,10 @@ def measure(quick: bool = False, which: str = "all") -> dict:
     print(f"copy {copy['GBps']:.0f} GB/s; clusters: {bench.clusters()[1]}; shapes: {which}", flush=True)
     for batch, n_rows, n_cols, dtype in shapes(quick, which):
         itemsize = configs.ITEMSIZE[dtype]
-        inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
+        inputs = [checks.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         poison = cupy.empty_like(out)
-        bench.poison(poison)   # checks_fast's poison, filled on the device (no host copy of a 4 GB tensor)
+        bench.poison(poison)   # the checks module's poison, filled on the device (no host copy of a 4 GB tensor)
         ideal = 2 * n_rows * n_cols * itemsize
         fields = {"n_rows": n_rows, "n_cols": n_cols, "batch": batch, "dtype": dtype}
         chosen = bench.dispatcher_choice(n_rows, n_cols, dtype) or "unknown"

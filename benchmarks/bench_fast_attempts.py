@@ -17,7 +17,7 @@ from onlinesoftmax import api
 from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
-from onlinesoftmax import checks_fast as cf
+from onlinesoftmax import checks
 from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
 from onlinesoftmax.runtime import driver
@@ -44,7 +44,7 @@ def measure() -> dict:
     rows = [{"kernel": "copy", **copy}]
     print(f"copy {copy['GBps']:.0f} GB/s; clusters: {driver.cluster_status()}", flush=True)
     for n_rows, n_cols, dtype in SHAPES:
-        inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
+        inputs = [checks.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         ideal = 2 * n_rows * n_cols * configs.ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "batch": 4000, "dtype": dtype}

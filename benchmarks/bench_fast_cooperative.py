@@ -6,7 +6,7 @@ Per shape: the dispatcher ("fast", as it chooses at this commit), a copy of the 
 softmax_10_cluster, softmax_11_split and softmax_12_pipelined at their default plans, and
 softmax_13_cooperative at its default plan without the prefetch buffer (`prefetch` false), with
 it, and with it at chunks of 8, 16, 32 and 64 KB (`chunk_bytes`). Before any timing, each
-kernel's output on the shape is checked against the float64 reference (checks_fast.compare):
+kernel's output on the shape is checked against the float64 reference (checks.compare):
 a row records `correct` and a wrong kernel is not timed. Rows carry `n_chunks` and `threads`
 for softmax_13 and `resident_blocks` (blocks of that shape resident at once). Same timer and
 GB/s as bench_fast.
@@ -23,7 +23,7 @@ from onlinesoftmax import api
 from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
-from onlinesoftmax import checks_fast as cf
+from onlinesoftmax import checks
 from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
 from onlinesoftmax.runtime import driver
@@ -53,9 +53,9 @@ def measure() -> dict:
     rows = [{"kernel": "copy", **copy}]
     print(f"copy {copy['GBps']:.0f} GB/s; clusters: {driver.cluster_status()}", flush=True)
     for n_rows, n_cols, dtype in SHAPES:
-        inputs = [cf.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
+        inputs = [checks.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
-        poison = cf.poisoned_like(out)
+        poison = checks.poisoned_like(out)
         ideal = 2 * n_rows * n_cols * configs.ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype}
         coop = osm.REGISTRY["softmax_13_cooperative"]

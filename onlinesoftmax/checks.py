@@ -1,22 +1,81 @@
-"""Shared checking tools: the edge matrix, input makers, poison, and the error-based tolerance.
+"""The checking tools, one module: the edge matrix, input makers in every dtype, one poison table,
+the error-based tolerance and the comparisons built on it.
 
-Used by the CPU and GPU test tiers and by the chapters' graders alike.
+Used by the CPU and GPU test tiers, the benchmarks' correctness gate and the chapters' graders.
+The rule everywhere: an output passes when its error against the float64 reference is at most
+twice the error of a same-dtype baseline, plus two ulps (flash-attention's rule). Inputs are made
+on the host in float32 and rounded once to the dtype (bfloat16 through ml_dtypes), or made on the
+GPU when they are large. Outputs are poisoned with a finite value that no probability can take and
+every dtype can hold, so an element the kernel never wrote cannot pass.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from onlinesoftmax import reference
 from onlinesoftmax.reference import array_module
 
 EDGE_COLS = (1, 2, 3, 31, 33, 100, 255, 256, 257, 1000, 4096, 4097, 65536)
 EDGE_ROWS = (1, 7, 4000)
 HUGE_COLS = (1_048_576, 1_000_003)   # "a few rows of 1M"
-POISON = 1.2345e30                   # finite: an unwritten element cannot pass as NaN or as a probability
+DTYPES = ("float32", "float16", "bfloat16")
+EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+# finite in each dtype and > 1: an unwritten element cannot pass as NaN or as a probability
+POISON = {"float32": 1.2345e30, "float16": 4321.0, "bfloat16": 1.0e30}
 
 
-def random_rows(xp, n_rows: int, n_cols: int, dtype="float32", seed: int = 0, outliers: bool = True,
-                max_offset: float = 30.0):
-    """Rows with a random offset and scale each, plus a few large outliers."""
+# ---- dtypes -------------------------------------------------------------------------------------
+
+def np_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def to_dtype(x32: np.ndarray, name: str) -> np.ndarray:
+    return np.asarray(x32, dtype=np.float32).astype(np_dtype(name))
+
+
+def on_device(xp, host: np.ndarray):
+    """numpy -> xp (cupy or numpy); bf16 travels as its 16-bit words and is viewed back."""
+    if xp is np:
+        return host
+    if host.dtype.name == "bfloat16":
+        return xp.asarray(host.view(np.uint16)).view(host.dtype)
+    return xp.asarray(host)
+
+
+def round_to_bf16(x32):
+    """fp32 -> the nearest bf16 (ties to even), as fp32 values (NaN stays NaN); numpy or cupy."""
+    xp = array_module(x32)
+    x32 = xp.ascontiguousarray(x32, dtype=xp.float32)
+    bits = x32.view(xp.uint32)
+    rounded = (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(xp.uint32).view(xp.float32)
+    return xp.where(xp.isnan(x32), x32, rounded)
+
+
+def from_float32(x32, dtype: str):
+    """fp32 (numpy or cupy) -> dtype, rounding to nearest even."""
+    xp = array_module(x32)
+    if dtype == "bfloat16":
+        bits = (round_to_bf16(x32).view(xp.uint32) >> 16).astype(xp.uint16)
+        return bits.view(np_dtype("bfloat16"))
+    return x32.astype(dtype)
+
+
+def as_float64(y):
+    xp = array_module(y)
+    if y.dtype.name == "bfloat16":  # widen through the bits: works with or without bf16 kernels
+        bits = y.view(xp.uint16).astype(xp.uint32) << 16
+        return bits.view(xp.float32).astype(xp.float64)
+    return y.astype(xp.float64)
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+def _host_rows(n_rows: int, n_cols: int, seed: int, outliers: bool, max_offset: float) -> np.ndarray:
     rng = np.random.default_rng(seed)
     offset = rng.uniform(-max_offset, max_offset, size=(n_rows, 1))
     scale = rng.choice([0.1, 1.0, 8.0], size=(n_rows, 1))
@@ -24,7 +83,25 @@ def random_rows(xp, n_rows: int, n_cols: int, dtype="float32", seed: int = 0, ou
     if outliers and n_cols > 4:
         hits = rng.random((n_rows, n_cols)) < 0.002
         x = np.where(hits, x + rng.uniform(10, 20, size=x.shape) * scale, x)
-    return xp.asarray(x.astype(dtype))
+    return x.astype(np.float32)
+
+
+def random_rows(xp, n_rows: int, n_cols: int, dtype="float32", seed: int = 0, outliers: bool = True,
+                max_offset: float = 30.0):
+    """Rows with a random offset and scale each, plus a few large outliers, in `dtype`.
+
+    Large inputs are made where they live (cupy's generator on the GPU): the host would spend
+    seconds on a 4000 x 65536 tensor."""
+    if xp is np or n_rows * n_cols < 2**22:
+        return on_device(xp, to_dtype(_host_rows(n_rows, n_cols, seed, outliers, max_offset), dtype))
+    rng = xp.random.default_rng(seed)
+    offset = rng.uniform(-max_offset, max_offset, size=(n_rows, 1)).astype(xp.float32)
+    scale = xp.asarray(np.random.default_rng(seed).choice([0.1, 1.0, 8.0], size=(n_rows, 1)), dtype=xp.float32)
+    x = offset + scale * rng.standard_normal((n_rows, n_cols), dtype=xp.float32)
+    if outliers:
+        hits = rng.random((n_rows, n_cols), dtype=xp.float32) < 0.002
+        x = xp.where(hits, x + 15 * scale, x)
+    return from_float32(x, dtype)
 
 
 def special_rows(xp, n_cols: int, dtype="float32", seed: int = 1):
@@ -41,7 +118,7 @@ def special_rows(xp, n_cols: int, dtype="float32", seed: int = 1):
     x[3, rng.integers(n_cols)] = np.nan                 # NaN: NaN row
     x[4, : min(n_cols - 1, 300)] = -np.inf              # a leading run of -inf
     nan_rows = np.array([False, True, True, True, False, False])
-    return xp.asarray(x.astype(dtype)), nan_rows
+    return on_device(xp, to_dtype(x, dtype)), nan_rows
 
 
 def short_row():
@@ -60,9 +137,19 @@ def leading_neg_inf_row():
 GUARD_ROWS = {"N=100": short_row, "first 300 are -inf": leading_neg_inf_row}
 
 
-def poisoned_like(x, dtype=None):
+# ---- poison, errors, comparisons ----------------------------------------------------------------
+
+def poison_value(name: str) -> float:
+    """The poison as the dtype holds it (bf16 rounds 1e30)."""
+    return float(np.asarray(POISON[name], dtype=np.float32).astype(np_dtype(name)).astype(np.float64))
+
+
+def poisoned_like(x, dtype=None, shape=None):
+    """An output buffer like x (or of `shape`/`dtype`) filled with its dtype's poison."""
     xp = array_module(x)
-    return xp.full(x.shape, POISON, dtype=dtype or x.dtype)
+    name = np.dtype(dtype).name if dtype is not None and not isinstance(dtype, str) else (dtype or x.dtype.name)
+    host = np.full(x.shape if shape is None else shape, POISON[name], dtype=np.float32).astype(np_dtype(name))
+    return on_device(xp, host)
 
 
 def max_abs_error(y, ref) -> float:
@@ -104,5 +191,56 @@ def compare(y, ref, baseline, dtype) -> tuple[bool, str]:
 
 def unwritten(y) -> int:
     """How many outputs still hold the poison value."""
+    return int((as_float64(y) == poison_value(y.dtype.name)).sum())
+
+
+def baseline_softmax(x):
+    """The same-dtype safe softmax as float64: fp32 math rounded to x's dtype (fp32: computed in fp32)."""
+    xp = array_module(x)
+    x32 = as_float64(x).astype(xp.float32)
+    s32 = reference.softmax_same_dtype(x32)
+    if x.dtype.name == "float16":
+        s32 = s32.astype(xp.float16).astype(xp.float32)
+    elif x.dtype.name == "bfloat16":
+        s32 = round_to_bf16(s32)
+    return s32.astype(xp.float64)
+
+
+def compare_softmax(y, x) -> tuple[bool, str]:
+    """(passed, message): softmax output y against the float64 reference of x, with x's dtype's rule.
+    The ulps are those of the largest output, not of 1: with 16-bit dtypes two ulps of 1 would let
+    a wrong small probability pass."""
+    dtype = x.dtype.name
+    ref = reference.softmax(as_float64(x))
+    err = max_abs_error(as_float64(y), ref)
+    base_err = max_abs_error(baseline_softmax(x), ref)
+    if not np.isfinite(base_err):
+        base_err = 0.0
+    xp = array_module(ref)
+    finite = xp.abs(ref[xp.isfinite(ref)])
+    scale = float(finite.max()) if finite.size else 1.0
+    tol = 2.0 * base_err + 2.0 * EPS[dtype] * scale
+    return bool(err <= tol), f"{dtype}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+
+
+def fp16_rounding_excess(y, ref) -> float:
+    """max over elements of |y - ref| / (half an fp16 ulp of ref + fp32 slack); <= 1 passes: what fp32
+    arithmetic followed by one rounding to fp16 can deliver (the strict fp16 check of chapter 03).
+
+    The slack 2^-16 * ref covers fp32 exp and sum error (long rows); 2^-25 is half the smallest
+    fp16 subnormal spacing. NaN patterns must match exactly (else inf).
+    """
     xp = array_module(y)
-    return int((y.astype(xp.float64) == np.float64(np.float32(POISON))).sum())
+    y = y.astype(xp.float64)
+    ref = xp.asarray(ref, dtype=xp.float64)
+    if bool((xp.isnan(y) != xp.isnan(ref)).any()):
+        return float("inf")
+    keep = ~xp.isnan(ref)
+    if not bool(keep.any()):
+        return 0.0
+    y, ref = y[keep], ref[keep]
+    # half an ulp of fp16 at |ref| (normal range: 2^(e - 11)), with subnormals' fixed spacing below.
+    exponent = xp.floor(xp.log2(xp.maximum(xp.abs(ref), 2.0**-14)))
+    half_ulp = 2.0 ** (exponent - 11)
+    allowed = half_ulp + 2.0**-16 * xp.abs(ref) + 2.0**-25
+    return float((xp.abs(y - ref) / allowed).max())

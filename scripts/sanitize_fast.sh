@@ -14,7 +14,7 @@ import os
 
 import cupy as cp
 import onlinesoftmax as osm
-from onlinesoftmax import api, checks_fast as cf
+from onlinesoftmax import api, checks
 from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
 from onlinesoftmax.runtime import driver
@@ -39,8 +39,8 @@ else:
 only = os.environ.get("SANITIZE_KERNELS", "").split()  # e.g. "softmax_12_pipelined": only those
 runs = [r for r in runs if not only or r[0] in only]
 for name, shape, options in runs:
-    for dtype in cf.DTYPES:
-        x = cf.random_rows(cp, *shape, dtype, seed=1)
+    for dtype in checks.DTYPES:
+        x = checks.random_rows(cp, *shape, dtype, seed=1)
         api.run(osm.REGISTRY[name], x, **options)
         cp.cuda.Device().synchronize()
 print("sanitized", len(runs) * 3, "launches")

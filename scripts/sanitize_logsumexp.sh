@@ -9,17 +9,17 @@ status=0
 for tool in memcheck racecheck synccheck; do
   compute-sanitizer --tool "$tool" --error-exitcode 3 python3 - <<'PY' || status=1
 import cupy as cp, onlinesoftmax as osm
-from onlinesoftmax import checks_fast
+from onlinesoftmax import checks
 from onlinesoftmax.runtime.plan import get_runner
 LSE = osm.REGISTRY["logsumexp_01_online"]
 LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
 SPLIT = osm.REGISTRY["softmax_06_split_merge"]
 for n_rows, n_cols in ((1, 1), (3, 5), (7, 100), (2, 4097), (1, 65536)):
     for dtype in LOG_SOFTMAX.dtypes:
-        base = checks_fast.random_rows(cp, n_rows + 2, n_cols + 9, dtype, max_offset=5)
+        base = checks.random_rows(cp, n_rows + 2, n_cols + 9, dtype, max_offset=5)
         for x in (base[:n_rows, :n_cols], base[1:n_rows + 1, 1:n_cols + 1], base[::2, 3:n_cols + 3]):
             for group in (1, 4, 32, 64, 1024):
-                out = checks_fast.poisoned_like(checks_fast.random_rows(cp, x.shape[0], n_cols + 1, dtype))[:, 1:]
+                out = checks.poisoned_like(checks.random_rows(cp, x.shape[0], n_cols + 1, dtype))[:, 1:]
                 get_runner(LOG_SOFTMAX, x, out, {"group": group})(x, out)  # misaligned output rows
                 lse = cp.empty(x.shape[0], cp.float32)
                 get_runner(LSE, x, lse, {"group": group})(x, lse)

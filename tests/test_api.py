@@ -5,7 +5,7 @@ import pytest
 import scipy.special
 
 import onlinesoftmax as osm
-from onlinesoftmax import api, checks, checks_fast as cf, reference
+from onlinesoftmax import api, checks, reference
 from onlinesoftmax.kernels import dispatch
 from onlinesoftmax.runtime import device, loader, plan
 
@@ -18,11 +18,11 @@ def _tolerance(dtype):
     return {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize(("shape", "axis"), SHAPES_AXES)
 def test_softmax_and_log_softmax_follow_scipy(shape, axis, dtype):
     x32 = np.random.default_rng(len(shape) + axis).standard_normal(shape).astype(np.float32) * 4
-    x = cf.to_dtype(x32, dtype)
+    x = checks.to_dtype(x32, dtype)
     exact = np.asarray(x, dtype=np.float64)
     y = osm.softmax(x, axis=axis)
     assert y.shape == x.shape and y.dtype == x.dtype
@@ -34,10 +34,10 @@ def test_softmax_and_log_softmax_follow_scipy(shape, axis, dtype):
                                rtol=_tolerance(dtype), atol=_tolerance(dtype) * 8)
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize(("shape", "axis"), SHAPES_AXES)
 def test_logsumexp_follows_scipy_and_is_float32(shape, axis, dtype):
-    x = cf.to_dtype(np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 4 + 10, dtype)
+    x = checks.to_dtype(np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 4 + 10, dtype)
     lse = osm.logsumexp(x, axis=axis)
     expected = scipy.special.logsumexp(np.asarray(x, dtype=np.float64), axis=axis)
     assert lse.dtype == np.float32 and lse.shape == expected.shape
@@ -92,13 +92,13 @@ def test_errors_name_what_the_reader_passed():
 
 
 def test_same_dtype_back_and_out_is_filled():
-    for dtype in cf.DTYPES:
-        x = cf.random_rows(np, 4, 33, dtype)
-        out = cf.poisoned_like(x)
+    for dtype in checks.DTYPES:
+        x = checks.random_rows(np, 4, 33, dtype)
+        out = checks.poisoned_like(x)
         y = osm.softmax(x, out=out)
-        assert y is out and y.dtype == x.dtype and cf.unwritten(y) == 0
+        assert y is out and y.dtype == x.dtype and checks.unwritten(y) == 0
     lse_out = np.full(4, np.nan, np.float32)
-    assert osm.logsumexp(cf.random_rows(np, 4, 33, "bfloat16"), out=lse_out) is lse_out
+    assert osm.logsumexp(checks.random_rows(np, 4, 33, "bfloat16"), out=lse_out) is lse_out
     assert np.isfinite(lse_out).all()
 
 
@@ -143,13 +143,13 @@ def test_mask_value_needs_a_mask_and_a_number():
         osm.softmax(np.ones((2, 2, 8), np.float32), axis=1, mask="causal")
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 def test_masks_on_a_score_tensor_follow_its_query_axis(dtype):
     """(batch, heads, q, k) with mask="causal", a (q, k) additive mask and per-row lengths: each (q, k)
     matrix is masked as torch masks it, checked against the float64 softmax of explicitly masked logits."""
     rng = np.random.default_rng(7)
     b, h, q, k = 2, 3, 5, 7
-    x = cf.to_dtype(rng.standard_normal((b, h, q, k)).astype(np.float32) * 3, dtype)
+    x = checks.to_dtype(rng.standard_normal((b, h, q, k)).astype(np.float32) * 3, dtype)
     x64 = np.asarray(x, dtype=np.float64)
     tril = np.tril(np.ones((q, k), bool))
     additive = np.where(rng.random((q, k)) < 0.7, 0.0, -np.inf).astype(np.float32)
@@ -166,9 +166,9 @@ def test_masks_on_a_score_tensor_follow_its_query_axis(dtype):
 
 
 def test_auto_on_numpy_runs_the_chosen_kernels_model():
-    for dtype in cf.DTYPES:
+    for dtype in checks.DTYPES:
         for n_rows, n_cols in ((4, 100), (4, 5000), (2, 70000)):
-            x = cf.random_rows(np, n_rows, n_cols, dtype, seed=1)
+            x = checks.random_rows(np, n_rows, n_cols, dtype, seed=1)
             chosen = dispatch.choose(n_rows, n_cols, dtype).variant.name
             np.testing.assert_array_equal(osm.softmax(x), osm.softmax(x, variant=chosen))
     assert osm.VARIANTS[0] == "auto"
@@ -179,7 +179,7 @@ def test_auto_never_picks_a_kernel_the_device_cannot_run(cc):
     shapes = [(r, n) for r in (1, 7, 64, 131, 132, 1024, 4000) for n in (1, 1000, 4096, 9999, 32000, 50257, 65536,
                                                                            151936, 262144, 1 << 20)]
     with device.simulate_device(compute_capability=cc, sm_count=108 if cc == 80 else 132):
-        chosen = {dispatch.choose(r, n, dtype).variant for r, n in shapes for dtype in cf.DTYPES}
+        chosen = {dispatch.choose(r, n, dtype).variant for r, n in shapes for dtype in checks.DTYPES}
     assert all(v.min_cc <= cc for v in chosen), [(v.name, v.min_cc) for v in chosen]
     if cc < 90:
         assert not {"softmax_10_cluster", "softmax_12_pipelined"} & {v.name for v in chosen}

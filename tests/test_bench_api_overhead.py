@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks_fast as cf
+from onlinesoftmax import checks
 from onlinesoftmax import reference
 from onlinesoftmax.measure import bench, results, timer
 from onlinesoftmax.runtime.loader import REPO_ROOT
@@ -89,9 +89,9 @@ def test_methods_are_written_down():
 
 # ---- the correctness gate before timing ---------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 def test_the_gate_accepts_the_models_and_rejects_wrong_answers(dtype):
-    x = cf.random_rows(np, 37, 300, dtype, seed=3)
+    x = checks.random_rows(np, 37, 300, dtype, seed=3)
     additive = bao.additive_mask(np, 37, 300)
     out = np.empty_like(x)
     for mask in (None, "causal", additive):
@@ -117,7 +117,7 @@ def test_the_gate_accepts_the_models_and_rejects_wrong_answers(dtype):
 
 
 def test_the_gate_rejects_a_wrong_probability_in_fp32():
-    x = cf.random_rows(np, 8, 1000, "float32", seed=1)
+    x = checks.random_rows(np, 8, 1000, "float32", seed=1)
     y = reference.softmax(x).astype(np.float32)
     assert bench.compare_rows(y, x)[0]
     y[3, 10] *= 1.001
@@ -126,7 +126,7 @@ def test_the_gate_rejects_a_wrong_probability_in_fp32():
 
 
 def test_causal_mask_for_torch_matches_the_api():
-    x = cf.random_rows(np, 6, 9, "float32", seed=2)
+    x = checks.random_rows(np, 6, 9, "float32", seed=2)
     np.testing.assert_allclose(reference.softmax(x + bao.causal_mask(np, 6, 9)), osm.softmax(x, mask="causal"),
                                rtol=1e-5, atol=1e-7)
 
@@ -138,15 +138,15 @@ class FakeTorch:
 
     @staticmethod
     def softmax(t, dim):
-        return reference.softmax(cf.as_float64(t))
+        return reference.softmax(checks.as_float64(t))
 
     @staticmethod
     def logsumexp(t, dim):
-        return reference.logsumexp(cf.as_float64(t))
+        return reference.logsumexp(checks.as_float64(t))
 
     @staticmethod
     def log_softmax(t, dim):
-        return reference.log_softmax(cf.as_float64(t))
+        return reference.log_softmax(checks.as_float64(t))
 
 
 @pytest.fixture
@@ -210,7 +210,7 @@ def test_the_suite_runs_on_the_cpu_with_fakes(dry_run):
     assert all(r["correct"] for r in host if "correct" in r)
     timed = {(r["kernel"], r["method"], r["api"], r["mask"], r["dtype"], r["n_rows"]) for r in rows if "api" in r
              and r["method"] != "host_per_call"}
-    for dtype in cf.DTYPES:
+    for dtype in checks.DTYPES:
         for side in ("fast", "torch.softmax"):
             for method in ("end_to_end", "device"):
                 assert (side, method, "softmax", "none", dtype, 3) in timed
@@ -338,13 +338,13 @@ def test_compare_fast_reports_the_worst_ratio_over_every_shape(tmp_path):
     assert "never_slower_than_torch    MISS" in done.stdout
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
-def test_poison_filled_in_place_is_checks_fast_poison(dtype):
-    a = np.zeros((3, 5), dtype=cf.np_dtype(dtype))
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_poison_filled_in_place_is_the_checks_poison(dtype):
+    a = np.zeros((3, 5), dtype=checks.np_dtype(dtype))
     bench.poison(a)
-    expected = cf.poisoned_like(a)
+    expected = checks.poisoned_like(a)
     bits = np.uint32 if dtype == "float32" else np.uint16
-    assert np.array_equal(a.view(bits), expected.view(bits)) and cf.unwritten(a) == a.size
+    assert np.array_equal(a.view(bits), expected.view(bits)) and checks.unwritten(a) == a.size
 
 
 def test_fewer_repetitions_only_for_big_calls():

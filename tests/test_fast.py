@@ -15,7 +15,6 @@ from onlinesoftmax.kernels import dispatch
 from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax.kernels import softmax_fast_configs as configs
 from onlinesoftmax.kernels import softmax_fast_models as models
-from onlinesoftmax import checks_fast as cf
 from onlinesoftmax.runtime import driver, loader
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
@@ -24,46 +23,46 @@ FAST = tuple(v.name for v in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS)
 COLS = (1, 2, 3, 31, 33, 100, 255, 256, 257, 1000, 1024, 4096, 4097, 40000)
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("name", FAST)
 def test_models_match_the_reference(name, dtype):
     for n_cols in COLS:
         if n_cols > osm.REGISTRY[name].max_cols:
             continue
-        x = cf.random_rows(np, 3, n_cols, dtype, seed=n_cols)
+        x = checks.random_rows(np, 3, n_cols, dtype, seed=n_cols)
         y = osm.softmax(x, variant=name)
         assert y.dtype == x.dtype and y.shape == x.shape
-        passed, message = cf.compare(y, x)
+        passed, message = checks.compare_softmax(y, x)
         assert passed, f"{name} N={n_cols}: {message}"
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("name", FAST)
 def test_models_follow_the_nan_convention(name, dtype):
     for n_cols in (1, 3, 100, 1000, 4097):
         if n_cols > osm.REGISTRY[name].max_cols:
             continue
-        x, nan_rows = cf.special_rows(np, n_cols, dtype)
-        y = cf.as_float64(osm.softmax(x, variant=name))
+        x, nan_rows = checks.special_rows(np, n_cols, dtype)
+        y = checks.as_float64(osm.softmax(x, variant=name))
         assert (np.isnan(y).all(axis=1) == nan_rows).all(), f"{name} N={n_cols}"
         assert not np.isnan(y[~nan_rows]).any()
-        assert cf.compare(osm.softmax(x, variant=name), x)[0]
+        assert checks.compare_softmax(osm.softmax(x, variant=name), x)[0]
 
 
 def test_model_partition_options_agree():
     """Scalar path, forced cluster sizes, chunk counts: the same function, and a row of 1M."""
-    x = cf.random_rows(np, 2, 70001, "float32", seed=4)
+    x = checks.random_rows(np, 2, 70001, "float32", seed=4)
     for y in (models.simulate_09(x, vec=1), models.simulate_10(x, n_chunks=16), models.simulate_10(x, n_chunks=2, vec=1),
               models.simulate_11(x, n_chunks=7), models.simulate_11(x, n_chunks=1000), models.simulate_13(x, n_chunks=3),
               models.simulate_13(x, n_chunks=700), models.simulate_13(x, n_chunks=64, vec=1)):
-        assert cf.compare(y, x)[0]
-    big = cf.random_rows(np, 1, 1 << 20, "bfloat16", seed=5)
-    assert cf.compare(models.simulate_10(big), big)[0]
+        assert checks.compare_softmax(y, x)[0]
+    big = checks.random_rows(np, 1, 1 << 20, "bfloat16", seed=5)
+    assert checks.compare_softmax(models.simulate_10(big), big)[0]
 
 
 def test_fast_dispatch_on_numpy_runs_the_chosen_model():
     for n_rows, n_cols in ((4, 100), (4, 5000), (2, 70000)):
-        x = cf.random_rows(np, n_rows, n_cols, "float16", seed=1)
+        x = checks.random_rows(np, n_rows, n_cols, "float16", seed=1)
         chosen = dispatch.choose(n_rows, n_cols, "float16").variant.name
         np.testing.assert_array_equal(osm.softmax(x, variant="fast"), osm.softmax(x, variant=chosen))
 
@@ -105,7 +104,7 @@ def test_dispatch_choices_16_bit(n_rows, n_cols, clusters, expected, dtype):
 
 
 def test_configurations_hold_the_row_and_exist_in_the_source():
-    for dtype in cf.DTYPES:
+    for dtype in checks.DTYPES:
         for vec in (configs.vector_width(dtype), 1):
             for n_cols in (1, 7, 31, 32, 33, 255, 512, 1000, 1024):
                 nv, g = configs.config_07(n_cols, dtype, vec)
@@ -131,7 +130,7 @@ def test_configurations_hold_the_row_and_exist_in_the_source():
 def test_plans_respect_hardware_limits():
     for n_rows in (1, 10, 64, 4000):
         for n_cols in (4096, 65536, 1 << 18, 1 << 20, 3_000_001):
-            for dtype in cf.DTYPES:
+            for dtype in checks.DTYPES:
                 vec = configs.vector_width(dtype)
                 p10 = configs.chunks_10(n_rows, n_cols, dtype, vec)
                 assert p10.n_chunks in (1, 2, 4, 8, 16)
@@ -152,11 +151,11 @@ def test_plans_respect_hardware_limits():
 
 def test_cooperative_fold_merge_matches_a_sequential_fold():
     """softmax_13's merge with more chunks than threads: thread t folds states t, t + T, ... in order."""
-    x = cf.random_rows(np, 2, 70000, "float32", seed=8)
+    x = checks.random_rows(np, 2, 70000, "float32", seed=8)
     plan = configs.chunks_13(2, 70000, "float32", 4, n_chunks=700)
     assert plan.n_chunks > plan.threads
     y = models.simulate_13(x, n_chunks=700).astype(np.float64)
-    assert cf.compare(models.simulate_13(x, n_chunks=700), x)[0]
+    assert checks.compare_softmax(models.simulate_13(x, n_chunks=700), x)[0]
     np.testing.assert_allclose(y, models.simulate_11(x, n_chunks=700).astype(np.float64), rtol=4e-7, atol=0)
 
 
@@ -180,21 +179,21 @@ def test_bad_input_messages():
 
 
 def test_checker_rejects_a_wrong_answer_in_every_dtype():
-    for dtype in cf.DTYPES:
-        x = cf.random_rows(np, 4, 1000, dtype, seed=2)
+    for dtype in checks.DTYPES:
+        x = checks.random_rows(np, 4, 1000, dtype, seed=2)
         y = osm.softmax(x, variant="fast")
-        assert cf.compare(y, x)[0]
+        assert checks.compare_softmax(y, x)[0]
         wrong = y.astype(np.float32)
         wrong[1, int(np.argmax(wrong[1]))] *= 1.05
-        assert not cf.compare(cf.to_dtype(wrong, dtype), x)[0]
-        poisoned = cf.poisoned_like(x)
-        assert cf.unwritten(poisoned) == x.size
+        assert not checks.compare_softmax(checks.to_dtype(wrong, dtype), x)[0]
+        poisoned = checks.poisoned_like(x)
+        assert checks.unwritten(poisoned) == x.size
 
 
 def test_registry_entries_name_their_files():
     for variant in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS:
         assert variant.entry_name in variant.launched_entries, f"{variant.name}: registry entry is never launched"
-        assert variant.dtypes == cf.DTYPES
+        assert variant.dtypes == checks.DTYPES
         assert variant.reads_per_element + variant.writes_per_element <= 3
 
 
@@ -293,11 +292,11 @@ def test_every_entry_a_plan_launches_is_declared(name, recorded_launches):
     """Run the variant's plan builder over shapes, dtypes and both alignments; every entry it launches must
     be in the registry's `launched_entries` (which the compile test checks against ptxas's report)."""
     variant = osm.REGISTRY[name]
-    for dtype in cf.DTYPES:
+    for dtype in checks.DTYPES:
         for n_rows, n_cols in SHAPES:
             if n_cols > variant.max_cols:
                 continue
-            x = cf.random_rows(np, n_rows, n_cols + 1, dtype, seed=n_cols)
+            x = checks.random_rows(np, n_rows, n_cols + 1, dtype, seed=n_cols)
             _run_plan(name, np.ascontiguousarray(x[:, :n_cols]))          # 16-byte rows where N allows
             _run_plan(name, x[:, 1:])                                   # rows that start off 16 bytes
     launched = {entry for entry, *_ in recorded_launches}
@@ -313,7 +312,7 @@ def test_every_entry_a_plan_launches_is_declared(name, recorded_launches):
 def test_split_geometry_is_what_the_launcher_uses(recorded_launches):
     """softmax_11 launches stats with block T and output with block max(T, pow2(C), 32); the registry's
     geometry reports the output launch."""
-    x = cf.random_rows(np, 1, 1 << 20, "float32", seed=1)
+    x = checks.random_rows(np, 1, 1 << 20, "float32", seed=1)
     _run_plan("softmax_11_split", x, programmatic=False)
     (stats_entry, stats_grid, stats_block, _), (output_entry, output_grid, output_block, _) = recorded_launches
     plan = configs.chunks_11(1, 1 << 20, "float32", 4)
@@ -324,7 +323,7 @@ def test_split_geometry_is_what_the_launcher_uses(recorded_launches):
     geometry = osm.REGISTRY["softmax_11_split"].geometry(1, 1 << 20)
     assert (geometry.grid, geometry.block) == (output_grid, output_block)
     recorded_launches.clear()
-    _run_plan("softmax_11_split", cf.random_rows(np, 4, 4096, "float32", seed=2), n_chunks=3, programmatic=False)
+    _run_plan("softmax_11_split", checks.random_rows(np, 4, 4096, "float32", seed=2), n_chunks=3, programmatic=False)
     assert recorded_launches[1][2] == (128,)
 
 
@@ -333,7 +332,7 @@ def test_split_geometry_is_what_the_launcher_uses(recorded_launches):
 def test_explicit_chunk_counts_are_checked_before_any_gpu_call(name, recorded_launches):
     """A bad n_chunks is refused by the plan builder before anything is launched, and by the model."""
     variant = osm.REGISTRY[name]
-    x = cf.random_rows(np, 2, 4096, "float32", seed=3)
+    x = checks.random_rows(np, 2, 4096, "float32", seed=3)
     y = np.empty_like(x)
     any_count = name in ("softmax_11_split", "softmax_13_cooperative")
     too_many = 1025 if any_count else 32
@@ -351,7 +350,7 @@ def test_explicit_chunk_counts_are_checked_before_any_gpu_call(name, recorded_la
     assert not recorded_launches
     good = (1, 7, 1024) if any_count else (1, 2, 16)
     for n_chunks in good:
-        assert cf.compare(osm.api.run(variant, x, n_chunks=n_chunks), x)[0]
+        assert checks.compare_softmax(osm.api.run(variant, x, n_chunks=n_chunks), x)[0]
 
 
 def test_occupancy_is_asked_once_per_device_and_again_after_reload(monkeypatch):
@@ -408,13 +407,13 @@ def _rows_at(values: np.ndarray, offset: int = 0, row_stride: int | None = None)
 def _misaligned_views(n_rows: int, n_cols: int, dtype: str, seed: int):
     """Odd-N rows at starts off 16 bytes: x[:, 1:] and x[1:, :] of a contiguous array, a view starting
     3 elements in with a row stride that moves the phase from row to row, and the contiguous rows."""
-    base = cf.random_rows(np, n_rows + 1, n_cols + 3, dtype, seed=seed)
+    base = checks.random_rows(np, n_rows + 1, n_cols + 3, dtype, seed=seed)
     contiguous = _rows_at(np.ascontiguousarray(base[:n_rows, :n_cols]))
     shifted = _rows_at(np.ascontiguousarray(base[:, :n_cols + 1]))
     return (contiguous, shifted[:, 1:], shifted[1:, :n_cols], _rows_at(base[:n_rows, 2:], offset=3, row_stride=n_cols + 2))
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("name", ANY_START)
 def test_models_of_rows_at_any_start_match_the_reference(name, dtype):
     """The models follow the 16-byte builds on rows with a scalar head and tail (odd N, misaligned
@@ -429,12 +428,12 @@ def test_models_of_rows_at_any_start_match_the_reference(name, dtype):
             tails_seen += int(((n_cols - heads) % vec > 0).sum())
             y = osm.softmax(view, variant=name)
             assert y.dtype == view.dtype and y.shape == view.shape
-            passed, message = cf.compare(y, view)
+            passed, message = checks.compare_softmax(y, view)
             assert passed, f"{name} N={n_cols} heads={heads.tolist()}: {message}"
     assert heads_seen and tails_seen
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("name", ANY_START)
 def test_models_count_head_and_tail_elements_once(name, dtype):
     """The row's maximum in its head (chunk 0's threads) or its tail (the last chunk's threads): a lost or
@@ -448,12 +447,12 @@ def test_models_count_head_and_tail_elements_once(name, dtype):
             values[0, 0] += 12.0          # a head element whenever row 0 has a head
             values[1, -1] += 12.0         # a tail element whenever row 1 has a tail
             values[2, :2] = values[2, :2].max() + 9.0
-            spiked = _rows_at(cf.to_dtype(values, dtype), offset=int(view.ctypes.data % 16 // view.itemsize),
+            spiked = _rows_at(checks.to_dtype(values, dtype), offset=int(view.ctypes.data % 16 // view.itemsize),
                               row_stride=view.strides[0] // view.itemsize)
             vec = configs.vector_width(dtype)
             assert (configs.row_heads(spiked, vec) == configs.row_heads(view, vec)).all()
             for extra in (options, dict(options, vec=1)) if options else ({}, {"vec": 1}):
-                passed, message = cf.compare(osm.api.run(osm.REGISTRY[name], spiked, **extra), spiked)
+                passed, message = checks.compare_softmax(osm.api.run(osm.REGISTRY[name], spiked, **extra), spiked)
                 assert passed, f"{name} N={n_cols} {extra}: {message}"
 
 
@@ -486,14 +485,14 @@ def _run_plan_on(name, x, y, **options):
     variant.plan(variant, x, y, **options)(x, y, **options)
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 def test_plans_take_the_16_byte_build_for_rows_at_any_start(dtype, recorded_launches):
     """Odd N with x and y rows in the same phase: softmax_09 .. 12 launch their 16-byte entries; phases that
     differ: the scalar entries (softmax_12 hands those rows to softmax_10's). softmax_07, 08 and 13 keep the
     old rule: odd N or rows off 16 bytes run the scalar build."""
     vec = configs.vector_width(dtype)
     for n_rows, n_cols in ((3, 33), (2, 50257), (1, 262147)):
-        values = cf.random_rows(np, n_rows, n_cols, dtype, seed=n_cols)
+        values = checks.random_rows(np, n_rows, n_cols, dtype, seed=n_cols)
         layouts = {
             "same phase, contiguous": (_rows_at(values), _rows_at(np.zeros_like(values)), vec),
             "same phase, off 16 bytes": (_rows_at(values, offset=1, row_stride=n_cols + 2),
@@ -519,7 +518,7 @@ def test_plans_take_the_16_byte_build_for_rows_at_any_start(dtype, recorded_laun
         assert all(entry.endswith("_v1") for entry, *_ in recorded_launches)
 
 
-@pytest.mark.parametrize("dtype", cf.DTYPES)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("name", ANY_START)
 def test_models_of_one_hot_rows_at_any_start_are_exact(name, dtype):
     """Rows of -inf with one 0, the 0 walking over heads, chunk edges and tails in every phase: exactly 1 there,
@@ -536,10 +535,10 @@ def test_models_of_one_hot_rows_at_any_start_are_exact(name, dtype):
         values = np.full((len(cols), n_cols), -np.inf, np.float32)
         values[np.arange(len(cols)), cols] = 0.0
         for offset in (0, 3):
-            x = _rows_at(cf.to_dtype(values, dtype), offset=offset)
+            x = _rows_at(checks.to_dtype(values, dtype), offset=offset)
             assert len(set(configs.row_heads(x, vec).tolist())) > 1 or n_cols < vec
             for extra in options:
-                y = cf.as_float64(osm.api.run(osm.REGISTRY[name], x, **extra))
+                y = checks.as_float64(osm.api.run(osm.REGISTRY[name], x, **extra))
                 np.testing.assert_array_equal(y, np.where(values == 0, 1.0, 0.0), err_msg=f"{name} N={n_cols} {extra}")
 
 
@@ -547,7 +546,7 @@ def test_registry_geometry_is_what_the_plans_launch_for_odd_rows(recorded_launch
     """softmax_09 .. 11 on a contiguous fp32 x of odd N (a fresh y has its phase): the 16-byte build, with the
     grid, block and shared memory the registry's geometry reports."""
     for n_rows, n_cols in ((3, 33), (2, 50257), (1, 1_000_003)):
-        x = cf.random_rows(np, n_rows, n_cols, "float32", seed=n_cols)
+        x = checks.random_rows(np, n_rows, n_cols, "float32", seed=n_cols)
         for name in ("softmax_09_shared", "softmax_10_cluster", "softmax_11_split"):
             recorded_launches.clear()
             _run_plan(name, x, **({"programmatic": False} if name == "softmax_11_split" else {}))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fp16, reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels.softmax_fp16 import row_heads, schedule, simulate_fp16
 
 FP16 = ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8")
@@ -16,13 +16,13 @@ VEC = {"softmax_04_online_fp16_vec4": 4, "softmax_05_online_fp16_vec8": 8}
 
 
 def check_fp16(variant, x, out=None):
-    out = checks_fp16.poisoned_like(x) if out is None else out
+    out = checks.poisoned_like(x) if out is None else out
     y = osm.softmax(x, variant=variant, out=out)
-    assert y is out and y.dtype == np.float16 and checks_fp16.unwritten(y) == 0
+    assert y is out and y.dtype == np.float16 and checks.unwritten(y) == 0
     ref = reference.softmax(x)
     passed, message = checks.compare(y, ref, reference.softmax_same_dtype(x), np.float16)
     assert passed, f"{variant} {x.shape}: {message}"
-    assert checks_fp16.fp16_rounding_excess(y, ref) <= 1.0, "more than fp32 math + one rounding to fp16"
+    assert checks.fp16_rounding_excess(y, ref) <= 1.0, "more than fp32 math + one rounding to fp16"
     return y
 
 
@@ -50,7 +50,7 @@ def test_misaligned_starts_and_odd_row_strides(variant):
         heads = row_heads(view, vec)
         assert len(set(heads.tolist())) > 1               # rows really do differ in alignment
         check_fp16(variant, view)                         # y contiguous: different phase from x
-        out_base = checks_fp16.poisoned_like(base)
+        out_base = checks.poisoned_like(base)
         check_fp16(variant, view, out=out_base[:, start:start + 997])   # y with x's phase
     check_fp16(variant, base[1::2, 3:-1])
 
@@ -86,10 +86,10 @@ def test_the_strict_fp16_check_rejects_fp16_arithmetic():
     """Softmax computed in fp16 arithmetic (cupy/numpy float16 ops) is worse than one rounding."""
     x = checks.random_rows(np, 4, 2000, "float16", seed=3, max_offset=8)
     in_fp16 = reference.softmax_same_dtype(x)
-    assert checks_fp16.fp16_rounding_excess(in_fp16, reference.softmax(x)) > 1.0
+    assert checks.fp16_rounding_excess(in_fp16, reference.softmax(x)) > 1.0
     y = osm.softmax(x, variant="online_fp16_vec8")
     y[0, 0] = np.float16(float(y[0, 0]) * 1.01 + 1e-3)
-    assert checks_fp16.fp16_rounding_excess(y, reference.softmax(x)) > 1.0
+    assert checks.fp16_rounding_excess(y, reference.softmax(x)) > 1.0
 
 
 @pytest.mark.parametrize("variant", FP16)

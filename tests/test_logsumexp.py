@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fast, merge, reference
+from onlinesoftmax import checks, merge, reference
 from onlinesoftmax.book import exercises_logsumexp as ex
 from onlinesoftmax.kernels import logsumexp_online as kl
 
@@ -22,14 +22,14 @@ LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
 
 def rows(n_rows, n_cols, dtype="float32", seed=0, **kwargs):
     """checks.random_rows made in float64, rounded once to `dtype` (bf16 through ml_dtypes)."""
-    return checks_fast.to_dtype(checks.random_rows(np, n_rows, n_cols, dtype="float64", seed=seed, **kwargs), dtype)
+    return checks.to_dtype(checks.random_rows(np, n_rows, n_cols, dtype="float64", seed=seed, **kwargs), dtype)
 
 
 def lse_compare(y, x):
     """checks.tolerance in float32, plus 4 fp32 eps: log l carries l's relative error (each e^x is
     good to ~2 ulp). The baseline is the LSE computed in float32 from x (exact in float32)."""
     assert y.dtype == np.float32, f"the LSE is float32 for {x.dtype} input, got {y.dtype}"
-    ref = reference.logsumexp(checks_fast.as_float64(x))
+    ref = reference.logsumexp(checks.as_float64(x))
     err = checks.max_abs_error(y, ref)
     base_err = checks.max_abs_error(reference.logsumexp_same_dtype(x.astype(np.float32)), ref)
     tol = checks.tolerance(base_err if np.isfinite(base_err) else 0.0, ref, np.float32) + 4 * EPS32
@@ -41,14 +41,14 @@ def log_softmax_compare(y, x):
     x's dtype at the largest |output| (at least 1)."""
     assert y.dtype == x.dtype, f"log_softmax returns x's dtype {x.dtype}, got {y.dtype}"
     dtype = x.dtype.name
-    ref = reference.log_softmax(checks_fast.as_float64(x))
-    err = checks.max_abs_error(checks_fast.as_float64(y), ref)
-    baseline = checks_fast.as_float64(reference.log_softmax_same_dtype(x))
+    ref = reference.log_softmax(checks.as_float64(x))
+    err = checks.max_abs_error(checks.as_float64(y), ref)
+    baseline = checks.as_float64(reference.log_softmax_same_dtype(x))
     base_err = checks.max_abs_error(baseline, ref)
     base_err = base_err if np.isfinite(base_err) else 0.0
     finite = np.abs(ref[np.isfinite(ref)])
     scale = max(float(finite.max()) if finite.size else 1.0, 1.0)
-    tol = 2.0 * base_err + 2.0 * checks_fast.EPS[dtype] * scale
+    tol = 2.0 * base_err + 2.0 * checks.EPS[dtype] * scale
     return bool(err <= tol), f"{dtype} log_softmax: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
@@ -80,7 +80,7 @@ def test_public_functions_take_every_dtype():
     """logsumexp gives float32, log_softmax x's dtype, for each of the three dtypes."""
     x32 = rows(3, 77, seed=2)
     for dtype in DTYPES:
-        x = checks_fast.to_dtype(x32, dtype)
+        x = checks.to_dtype(x32, dtype)
         lse, y = osm.logsumexp(x), osm.log_softmax(x)
         assert lse.dtype == np.float32 and lse.shape == (3,) and lse_compare(lse, x)[0], dtype
         assert y.dtype == x.dtype and y.shape == x.shape and log_softmax_compare(y, x)[0], dtype
@@ -93,7 +93,7 @@ def test_a_row_of_a_million():
     passed, message = log_softmax_compare(osm.api.run(LOG_SOFTMAX, x), x)
     assert passed, message
     for dtype in ("float16", "bfloat16"):
-        xd = checks_fast.to_dtype(x, dtype)
+        xd = checks.to_dtype(x, dtype)
         assert lse_compare(osm.api.run(LSE, xd), xd)[0], dtype
         assert log_softmax_compare(osm.api.run(LOG_SOFTMAX, xd), xd)[0], dtype
 
@@ -105,20 +105,20 @@ def test_lse_near_zero_is_accurate_in_absolute_terms():
     x = (x - reference.logsumexp(x)[:, None] + 0.3).astype(np.float32)
     assert np.abs(osm.api.run(LSE, x) - reference.logsumexp(x)).max() <= 4 * EPS32
     for dtype in ("float16", "bfloat16"):   # the input rounded, the LSE of what was rounded: still float32-exact
-        xd = checks_fast.to_dtype(x, dtype)
-        assert np.abs(osm.api.run(LSE, xd) - reference.logsumexp(checks_fast.as_float64(xd))).max() <= 4 * EPS32
+        xd = checks.to_dtype(x, dtype)
+        assert np.abs(osm.api.run(LSE, xd) - reference.logsumexp(checks.as_float64(xd))).max() <= 4 * EPS32
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", (1, 2, 3, 31, 100, 257, 4097))
 def test_special_rows(dtype, n_cols):
-    x, nan_rows = checks_fast.special_rows(np, n_cols, dtype)
+    x, nan_rows = checks.special_rows(np, n_cols, dtype)
     lse = osm.api.run(LSE, x)
     assert lse[1] == -np.inf, "a row of all -inf has LSE -inf (log 0), not NaN"
     assert (np.isnan(lse) == (nan_rows & (np.arange(6) != 1))).all()
     assert lse_compare(lse, x)[0]
-    y = checks_fast.as_float64(osm.api.run(LOG_SOFTMAX, x))
-    x64 = checks_fast.as_float64(x)
+    y = checks.as_float64(osm.api.run(LOG_SOFTMAX, x))
+    x64 = checks.as_float64(x)
     assert (np.isnan(y).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows are NaN"
     assert not np.isnan(y[~nan_rows]).any(), "unexpected NaN"
     assert (y[~nan_rows][np.isneginf(x64[~nan_rows])] == -np.inf).all(), "a -inf logit has log-probability -inf"
@@ -132,7 +132,7 @@ def test_every_group_size(group):
     for n_cols in (1, 5, 33, 1000, 4097):
         x = rows(3, n_cols, seed=group + n_cols)
         for dtype in DTYPES:
-            xd = checks_fast.to_dtype(x, dtype)
+            xd = checks.to_dtype(x, dtype)
             assert lse_compare(osm.api.run(LSE, xd, group=group), xd)[0], (dtype, group, n_cols)
             assert log_softmax_compare(osm.api.run(LOG_SOFTMAX, xd, group=group), xd)[0], (dtype, group, n_cols)
 
@@ -144,7 +144,7 @@ def test_row_phases_follow_the_addresses():
     expected = [((16 - (start + r * 1003 * 4) % 16) % 16) // 4 for r in range(4)]
     assert list(phases) == expected and len(set(phases)) > 1
     for dtype in ("float16", "bfloat16"):
-        halves = checks_fast.to_dtype(np.zeros((3, 77), np.float32), dtype)
+        halves = checks.to_dtype(np.zeros((3, 77), np.float32), dtype)
         view = halves[:, 3:]
         start = view.ctypes.data % 16
         expected = [((16 - (start + r * 77 * 2) % 16) % 16) // 2 for r in range(3)]
@@ -164,7 +164,7 @@ def test_misaligned_and_strided_views(dtype):
 def test_model_phases_change_the_partition_not_the_answer():
     x = checks.random_rows(np, 5, 1000, seed=8)
     for dtype, n_phases in (("float32", 4), ("float16", 8), ("bfloat16", 8)):
-        xd = checks_fast.to_dtype(x, dtype)
+        xd = checks.to_dtype(x, dtype)
         answers = [kl.simulate_logsumexp(xd, phases=np.full(5, p)) for p in range(n_phases)]
         for y in answers:
             assert lse_compare(y, xd)[0]
@@ -177,7 +177,7 @@ def test_16_bit_models_are_the_float32_model_rounded_once():
     for n_cols in (7, 1000, 4097):
         x = rows(4, n_cols, seed=n_cols)
         for dtype in ("float16", "bfloat16"):
-            xd = checks_fast.to_dtype(x, dtype)
+            xd = checks.to_dtype(x, dtype)
             widened = xd.astype(np.float32)
             group = kl.group_size(n_cols, 8)
             phases = kl.row_phases(xd)
@@ -248,7 +248,7 @@ def fake_kernels(monkeypatch):
 def test_plan_builders_pick_the_entry_of_the_dtype(dtype, fake_kernels):
     """Without a GPU: the plan builder chooses `<stem>_<tag>` from x's dtype, sizes the lane group
     from the dtype's vector width, takes a float32 LSE output and an x-dtype log_softmax output."""
-    x = checks_fast.to_dtype(np.zeros((5, 4096), np.float32), dtype)
+    x = checks.to_dtype(np.zeros((5, 4096), np.float32), dtype)
     vec = kl.LAYOUTS[dtype].vec
     run = LSE.plan(LSE, x, np.zeros(5, np.float32))
     run(x, np.zeros(5, np.float32))
@@ -272,20 +272,20 @@ def test_the_checks_reject_wrong_answers():
     by a few ulps of its dtype in one element, and rows swapped."""
     x = rows(4, 300, seed=9)
     for dtype in DTYPES:
-        xd = checks_fast.to_dtype(x, dtype)
+        xd = checks.to_dtype(x, dtype)
         lse = osm.api.run(LSE, xd)
         assert lse_compare(lse, xd)[0]
         wrong = lse * np.float32(1 + 16 * EPS32)
         assert not lse_compare(wrong, xd)[0], dtype
         if dtype != "float32":
-            assert not lse_compare(checks_fast.to_dtype(lse, dtype).astype(np.float32), xd)[0], dtype
+            assert not lse_compare(checks.to_dtype(lse, dtype).astype(np.float32), xd)[0], dtype
         y = osm.api.run(LOG_SOFTMAX, xd)
         assert log_softmax_compare(y, xd)[0]
-        y64 = checks_fast.as_float64(y)
+        y64 = checks.as_float64(y)
         scale = np.abs(y64).max()
         bumped = y64.copy()
-        bumped[2, 17] += 12 * checks_fast.EPS[dtype] * scale
-        assert not log_softmax_compare(checks_fast.to_dtype(bumped, dtype), xd)[0], dtype
+        bumped[2, 17] += 12 * checks.EPS[dtype] * scale
+        assert not log_softmax_compare(checks.to_dtype(bumped, dtype), xd)[0], dtype
         assert not log_softmax_compare(y[::-1].copy(), xd)[0], dtype
 
 
@@ -314,7 +314,7 @@ def test_api_out_and_errors():
     with pytest.raises(ValueError, match="unknown"):
         osm.logsumexp(x, variant="fastest")
     for dtype in ("float16", "bfloat16"):   # one variant takes every dtype; nothing to dispatch to
-        xd = checks_fast.to_dtype(x, dtype)
+        xd = checks.to_dtype(x, dtype)
         np.testing.assert_array_equal(osm.log_softmax(xd, variant="online").view(np.uint16),
                                       osm.api.run(LOG_SOFTMAX, xd).view(np.uint16))
         np.testing.assert_array_equal(osm.logsumexp(xd, variant="online"), osm.api.run(LSE, xd))
@@ -323,7 +323,7 @@ def test_api_out_and_errors():
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_lse_out_is_float32_for_16_bit_input(dtype):
     """The LSE is float32 for every input dtype, `out=` included (flash-attention keeps it so)."""
-    x = checks_fast.to_dtype(checks.random_rows(np, 4, 33), dtype)
+    x = checks.to_dtype(checks.random_rows(np, 4, 33), dtype)
     out = checks.poisoned_like(np.empty(4, np.float32))
     assert osm.api.run(LSE, x, out=out) is out and checks.unwritten(out) == 0
     assert lse_compare(out, x)[0]

@@ -3,7 +3,7 @@ and bfloat16, and their errors.
 
 The reference is the float64 softmax of the masked logits (`softmax_masked.reference_masked`);
 the baseline the same softmax computed in float32 and rounded once to x's dtype; the rule:
-error at most twice the baseline's, plus two ulps (checks.compare for float32, checks_fast's
+error at most twice the baseline's, plus two ulps (checks.compare for float32, checks.compare_softmax's
 ulps of the largest output for the 16-bit dtypes). The GPU tier (tests/gpu/test_masked_gpu.py)
 runs the same cases on the kernel.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fast, reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels import softmax_masked as km
 from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
 
@@ -48,18 +48,18 @@ def masked_compare(y, x, options):
     """(passed, message): y against the float64 softmax of the masked logits, with x's dtype's rule."""
     dtype = x.dtype.name
     assert y.dtype == x.dtype, f"the masked softmax returns x's dtype {dtype}, got {y.dtype}"
-    x64 = checks_fast.as_float64(x)
+    x64 = checks.as_float64(x)
     ref = reference_masked(x64, **options)
     baseline32 = reference.softmax_same_dtype(effective_logits(x64.astype(np.float32), **options))
     if dtype == "float32":
         return checks.compare(y, ref, baseline32, np.float32)
-    baseline = checks_fast.as_float64(checks_fast.to_dtype(baseline32, dtype))
-    err = checks.max_abs_error(checks_fast.as_float64(y), ref)
+    baseline = checks.as_float64(checks.to_dtype(baseline32, dtype))
+    err = checks.max_abs_error(checks.as_float64(y), ref)
     base_err = checks.max_abs_error(baseline, ref)
     base_err = base_err if np.isfinite(base_err) else 0.0
     finite = np.abs(ref[np.isfinite(ref)])
     scale = float(finite.max()) if finite.size else 1.0
-    tol = 2.0 * base_err + 2.0 * checks_fast.EPS[dtype] * scale   # two ulps of the largest output
+    tol = 2.0 * base_err + 2.0 * checks.EPS[dtype] * scale   # two ulps of the largest output
     return bool(err <= tol), f"{dtype}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
@@ -67,13 +67,13 @@ def check_masked(x, **kwargs):
     """The model through api.run on a poisoned output: everything written, NaN where the
     reference has NaN, error within the rule. Returns (y as float64, reference)."""
     options = options_of(x, kwargs)
-    out = checks_fast.poisoned_like(x)
+    out = checks.poisoned_like(x)
     y = osm.api.run(VARIANT, x, out=out, **options)
-    assert y is out and checks_fast.unwritten(y) == 0
-    ref = reference_masked(checks_fast.as_float64(x), **options)
+    assert y is out and checks.unwritten(y) == 0
+    ref = reference_masked(checks.as_float64(x), **options)
     passed, message = masked_compare(y, x, options)
     assert passed, message
-    y64 = checks_fast.as_float64(y)
+    y64 = checks.as_float64(y)
     assert np.array_equal(np.isnan(y64), np.isnan(ref))
     return y64, ref
 
@@ -82,14 +82,14 @@ def check_masked(x, **kwargs):
 @pytest.mark.parametrize("n_rows, n_cols", [(1, 1), (7, 3), (7, 100), (300, 257), (5, 4097), (3, 1000), (9, 2)])
 @pytest.mark.parametrize("kind", list(mask_cases(np.zeros((2, 2)))))
 def test_every_mask_kind_matches_the_reference(kind, n_rows, n_cols, dtype):
-    x = checks_fast.random_rows(np, n_rows, n_cols, dtype, seed=n_rows + n_cols)
+    x = checks.random_rows(np, n_rows, n_cols, dtype, seed=n_rows + n_cols)
     check_masked(x, **mask_cases(x, seed=n_cols)[kind])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
 def test_edge_sizes_in_every_dtype(dtype, n_cols):
-    x = checks_fast.random_rows(np, 3 if n_cols > 4097 else 7, n_cols, dtype, seed=n_cols)
+    x = checks.random_rows(np, 3 if n_cols > 4097 else 7, n_cols, dtype, seed=n_cols)
     for kind in ("causal + padding", "additive float"):
         check_masked(x, **mask_cases(x, seed=n_cols)[kind])
 
@@ -97,12 +97,12 @@ def test_edge_sizes_in_every_dtype(dtype, n_cols):
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_16_bit_is_the_float32_model_rounded_once(dtype):
     """x widens exactly, the masked softmax runs in fp32 as for float32 input, y is rounded once."""
-    x = checks_fast.random_rows(np, 40, 257, dtype, seed=4)
+    x = checks.random_rows(np, 40, 257, dtype, seed=4)
     widened = x.astype(np.float32)
     for kind, kwargs in mask_cases(x, seed=5).items():
         options = options_of(x, kwargs)
         y = osm.api.run(VARIANT, x, **options)
-        expected = checks_fast.to_dtype(osm.api.run(VARIANT, widened, **options), dtype)
+        expected = checks.to_dtype(osm.api.run(VARIANT, widened, **options), dtype)
         np.testing.assert_array_equal(y.view(np.uint16), expected.view(np.uint16), err_msg=kind)
 
 
@@ -113,7 +113,7 @@ def test_the_masked_model_follows_the_online_kernel_and_the_default_dispatches_m
     # a mask given to the default variant goes to the masked kernel
     np.testing.assert_array_equal(osm.softmax(x, mask="causal"), osm.api.run(VARIANT, x, **prepare(x, "causal")))
     for dtype in ("float16", "bfloat16"):
-        xd = checks_fast.to_dtype(x, dtype)
+        xd = checks.to_dtype(x, dtype)
         np.testing.assert_array_equal(osm.softmax(xd, mask="causal").view(np.uint16),
                                       osm.api.run(VARIANT, xd, **prepare(xd, "causal")).view(np.uint16))
 
@@ -141,7 +141,7 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
     """Without a GPU: the entry follows x's dtype; y must have x's dtype; the mask stays float32."""
     built = []
     monkeypatch.setattr(km, "get_kernel", lambda path, entry, defines=(): built.append(FakeKernel(entry)) or built[-1])
-    x = checks_fast.to_dtype(np.zeros((4, 8), np.float32), dtype)
+    x = checks.to_dtype(np.zeros((4, 8), np.float32), dtype)
     options = prepare(x, np.zeros(8, np.float64), [1, 2, 3, 4], -1e6)
     assert options["mask"].dtype == np.float32
     y = np.zeros_like(x)
@@ -173,14 +173,14 @@ def test_prepared_options_make_a_plan_key():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_checker_rejects_wrong_answers(dtype):
     """An off-by-one causal mask, and one probability a few ulps off, fail in every dtype."""
-    x = checks_fast.random_rows(np, 6, 10, dtype, seed=3)
+    x = checks.random_rows(np, 6, 10, dtype, seed=3)
     options = prepare(x, "causal")
     off_by_one = osm.api.run(VARIANT, x, **prepare(x, valid_lengths=np.minimum(np.arange(6) + 2, 10)))
     assert not masked_compare(off_by_one, x, options)[0]
-    y = checks_fast.as_float64(osm.api.run(VARIANT, x, **options))
-    assert masked_compare(checks_fast.to_dtype(y, dtype), x, options)[0]
-    y[3, 1] += 8 * checks_fast.EPS[dtype] * np.nanmax(y)
-    assert not masked_compare(checks_fast.to_dtype(y, dtype), x, options)[0]
+    y = checks.as_float64(osm.api.run(VARIANT, x, **options))
+    assert masked_compare(checks.to_dtype(y, dtype), x, options)[0]
+    y[3, 1] += 8 * checks.EPS[dtype] * np.nanmax(y)
+    assert not masked_compare(checks.to_dtype(y, dtype), x, options)[0]
 
 
 def test_causal_is_torch_is_causal_for_tall_and_wide_matrices():
@@ -270,10 +270,10 @@ def test_masked_kernel_takes_the_three_float_dtypes_only():
         with pytest.raises(TypeError):
             osm.softmax(bad, mask="causal")
     for dtype in DTYPES:
-        x = checks_fast.to_dtype(np.ones((4, 8), np.float32), dtype)
+        x = checks.to_dtype(np.ones((4, 8), np.float32), dtype)
         y = osm.softmax(x, mask="causal")
         assert y.dtype == x.dtype
-        assert (checks_fast.as_float64(y)[3, :4] == 0.25).all() and (checks_fast.as_float64(y)[3, 4:] == 0).all()
+        assert (checks.as_float64(y)[3, :4] == 0.25).all() and (checks.as_float64(y)[3, 4:] == 0).all()
 
 
 def test_padding_and_additive_masks_from_the_definition():

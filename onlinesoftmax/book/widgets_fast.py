@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax import checks_fast
+from onlinesoftmax import checks
 from onlinesoftmax.runtime import device
 from onlinesoftmax.kernels import dispatch, softmax_fast
 from onlinesoftmax.measure import results
@@ -54,13 +54,13 @@ def error_of(kernel: str, dtype: str, n_rows: int, n_cols: int) -> dict:
     else:
         xp = np
     rows = n_rows if live else min(n_rows, MODEL_MAX_ROWS)
-    x = checks_fast.random_rows(xp, rows, n_cols, dtype, seed=n_cols)
+    x = checks.random_rows(xp, rows, n_cols, dtype, seed=n_cols)
     if kernel != "fast" and n_cols > osm.REGISTRY[kernel].max_cols:
         return {"error": None, "note": f"{kernel} holds at most {osm.REGISTRY[kernel].max_cols} columns"}
     if kernel == "softmax_02_online" and dtype != "float32":
         return {"error": None, "note": "softmax_02_online is fp32 only"}
     y = osm.softmax(x, variant=kernel)
-    passed, message = checks_fast.compare(y, x)
+    passed, message = checks.compare_softmax(y, x)
     chosen = dispatch.choose(n_rows, n_cols, dtype).variant.name if kernel == "fast" else kernel
     source = "real kernel" if live else f"NumPy model, {rows} rows"
     return {"passed": passed, "message": message, "kernel": chosen, "source": source}
@@ -75,7 +75,7 @@ def explorer(data: dict | None = None):
     n_widget = widgets.SelectionSlider(options=n_list, value=4096 if 4096 in n_list else n_list[0],
                                        description="N")
     batch_widget = widgets.Dropdown(options=[1, 10, 64, 4000], value=4000, description="batch")
-    dtype_widget = widgets.Dropdown(options=list(checks_fast.DTYPES), value="float32", description="dtype")
+    dtype_widget = widgets.Dropdown(options=list(checks.DTYPES), value="float32", description="dtype")
     kernel_widget = widgets.Dropdown(options=list(KERNELS), value="fast", description="kernel")
     out = widgets.Output()
 

@@ -2,7 +2,7 @@
 
 All timing goes through `timer` (the one timer); every device-time row carries bytes moved, GB/s
 and the fraction of the copy bandwidth measured in the same run. Correctness comes before timing:
-`check_output` (the fast kernels' rule, checks_fast.compare) and `check_call` / `compare_rows`
+`check_output` (the fast kernels' rule, checks.compare) and `check_call` / `compare_rows`
 (the same rule for softmax, log_softmax, logsumexp and masked softmax, a block of rows at a time).
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax import checks, checks_fast, reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.measure import timer
 from onlinesoftmax.reference import array_module
 
@@ -75,24 +75,24 @@ def clusters() -> tuple[bool, str]:
 
 def check_output(fn, x, out, poison) -> tuple[bool, str]:
     """Correctness before timing: poison `out`, run fn(x) once (it writes `out`), synchronize (surfaces CUDA
-    errors), compare with the float64 reference at the dtype's tolerance (checks_fast.compare)."""
+    errors), compare with the float64 reference at the dtype's tolerance (checks.compare)."""
     import cupy
 
     out[...] = poison
     fn(x)
     cupy.cuda.Device().synchronize()
-    if checks_fast.unwritten(out):
+    if checks.unwritten(out):
         return False, "outputs left unwritten"
-    return checks_fast.compare(out, x)
+    return checks.compare_softmax(out, x)
 
 
 # ---- correctness of a public call: softmax, log_softmax, logsumexp, masked softmax ------------------
 
 def poison(out) -> None:
-    """Fill `out` (numpy or cupy, any of the three dtypes) with checks_fast's poison, on its device."""
+    """Fill `out` (numpy or cupy, any of the three dtypes) with the checks module's poison, on its device."""
     name = out.dtype.name
     bits = {4: np.uint32, 2: np.uint16}[out.itemsize]
-    value = np.asarray(checks_fast.POISON[name], dtype=np.float32).astype(checks_fast.np_dtype(name))
+    value = np.asarray(checks.POISON[name], dtype=np.float32).astype(checks.np_dtype(name))
     out.view(bits).fill(int(value.view(bits)))
 
 
@@ -116,7 +116,7 @@ def _round_to(values32, dtype: str):
     if dtype == "float16":
         values32 = values32.astype(xp.float16).astype(xp.float32)
     elif dtype == "bfloat16":
-        values32 = checks_fast.round_to_bf16(values32)
+        values32 = checks.round_to_bf16(values32)
     return values32.astype(xp.float64)
 
 
@@ -124,7 +124,7 @@ def compare_rows(y, x, op: str = "softmax", mask=None, max_elements: int = 2**25
     """(passed, message): y = op(x (+ mask)) against the float64 reference, `max_elements` at a time.
 
     op: "softmax" (y in x's dtype), "log_softmax" (x's dtype) or "logsumexp" (float32, one per row).
-    The rule is the tests' (checks_fast.compare, tests/test_logsumexp.py): the error may be twice that
+    The rule is the tests' (checks.compare, tests/test_logsumexp.py): the error may be twice that
     of the same computation in the storage dtype (float32 math, rounded to the dtype) plus two ulps of
     the largest output (of max(largest, 1) for log_softmax and logsumexp; logsumexp adds 4 fp32 eps).
     numpy or cupy; blocks of rows keep the float64 temporaries small on big tensors.
@@ -142,7 +142,7 @@ def compare_rows(y, x, op: str = "softmax", mask=None, max_elements: int = 2**25
     for row0 in range(0, n_rows, block):
         row1 = min(n_rows, row0 + block)
         cut = mask if mask is None or isinstance(mask, str) or mask.ndim == 1 else mask[row0:row1]
-        x64 = _effective_logits(checks_fast.as_float64(x[row0:row1]), cut, row0)
+        x64 = _effective_logits(checks.as_float64(x[row0:row1]), cut, row0)
         x32 = x64.astype(xp.float32)
         if op == "softmax":
             ref, base = reference.softmax(x64), _round_to(reference.softmax_same_dtype(x32), dtype)
@@ -150,16 +150,16 @@ def compare_rows(y, x, op: str = "softmax", mask=None, max_elements: int = 2**25
             ref, base = reference.log_softmax(x64), _round_to(reference.log_softmax_same_dtype(x32), dtype)
         else:
             ref, base = reference.logsumexp(x64), reference.logsumexp_same_dtype(x32).astype(xp.float64)
-        err = max(err, checks.max_abs_error(checks_fast.as_float64(y[row0:row1]), ref))
+        err = max(err, checks.max_abs_error(checks.as_float64(y[row0:row1]), ref))
         block_base = checks.max_abs_error(base, ref)
         base_err = max(base_err, block_base if np.isfinite(block_base) else 0.0)
         finite = xp.abs(ref[xp.isfinite(ref)])
         if finite.size:
             scale = max(scale, float(finite.max()))
     if op == "softmax":
-        tol = 2.0 * base_err + 2.0 * checks_fast.EPS[dtype] * scale
+        tol = 2.0 * base_err + 2.0 * checks.EPS[dtype] * scale
     elif op == "log_softmax":
-        tol = 2.0 * base_err + 2.0 * checks_fast.EPS[dtype] * max(scale, 1.0)
+        tol = 2.0 * base_err + 2.0 * checks.EPS[dtype] * max(scale, 1.0)
     else:
         tol = 2.0 * base_err + 2.0 * EPS32 * max(scale, 1.0) + 4 * EPS32
     return bool(err <= tol), f"{op} {dtype}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
@@ -175,7 +175,7 @@ def check_call(fn, x, out, op: str = "softmax", mask=None) -> tuple[bool, str]:
         import cupy
 
         cupy.cuda.Device().synchronize()
-    left = checks_fast.unwritten(out)
+    left = checks.unwritten(out)
     if left:
         return False, f"{left} outputs left unwritten"
     return compare_rows(out, x, op, mask)

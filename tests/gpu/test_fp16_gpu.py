@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fp16, reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels.softmax_fp16 import row_heads, simulate_fp16
 
 pytestmark = pytest.mark.gpu
@@ -28,15 +28,15 @@ def rows_on_gpu(n_rows, n_cols, seed):
 
 
 def run_and_check(variant, x, out=None):
-    out = checks_fp16.poisoned_like(x) if out is None else out
+    out = checks.poisoned_like(x) if out is None else out
     y = osm.softmax(x, variant=variant, out=out)
     cp.cuda.Device().synchronize()
     assert y is out and y.dtype == cp.float16
-    assert checks_fp16.unwritten(y) == 0, f"{variant}: outputs left unwritten"
+    assert checks.unwritten(y) == 0, f"{variant}: outputs left unwritten"
     ref = reference.softmax(x)
     passed, message = checks.compare(y, ref, reference.softmax_same_dtype(x), np.float16)
     assert passed, f"{variant} {x.shape}: {message}"
-    excess = checks_fp16.fp16_rounding_excess(y, ref)
+    excess = checks.fp16_rounding_excess(y, ref)
     assert excess <= 1.0, f"{variant} {x.shape}: error {excess:.2f}x (fp32 math + one fp16 rounding)"
     return y
 
@@ -64,15 +64,15 @@ def test_rows_of_a_million(variant, n_cols):
 def test_misaligned_starts_and_odd_row_strides(variant):
     vec = VEC[variant]
     base = rows_on_gpu(9, 1003, 5)
-    out_base = checks_fp16.poisoned_like(base)
+    out_base = checks.poisoned_like(base)
     for start in range(vec + 1):
         view = base[:, start:start + 997]                       # row stride 1003: rows differ in alignment
         assert len(set(row_heads(view, vec).tolist())) > 1
         run_and_check(variant, view)                            # y aligned, x not: scalar stores
-        out_base.fill(checks_fp16.POISON_FP16)
+        out_base.fill(checks.POISON["float16"])
         run_and_check(variant, view, out=out_base[:, start:start + 997])   # same phase: vector stores
     aligned = rows_on_gpu(5, 1024, 6)
-    wider = checks_fp16.poisoned_like(rows_on_gpu(5, 1025, 6))
+    wider = checks.poisoned_like(rows_on_gpu(5, 1025, 6))
     run_and_check(variant, aligned, out=wider[:, 1:])           # x aligned, y not
     for view in (base[1::2, 3:-1], base[:, ::2], base.T[:500].T):
         run_and_check(variant, view)

@@ -12,7 +12,7 @@ import cupy as cp
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fast as cf, reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels import logsumexp_online as kl
 from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
 from onlinesoftmax.runtime.plan import get_runner
@@ -20,18 +20,18 @@ from onlinesoftmax.runtime.plan import get_runner
 pytestmark = pytest.mark.gpu
 
 EPS32 = float(np.finfo(np.float32).eps)
-DTYPES = cf.DTYPES
+DTYPES = checks.DTYPES
 LSE = osm.REGISTRY["logsumexp_01_online"]
 LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
 
 
 def gpu_rows(n_rows, n_cols, dtype="float32", seed=0, **kwargs):
-    return cf.random_rows(cp, n_rows, n_cols, dtype, seed=seed, **kwargs)
+    return checks.random_rows(cp, n_rows, n_cols, dtype, seed=seed, **kwargs)
 
 
 def to_dtype(x32, dtype):
     """A float32 cupy array rounded to `dtype` (bf16 through its bits)."""
-    return cf.from_float32(x32, dtype)
+    return checks.from_float32(x32, dtype)
 
 
 def rows_of(x):
@@ -47,7 +47,7 @@ def rows_of(x):
 def to_host(x):
     """cupy -> numpy, bf16 through its bits."""
     if x.dtype.name == "bfloat16":
-        return x.view(cp.uint16).get().view(cf.np_dtype("bfloat16"))
+        return x.view(cp.uint16).get().view(checks.np_dtype("bfloat16"))
     return x.get()
 
 
@@ -55,7 +55,7 @@ def lse_checked(x, out=None, **options):
     """LSE on a poisoned float32 output; synchronize (surfaces CUDA errors); nothing left unwritten."""
     x = rows_of(x)
     out = cp.empty(x.shape[0], cp.float32) if out is None else out
-    out.fill(checks.POISON)
+    out.fill(checks.POISON["float32"])
     get_runner(LSE, x, out, options)(x, out, **options)
     cp.cuda.Device().synchronize()
     assert out.dtype == cp.float32 and checks.unwritten(out) == 0, "LSE left outputs unwritten"
@@ -64,20 +64,20 @@ def lse_checked(x, out=None, **options):
 
 def log_softmax_checked(x, out=None, **options):
     """log_softmax on a poisoned output of x's dtype (a poison no log-probability can be); an `out`
-    passed in must come poisoned (cf.poisoned_like)."""
+    passed in must come poisoned (checks.poisoned_like)."""
     x = rows_of(x)
-    out = cf.poisoned_like(x) if out is None else out
-    assert cf.unwritten(out) == out.size, "pass a poisoned out"
+    out = checks.poisoned_like(x) if out is None else out
+    assert checks.unwritten(out) == out.size, "pass a poisoned out"
     get_runner(LOG_SOFTMAX, x, out, options)(x, out, **options)
     cp.cuda.Device().synchronize()
-    assert out.dtype == x.dtype and cf.unwritten(out) == 0, "log_softmax left outputs unwritten"
+    assert out.dtype == x.dtype and checks.unwritten(out) == 0, "log_softmax left outputs unwritten"
     return out
 
 
 def assert_lse_close(y, x):
     """checks.tolerance in float32, plus 4 fp32 eps: log l carries l's relative error (each exp2f is
     good to ~2 ulp). The baseline: the LSE in float32 of x (which float32 holds exactly)."""
-    x64 = cf.as_float64(rows_of(x))
+    x64 = checks.as_float64(rows_of(x))
     ref = reference.logsumexp(x64)
     err = checks.max_abs_error(y, ref)
     base_err = checks.max_abs_error(reference.logsumexp_same_dtype(x64.astype(cp.float32)), ref)
@@ -90,21 +90,21 @@ def rounded(y32, dtype):
     if dtype == "float16":
         return y32.astype(cp.float16).astype(cp.float64)
     if dtype == "bfloat16":   # NaN kept apart: round_to_bf16's bit trick carries NaN 0x7fffffff into the sign
-        return cp.where(cp.isnan(y32), cp.nan, cf.round_to_bf16(y32).astype(cp.float64))
+        return cp.where(cp.isnan(y32), cp.nan, checks.round_to_bf16(y32).astype(cp.float64))
     return y32.astype(cp.float64)
 
 
 def assert_log_softmax_close(y, x):
     dtype = x.dtype.name
     assert y.dtype == x.dtype
-    x64 = cf.as_float64(rows_of(x))
+    x64 = checks.as_float64(rows_of(x))
     ref = reference.log_softmax(x64)
-    err = checks.max_abs_error(cf.as_float64(y), ref)
+    err = checks.max_abs_error(checks.as_float64(y), ref)
     base_err = checks.max_abs_error(rounded(reference.log_softmax_same_dtype(x64.astype(cp.float32)), dtype), ref)
     base_err = base_err if np.isfinite(base_err) else 0.0
     finite = cp.abs(ref[cp.isfinite(ref)])
     scale = max(float(finite.max()) if finite.size else 1.0, 1.0)
-    tol = 2.0 * base_err + 2.0 * cf.EPS[dtype] * scale
+    tol = 2.0 * base_err + 2.0 * checks.EPS[dtype] * scale
     assert err <= tol, f"log_softmax {dtype} {x.shape}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
@@ -135,13 +135,13 @@ def test_rows_of_a_million(n_cols, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", (1, 3, 100, 257, 4097, 65536))
 def test_special_rows(n_cols, dtype):
-    x, nan_rows = cf.special_rows(cp, n_cols, dtype)
+    x, nan_rows = checks.special_rows(cp, n_cols, dtype)
     lse = lse_checked(x).get()
     assert lse[1] == -np.inf, "a row of all -inf has LSE -inf (log 0), not NaN"
     assert (np.isnan(lse) == (nan_rows & (np.arange(len(nan_rows)) != 1))).all()
     assert_lse_close(cp.asarray(lse), x)
     y = log_softmax_checked(x)
-    y_host, x_host = cf.as_float64(y).get(), cf.as_float64(x).get()
+    y_host, x_host = checks.as_float64(y).get(), checks.as_float64(x).get()
     assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows must be NaN"
     assert not np.isnan(y_host[~nan_rows]).any(), "unexpected NaN"
     assert (y_host[~nan_rows][np.isneginf(x_host[~nan_rows])] == -np.inf).all()
@@ -173,7 +173,7 @@ def test_output_with_another_alignment_than_the_input(dtype):
     """y's rows start at other 16-byte phases than x's: the kernel must fall back to scalar stores."""
     x_base = gpu_rows(5, 2051, dtype, seed=6)
     for x_view, shift in ((x_base[:, :2048], 1), (x_base[:, 1:2049], 0), (x_base[:, 3:2051], 2)):
-        out = cf.poisoned_like(x_base)[:, shift:shift + 2048]
+        out = checks.poisoned_like(x_base)[:, shift:shift + 2048]
         assert_log_softmax_close(log_softmax_checked(x_view, out=out), x_view)
     lse_base = cp.empty(6, cp.float32)
     x = x_base[:, :2048]
@@ -198,14 +198,14 @@ def test_gpu_kernels_match_their_models(dtype):
         lse_gpu, lse_model = lse_checked(x).get(), kl.simulate_logsumexp(host, phases=phases)
         assert lse_model.dtype == np.float32
         assert np.abs(lse_gpu - lse_model).max() <= 4 * EPS32 * max(1.0, np.abs(lse_model).max())
-        y_gpu = cf.as_float64(log_softmax_checked(x)).get()
+        y_gpu = checks.as_float64(log_softmax_checked(x)).get()
         y_model = kl.simulate_log_softmax(host, phases=phases)
         assert y_model.dtype == host.dtype
-        y_model = cf.as_float64(y_model)
+        y_model = checks.as_float64(y_model)
         if dtype == "float32":
             assert np.abs(y_gpu - y_model).max() <= 4 * EPS32 * max(1.0, np.abs(y_model).max())
         else:
-            ulp = np.abs(y_model) * cf.EPS[dtype]   # one ulp of the dtype at each value (at most)
+            ulp = np.abs(y_model) * checks.EPS[dtype]   # one ulp of the dtype at each value (at most)
             assert (np.abs(y_gpu - y_model) <= ulp + 1e-7).all()
 
 
@@ -215,7 +215,7 @@ def test_16_bit_entries_compute_in_float32():
     x32 = gpu_rows(9, 3000, seed=2)
     for dtype in ("float16", "bfloat16"):
         x = to_dtype(x32, dtype)
-        widened = cf.as_float64(x).astype(cp.float32)
+        widened = checks.as_float64(x).astype(cp.float32)
         a, b = lse_checked(x).get(), lse_checked(widened).get()
         assert np.abs(a - b).max() <= 4 * EPS32 * max(1.0, np.abs(b).max()), dtype
 

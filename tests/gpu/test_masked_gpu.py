@@ -4,7 +4,7 @@ edge matrix, fully masked rows, views, rows of a million, the sentinels, and bad
 Reference: the float64 softmax of the masked logits (`softmax_masked.reference_masked`);
 tolerance: twice the error of the same softmax computed in fp32 and rounded once to x's dtype,
 plus two ulps (checks.compare for float32; for fp16 / bf16 two ulps of the largest output, as
-checks_fast). The kernel is launched through its plan (runtime/plan.py's get_runner) with the
+checks.compare_softmax). The kernel is launched through its plan (runtime/plan.py's get_runner) with the
 options `prepare` makes, so these tests hold whatever the public function routes.
 """
 from functools import lru_cache
@@ -14,7 +14,7 @@ import cupy as cp
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, checks_fast as cf, reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
 from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
 from onlinesoftmax.runtime.plan import get_runner
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 
 MASKED = "softmax_03_online_masked"
 VARIANT = osm.REGISTRY[MASKED]
-DTYPES = cf.DTYPES
+DTYPES = checks.DTYPES
 KINDS = ("none", "causal", "padding", "additive rows x N", "additive N", "additive float",
          "causal + padding + additive", "padding, -1e6", "causal, -FLT_MAX")
 KINDS_16 = ("none", "causal + padding + additive", "padding, -1e6", "additive float")   # fp16 / bf16 edge matrix
@@ -31,7 +31,7 @@ KINDS_16 = ("none", "causal + padding + additive", "padding, -1e6", "additive fl
 
 @lru_cache(maxsize=None)
 def rows_on_gpu(n_rows, n_cols, seed, dtype="float32"):
-    return cf.random_rows(cp, n_rows, n_cols, dtype, seed=seed)
+    return checks.random_rows(cp, n_rows, n_cols, dtype, seed=seed)
 
 
 def mask_kwargs(kind, n_rows, n_cols, seed=0):
@@ -74,7 +74,7 @@ def launch(x, out=None, **kwargs):
     """The masked kernel on x through its plan; `out` (poisoned) defaults to a fresh poisoned array."""
     x = rows_of(x)
     options = options_of(x, kwargs)
-    y = cf.poisoned_like(x) if out is None else out
+    y = checks.poisoned_like(x) if out is None else out
     get_runner(VARIANT, x, y, options)(x, y, **options)
     return y
 
@@ -83,23 +83,23 @@ def rounded(y32, dtype):
     if dtype == "float16":
         return y32.astype(cp.float16).astype(cp.float64)
     if dtype == "bfloat16":   # NaN kept apart: round_to_bf16's bit trick carries NaN 0x7fffffff into the sign
-        return cp.where(cp.isnan(y32), cp.nan, cf.round_to_bf16(y32).astype(cp.float64))
+        return cp.where(cp.isnan(y32), cp.nan, checks.round_to_bf16(y32).astype(cp.float64))
     return y32.astype(cp.float64)
 
 
 def run_and_check(x, out=None, **kwargs):
     """Run on poisoned output, synchronize, check coverage, NaN pattern and error. Returns y."""
     dtype = x.dtype.name
-    out = cf.poisoned_like(x) if out is None else out
-    assert cf.unwritten(out) == out.size, "pass a poisoned out"
+    out = checks.poisoned_like(x) if out is None else out
+    assert checks.unwritten(out) == out.size, "pass a poisoned out"
     y = launch(x, out=out, **kwargs)
     cp.cuda.Device().synchronize()
-    assert y is out and y.dtype == x.dtype and cf.unwritten(y) == 0, "outputs left unwritten"
-    x64 = cf.as_float64(rows_of(x))
+    assert y is out and y.dtype == x.dtype and checks.unwritten(y) == 0, "outputs left unwritten"
+    x64 = checks.as_float64(rows_of(x))
     options = options_of(x64, kwargs)
     ref = reference_masked(x64, **options)
     baseline32 = reference.softmax_same_dtype(effective_logits(x64.astype(cp.float32), **options))
-    y64 = cf.as_float64(y)
+    y64 = checks.as_float64(y)
     assert bool((cp.isnan(y64) == cp.isnan(ref)).all()), "NaN pattern differs from the reference"
     if dtype == "float32":
         passed, message = checks.compare(y, ref, baseline32, np.float32)
@@ -109,7 +109,7 @@ def run_and_check(x, out=None, **kwargs):
         base_err = base_err if np.isfinite(base_err) else 0.0
         finite = cp.abs(ref[cp.isfinite(ref)])
         scale = float(finite.max()) if finite.size else 1.0
-        tol = 2.0 * base_err + 2.0 * cf.EPS[dtype] * scale
+        tol = 2.0 * base_err + 2.0 * checks.EPS[dtype] * scale
         passed, message = bool(err <= tol), f"{dtype}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
     assert passed, f"{x.shape}: {message}"
     return y
@@ -125,12 +125,12 @@ def checked_kinds(dtype):
 def test_edge_matrix(kind, dtype, n_rows, n_cols):
     x = rows_on_gpu(n_rows, n_cols, n_rows * 7919 + n_cols, dtype)
     kwargs = mask_kwargs(kind, n_rows, n_cols, seed=n_cols)
-    y64 = cf.as_float64(run_and_check(x, **kwargs))
+    y64 = checks.as_float64(run_and_check(x, **kwargs))
     fully_masked_row0 = kind in ("padding", "additive rows x N", "causal + padding + additive")
     if fully_masked_row0:
         assert bool(cp.isnan(y64[0]).all()), "a fully masked row must be NaN (as torch)"
     if kind == "padding, -1e6":
-        assert bool(cp.allclose(y64[0], 1.0 / n_cols, rtol=max(1e-5, cf.EPS[dtype]))), "fully masked with -1e6: uniform"
+        assert bool(cp.allclose(y64[0], 1.0 / n_cols, rtol=max(1e-5, checks.EPS[dtype]))), "fully masked with -1e6: uniform"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -147,9 +147,9 @@ def test_causal_is_torch_is_causal(shape, dtype):
     """Row i keeps columns j <= i (ones(L, S).tril(0)) for tall, wide and square matrices."""
     x = rows_on_gpu(*shape, 5, dtype)
     y = run_and_check(x, mask="causal")
-    y64 = cf.as_float64(y)
+    y64 = checks.as_float64(y)
     keep = cp.tril(cp.ones(shape, dtype=bool))
-    assert bool((y64[~keep] == 0).all()) and bool(cp.allclose(y64.sum(axis=1), 1.0, rtol=max(1e-5, cf.EPS[dtype])))
+    assert bool((y64[~keep] == 0).all()) and bool(cp.allclose(y64.sum(axis=1), 1.0, rtol=max(1e-5, checks.EPS[dtype])))
     if dtype != "float32":
         return
     try:
@@ -169,27 +169,27 @@ def test_views_strided_and_misaligned(kind, dtype):
     base = rows_on_gpu(9, 1001, 5, dtype)
     for view in (base[:, 1:], base[::2], base[1::3, 3:-2], base[:, ::2], base.T[:500].T):
         run_and_check(view, **mask_kwargs(kind, *view.shape, seed=2))
-    out_base = cf.poisoned_like(base)
+    out_base = checks.poisoned_like(base)
     run_and_check(base[:, 1:], out=out_base[:, 1:], **mask_kwargs(kind, 9, 1000, seed=3))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_matches_the_model(dtype):
     """fp32: to 2e-6 relative; fp16 / bf16: to one ulp of the dtype (both round fp32 values once)."""
-    host = cf.random_rows(np, 300, 257, dtype, seed=11)
+    host = checks.random_rows(np, 300, 257, dtype, seed=11)
     rng = np.random.default_rng(0)
     mask = np.where(rng.random((300, 257)) < 0.6, 0.0, -np.inf).astype(np.float32)
     lengths = rng.integers(0, 258, 300)
     for kwargs in ({"mask": "causal"}, {"mask": mask, "valid_lengths": lengths},
                    {"mask": mask[0]}, {"valid_lengths": lengths, "mask_value": -1e6}, {}):
-        gpu = cf.as_float64(launch(cf.on_device(cp, host), **kwargs)).get()
-        model = cf.as_float64(osm.api.run(VARIANT, host, **options_of(host, kwargs)))
+        gpu = checks.as_float64(launch(checks.on_device(cp, host), **kwargs)).get()
+        model = checks.as_float64(osm.api.run(VARIANT, host, **options_of(host, kwargs)))
         assert np.array_equal(np.isnan(gpu), np.isnan(model))
         if dtype == "float32":
             np.testing.assert_allclose(gpu, model, rtol=2e-6, atol=1e-12)
         else:
             keep = ~np.isnan(model)
-            assert (np.abs(gpu - model)[keep] <= np.abs(model)[keep] * cf.EPS[dtype] + 1e-30).all(), kwargs
+            assert (np.abs(gpu - model)[keep] <= np.abs(model)[keep] * checks.EPS[dtype] + 1e-30).all(), kwargs
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
@@ -197,14 +197,14 @@ def test_16_bit_entries_are_the_float32_entry_rounded_once(dtype):
     """x widened exactly, the same fp32 arithmetic, one rounding: bit for bit the fp32 entry's
     output on the widened input, rounded to the dtype."""
     x = rows_on_gpu(300, 257, 13, dtype)
-    widened = cf.as_float64(x).astype(cp.float32)
+    widened = checks.as_float64(x).astype(cp.float32)
     for kind in KINDS:
         kwargs = mask_kwargs(kind, 300, 257, seed=4)
         y = launch(x, **kwargs)
         y32 = launch(widened, **kwargs)
-        expected = y32.astype(cp.float16) if dtype == "float16" else cf.from_float32(y32, "bfloat16")
+        expected = y32.astype(cp.float16) if dtype == "float16" else checks.from_float32(y32, "bfloat16")
         nan = cp.isnan(y32)   # compared apart: NaN has many bit patterns (and round_to_bf16 loses some)
-        same = cp.where(nan, cp.isnan(cf.as_float64(y)), y.view(cp.uint16) == expected.view(cp.uint16))
+        same = cp.where(nan, cp.isnan(checks.as_float64(y)), y.view(cp.uint16) == expected.view(cp.uint16))
         assert bool(same.all()), f"{kind}: {int((~same).sum())} outputs differ"
 
 
@@ -223,24 +223,24 @@ def test_sentinels_on_fully_masked_rows_and_low_logits():
     assert abs(float(right[1, :10].sum()) - 1.0) < 1e-5 and bool((right[1, 10:] == 0).all())
     for dtype in ("float16", "bfloat16"):   # fully masked rows in 16 bits: NaN with -inf, 1/40 with a sentinel
         x16 = rows_on_gpu(3, 40, 7, dtype)
-        assert bool(cp.isnan(cf.as_float64(run_and_check(x16, valid_lengths=lengths))[0]).all())
+        assert bool(cp.isnan(checks.as_float64(run_and_check(x16, valid_lengths=lengths))[0]).all())
         for sentinel in (-1e6, -FLT_MAX):
-            y = cf.as_float64(run_and_check(x16, valid_lengths=lengths, mask_value=sentinel))
-            assert bool(cp.allclose(y[0], 1 / 40, rtol=cf.EPS[dtype])) and bool((y[1, 10:] == 0).all())
+            y = checks.as_float64(run_and_check(x16, valid_lengths=lengths, mask_value=sentinel))
+            assert bool(cp.allclose(y[0], 1 / 40, rtol=checks.EPS[dtype])) and bool((y[1, 10:] == 0).all())
 
 
 def test_host_masks_with_gpu_input_and_the_model_agree():
     """Through the public function (masks route to the masked kernel), in every dtype."""
     for dtype in DTYPES:
-        host = cf.random_rows(np, 7, 100, dtype, seed=4)
+        host = checks.random_rows(np, 7, 100, dtype, seed=4)
         mask = np.where(np.random.default_rng(1).random(100) < 0.5, 0.0, -np.inf)   # float64 on the host
-        gpu = osm.softmax(cf.on_device(cp, host), mask=mask, valid_lengths=[0, 1, 2, 50, 99, 100, 100])
+        gpu = osm.softmax(checks.on_device(cp, host), mask=mask, valid_lengths=[0, 1, 2, 50, 99, 100, 100])
         model = osm.softmax(host, mask=mask, valid_lengths=[0, 1, 2, 50, 99, 100, 100])
         assert gpu.dtype == host.dtype and model.dtype == host.dtype
-        gpu, model = cf.as_float64(gpu).get(), cf.as_float64(model)
+        gpu, model = checks.as_float64(gpu).get(), checks.as_float64(model)
         assert np.array_equal(np.isnan(gpu), np.isnan(model))
         keep = ~np.isnan(model)
-        rtol = 2e-6 if dtype == "float32" else cf.EPS[dtype]
+        rtol = 2e-6 if dtype == "float32" else checks.EPS[dtype]
         assert (np.abs(gpu - model)[keep] <= rtol * np.abs(model)[keep] + 1e-12).all(), dtype
 
 

@@ -15,7 +15,7 @@ SPLIT = osm.REGISTRY["softmax_06_split_merge"]
 def run_checked(x, out=None, **options):
     """Split-merge softmax on a poisoned output; synchronize; nothing left unwritten."""
     out = checks.poisoned_like(x) if out is None else out
-    out.fill(checks.POISON)
+    out.fill(checks.POISON["float32"])
     y = osm.api.run(SPLIT, x, out=out, **options)
     cp.cuda.Device().synchronize()
     assert y is out and checks.unwritten(y) == 0, "outputs left unwritten"
