@@ -244,3 +244,18 @@ def fp16_rounding_excess(y, ref) -> float:
     half_ulp = 2.0 ** (exponent - 11)
     allowed = half_ulp + 2.0**-16 * xp.abs(ref) + 2.0**-25
     return float((xp.abs(y - ref) / allowed).max())
+
+
+def run_checked(fn, x, shape=None, dtype=None):
+    """fn(x, out) on a poisoned `out` (x's shape and dtype unless given); on a GPU, synchronize so that
+    a CUDA error surfaces here; every element must have been written. Returns out."""
+    out = poisoned_like(x, dtype=dtype, shape=shape)
+    result = fn(x, out)
+    assert result is out, "the function must fill and return the given out"
+    if array_module(out) is not np:
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+    missing = unwritten(out)
+    assert missing == 0, f"{missing} of {out.size} outputs were never written"
+    return out
