@@ -178,7 +178,7 @@ def _finish(result, x_shape, axis: int, per_row: bool):
 def _call(function: str, family: str, x, axis, variant, out, options: dict, choose):
     """The slow path: validate, choose, plan, run; remember the plan for the fast path when it applies."""
     on_gpu = check_array(x, function)
-    asked_axis = axis   # the fast path looks the call up by the axis as the caller wrote it
+    asked_axis = axis   # the fast path finds the call by the axis as the caller wrote it
     axis = normalize_axis(axis, x.ndim, function)
     check_length(x, axis, function)
     rows, is_view = as_rows(x, axis)
@@ -217,15 +217,19 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
     if direct and is_view and not options and variant in AUTO and y.flags.c_contiguous:
         if len(_fast_path) >= FAST_PATH_LIMIT:
             _fast_path.clear()
-        _fast_path[(function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, asked_axis,
-                    _current_stream().ptr)] = (runner, out_shape, out_dtype)
+        _fast_path[_fast_key(function, x, asked_axis)] = (runner, out_shape, out_dtype)
     return _finish(y, x.shape, axis, per_row)
+
+
+def _fast_key(function: str, x, axis):
+    """What a repeated auto call is found by: the function, x's layout and device, the axis as the
+    caller wrote it, the stream. One function for storing and for looking up."""
+    return (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, _current_stream().ptr)
 
 
 def _fast(function: str, x, axis):
     """The hot path of a repeated auto call: one lookup, one allocation, one launch (None on a miss)."""
-    hit = _fast_path.get((function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis,
-                          _current_stream().ptr))
+    hit = _fast_path.get(_fast_key(function, x, axis))
     if hit is None or _current_device() != x.data.device_id:
         return None
     runner, shape, dtype = hit
