@@ -75,35 +75,13 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
         row_y[j] = Row::from_float(expf(masked_logit<Row>(row_x, row_mask, j, limit, fill) - stats.m) * inv_l);
 }
 
-extern "C" __global__ void softmax_03_online_masked_f32(const float* __restrict__ x, float* __restrict__ y,
-                                                        int n_cols, long long x_row_stride,
-                                                        long long y_row_stride,
-                                                        const float* __restrict__ mask,
-                                                        long long mask_row_stride, int mask_rows,
-                                                        const int* __restrict__ valid_lengths,
-                                                        int causal_rows, float fill) {
-    masked_softmax_row<F32Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
-                               mask_rows, valid_lengths, causal_rows, fill);
-}
+#define SOFTMAX_03(TAG, ROW)                                                                        \
+    extern "C" __global__ void softmax_03_online_masked_##TAG(                                      \
+        const ROW::Elem* __restrict__ x, ROW::Elem* __restrict__ y, int n_cols, long long x_row_stride, \
+        long long y_row_stride, const float* __restrict__ mask, long long mask_row_stride,         \
+        int mask_rows, const int* __restrict__ valid_lengths, int causal_rows, float fill) {       \
+        masked_softmax_row<ROW>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,    \
+                                mask_rows, valid_lengths, causal_rows, fill);                       \
+    }
 
-extern "C" __global__ void softmax_03_online_masked_f16(const half_bits* __restrict__ x,
-                                                        half_bits* __restrict__ y, int n_cols,
-                                                        long long x_row_stride, long long y_row_stride,
-                                                        const float* __restrict__ mask,
-                                                        long long mask_row_stride, int mask_rows,
-                                                        const int* __restrict__ valid_lengths,
-                                                        int causal_rows, float fill) {
-    masked_softmax_row<F16Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
-                               mask_rows, valid_lengths, causal_rows, fill);
-}
-
-extern "C" __global__ void softmax_03_online_masked_bf16(const bfloat16_bits* __restrict__ x,
-                                                         bfloat16_bits* __restrict__ y, int n_cols,
-                                                         long long x_row_stride, long long y_row_stride,
-                                                         const float* __restrict__ mask,
-                                                         long long mask_row_stride, int mask_rows,
-                                                         const int* __restrict__ valid_lengths,
-                                                         int causal_rows, float fill) {
-    masked_softmax_row<BF16Row>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,
-                                mask_rows, valid_lengths, causal_rows, fill);
-}
+SOFTMAX_03(f32, F32Row) SOFTMAX_03(f16, F16Row) SOFTMAX_03(bf16, BF16Row)
