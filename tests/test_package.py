@@ -1,0 +1,88 @@
+"""CPU tier: the package is a house a newcomer can walk — rooms named after the book's concepts,
+imports that run one way (no module imports a module that imports it back), no module too long
+to read in one sitting, and one registry as the only list of kernels."""
+import ast
+from pathlib import Path
+
+import onlinesoftmax as osm
+from onlinesoftmax.runtime.loader import KERNELS_DIR, REPO_ROOT
+
+PACKAGE = REPO_ROOT / "onlinesoftmax"
+ROOMS = {"runtime", "kernels", "measure", "book"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every onlinesoftmax module `path` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("onlinesoftmax"):
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if (PACKAGE.parent / (candidate.replace(".", "/") + ".py")).exists()
+                          or (PACKAGE.parent / candidate.replace(".", "/")).is_dir() else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("onlinesoftmax")}
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]):
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_imports_run_one_way():
+    edges = graph()
+    # the package's __init__ imports everything to register the kernels; nothing may import it back
+    edges = {k: {m for m in v if m != "onlinesoftmax"} for k, v in edges.items()}
+    assert find_cycle(edges) is None, f"import cycle: {' -> '.join(find_cycle(edges))}"
+
+
+def test_the_cycle_finder_can_fail():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_rooms_and_module_sizes():
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == ROOMS
+    long = {str(p.relative_to(REPO_ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"modules over 400 lines: {long}"
+
+
+def test_every_kernel_file_is_registered_under_its_stem():
+    """The registry is the only list of kernels: every .cu is a registered variant named by its stem,
+    and every entry a variant launches starts with that stem."""
+    stems = {p.stem for p in KERNELS_DIR.rglob("*.cu")}
+    registered = {v.path.stem for v in osm.REGISTRY.values()}
+    assert stems == registered, (stems ^ registered)
+    for variant in osm.REGISTRY.values():
+        assert variant.name == variant.path.stem or variant.defines, variant.name
+        for entry in variant.launched_entries:
+            assert entry == variant.path.stem or entry.startswith(variant.path.stem + "_"), entry
