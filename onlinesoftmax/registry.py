@@ -23,6 +23,10 @@ from onlinesoftmax.runtime.loader import KERNELS_DIR
 MAX_COLS = 2**31 - 2**16
 
 
+# Build tags of the storage dtypes in entry names: <file stem>_<tag>[_...] (softmax_08_registers_f16_v8_n4_t256).
+DTYPE_TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
 @dataclass(frozen=True)
 class Launch:
     """Launch geometry for one call: grid and block (x, y, z) and dynamic shared memory."""
@@ -69,6 +73,13 @@ class Variant:
         """Every entry the launcher may launch (`entries`, or just `entry_name`)."""
         names = self.entries(self) if callable(self.entries) else self.entries
         return tuple(names) or (self.entry_name,)
+
+    def dtype_entry(self, dtype: str) -> str:
+        """The entry `<file stem>_<tag>` of a kernel with one entry per dtype (a define build keeps its
+        file's entries)."""
+        if dtype not in self.dtypes:
+            raise TypeError(f"{self.name} takes {', '.join(self.dtypes)}, got {dtype}")
+        return f"{self.path.stem}_{DTYPE_TAGS[dtype]}"
 
     def bytes_moved(self, n_rows: int, n_cols: int, itemsize: int) -> int:
         """Bytes the access model says this variant moves through DRAM."""
@@ -117,6 +128,11 @@ def resolve(name: str, family: str) -> Variant:
         return matches[0]
     known = ", ".join(sorted({v.name for v in variants(family)} | {v.short for v in variants(family) if v.short}))
     raise ValueError(f"unknown {family} variant {name!r}; known: {known}")
+
+
+def dtype_entries(variant: Variant) -> tuple[str, ...]:
+    """`Variant.entries` of a kernel with one entry per dtype."""
+    return tuple(variant.dtype_entry(dtype) for dtype in variant.dtypes)
 
 
 def compile_configurations():

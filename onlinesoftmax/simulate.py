@@ -115,3 +115,15 @@ def thread_partials(x: np.ndarray, n_threads: int, f, reduce, init_value) -> np.
         return (np.where(valid, reduce(state[0], f(values)), state[0]).astype(F32),)
 
     return strided_scan(x, n_threads, init, step)[0]
+
+
+def data_address(a) -> int:
+    """The first byte of a numpy or cupy array (numpy first: .data of a bfloat16 numpy array raises)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def row_heads(x, boundary_bytes: int = 16) -> np.ndarray:
+    """Per row of a 2-D array (numpy or cupy): the elements before the row's first address that is a
+    multiple of `boundary_bytes` (the scalar head a kernel with aligned vector loads peels off)."""
+    starts = data_address(x) + np.arange(x.shape[0], dtype=np.int64) * x.strides[0]
+    return ((boundary_bytes - starts % boundary_bytes) % boundary_bytes) // x.itemsize

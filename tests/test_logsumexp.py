@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.registry import DTYPE_TAGS
 from onlinesoftmax import checks, merge, reference
 from onlinesoftmax.book import exercises_logsumexp as ex
 from onlinesoftmax.kernels import logsumexp_online as kl
@@ -137,9 +139,9 @@ def test_every_group_size(group):
             assert log_softmax_compare(osm.api.run(LOG_SOFTMAX, xd, group=group), xd)[0], (dtype, group, n_cols)
 
 
-def test_row_phases_follow_the_addresses():
+def test_row_heads_follow_the_addresses():
     base = np.zeros((4, 1003), np.float32)
-    phases = kl.row_phases(base[:, 1:])
+    phases = sim.row_heads(base[:, 1:])
     start = (base.ctypes.data + 4) % 16
     expected = [((16 - (start + r * 1003 * 4) % 16) % 16) // 4 for r in range(4)]
     assert list(phases) == expected and len(set(phases)) > 1
@@ -148,7 +150,7 @@ def test_row_phases_follow_the_addresses():
         view = halves[:, 3:]
         start = view.ctypes.data % 16
         expected = [((16 - (start + r * 77 * 2) % 16) % 16) // 2 for r in range(3)]
-        assert list(kl.row_phases(view)) == expected and all(0 <= p < 8 for p in expected), dtype
+        assert list(sim.row_heads(view)) == expected and all(0 <= p < 8 for p in expected), dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -180,7 +182,7 @@ def test_16_bit_models_are_the_float32_model_rounded_once():
             xd = checks.to_dtype(x, dtype)
             widened = xd.astype(np.float32)
             group = kl.group_size(n_cols, 8)
-            phases = kl.row_phases(xd)
+            phases = sim.row_heads(xd)
             m, l = kl.group_reduce(*kl.lane_states(widened, group, kl.LAYOUTS[dtype], phases), group)
             with np.errstate(all="ignore"):
                 expected = ((widened - m[:, None]) - np.log(l)[:, None]).astype(np.float32).astype(xd.dtype)
@@ -212,13 +214,12 @@ def test_one_variant_per_file_with_an_entry_per_dtype():
         assert variant.dtypes == DTYPES
         assert variant.launched_entries == (f"{stem}_f32", f"{stem}_f16", f"{stem}_bf16")
         assert variant.entry_name == f"{stem}_f32"
-        assert [kl.entry_for(variant, d) for d in DTYPES] == list(variant.launched_entries)
+        assert [variant.dtype_entry(d) for d in DTYPES] == list(variant.launched_entries)
         assert all(name.startswith(stem + "_") for name in variant.launched_entries)
         with pytest.raises(TypeError):
-            kl.entry_for(variant, "float64")
+            variant.dtype_entry("float64")
     assert not [name for name in osm.REGISTRY if name.startswith(("log_softmax_01_online_", "logsumexp_01_online_"))], \
         "the dtypes are entries of one variant, not variants of their own"
-    assert kl.TAGS == {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # the fast kernels' tags
 
 
 class FakeKernel:
@@ -253,12 +254,12 @@ def test_plan_builders_pick_the_entry_of_the_dtype(dtype, fake_kernels):
     run = LSE.plan(LSE, x, np.zeros(5, np.float32))
     run(x, np.zeros(5, np.float32))
     kernel = fake_kernels[-1]
-    assert kernel.entry == f"logsumexp_01_online_{kl.TAGS[dtype]}"
+    assert kernel.entry == f"logsumexp_01_online_{DTYPE_TAGS[dtype]}"
     grid, block, args = kernel.launches[0]
     assert args[2:] == (5, 4096, 4096, kl.group_size(4096, vec)) and block == (max(256, kl.group_size(4096, vec)),)
     y = np.zeros_like(x)
     LOG_SOFTMAX.plan(LOG_SOFTMAX, x, y)(x, y)
-    assert fake_kernels[-1].entry == f"log_softmax_01_online_{kl.TAGS[dtype]}"
+    assert fake_kernels[-1].entry == f"log_softmax_01_online_{DTYPE_TAGS[dtype]}"
     with pytest.raises(TypeError, match="float32"):
         LSE.plan(LSE, x, np.zeros(5, np.float16 if dtype == "float32" else np.float64))
     with pytest.raises(TypeError):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
+from onlinesoftmax.registry import DTYPE_TAGS
 from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels import softmax_masked as km
 from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
@@ -122,10 +123,10 @@ def test_one_variant_with_an_entry_per_dtype():
     assert VARIANT.dtypes == DTYPES
     assert VARIANT.launched_entries == (f"{MASKED}_f32", f"{MASKED}_f16", f"{MASKED}_bf16")
     assert VARIANT.entry_name == f"{MASKED}_f32"
-    assert [km.entry_for(VARIANT, d) for d in DTYPES] == list(VARIANT.launched_entries)
+    assert [VARIANT.dtype_entry(d) for d in DTYPES] == list(VARIANT.launched_entries)
     assert not [name for name in osm.REGISTRY if name.startswith(MASKED + "_")]
     with pytest.raises(TypeError):
-        km.entry_for(VARIANT, "float64")
+        VARIANT.dtype_entry("float64")
 
 
 class FakeKernel:
@@ -146,7 +147,7 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
     assert options["mask"].dtype == np.float32
     y = np.zeros_like(x)
     VARIANT.plan(VARIANT, x, y, **options)(x, y, **options)
-    assert built[-1].entry == f"{MASKED}_{km.TAGS[dtype]}"
+    assert built[-1].entry == f"{MASKED}_{DTYPE_TAGS[dtype]}"
     grid, block, args = built[-1].launches[0]
     assert grid == (4,) and block == (256,) and args[5] is options["mask"]
     assert (args[6], args[7]) == (8, 1), "one mask row of 8, used by every row (row i reads mask row i mod 1)"

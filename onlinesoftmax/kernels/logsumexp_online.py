@@ -15,12 +15,11 @@ numpy float32, float16 and bfloat16 (ml_dtypes) and return the same dtypes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.registry import Launch, Variant, register
+from onlinesoftmax.registry import Launch, Variant, dtype_entries, register
 from onlinesoftmax.runtime.loader import get_kernel
 
 F32 = np.float32
@@ -42,21 +41,6 @@ class RowLayout:
 LAYOUTS = {"float32": RowLayout(vec=4, unroll=4), "float16": RowLayout(vec=8, unroll=2),
            "bfloat16": RowLayout(vec=8, unroll=2)}
 DTYPES = tuple(LAYOUTS)
-TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # the fast kernels' build tags
-
-
-def entry_for(variant: Variant, dtype: str) -> str:
-    """The extern "C" entry of `variant` for input dtype `dtype`: `<file stem>_<tag>` (a define
-    build, `<name>_unguarded` say, keeps its file's entries)."""
-    if dtype not in variant.dtypes:
-        raise TypeError(f"{variant.name} takes {', '.join(variant.dtypes)}, got {dtype}")
-    return f"{Path(variant.file).stem}_{TAGS[dtype]}"
-
-
-def _entries(variant: Variant) -> tuple[str, ...]:
-    return tuple(entry_for(variant, dtype) for dtype in variant.dtypes)
-
-
 def group_size(n_cols: int, vec: int) -> int:
     """Lanes per row: the power of two near n_vectors / VECTORS_PER_LANE, within 4 .. 1024."""
     wanted = max(1, -(-(n_cols // vec) // VECTORS_PER_LANE))
@@ -81,14 +65,6 @@ def geometry_for(dtype: str):
 
 # --- the model --------------------------------------------------------------------------------
 
-def row_phases(x) -> np.ndarray:
-    """Per row: elements from the row's start to its first 16-byte boundary (numpy or cupy)."""
-    # numpy first: x.data of a bfloat16 numpy array raises (the buffer protocol has no bf16)
-    address = x.ctypes.data if isinstance(x, np.ndarray) else x.data.ptr
-    starts = address + np.arange(x.shape[0], dtype=np.int64) * x.strides[0]
-    return ((16 - starts % 16) % 16) // x.itemsize
-
-
 def push_exp2(state, values, guards: bool = True):
     """online_push_exp2: fold values[..., k] into (m, l) with one re-scale and a tree sum."""
     m, l = state
@@ -106,7 +82,7 @@ def lane_states(x, group: int, layout: RowLayout, phases=None):
     """Every lane's (m, l) after its share of the row, shape (n_rows, group) each."""
     x32 = np.asarray(x).astype(F32)  # fp16 / bf16 -> fp32 is exact, as cvt.f32.f16 / the shift
     n_rows, n_cols = x32.shape
-    phases = row_phases(x) if phases is None else np.asarray(phases)
+    phases = sim.row_heads(x) if phases is None else np.asarray(phases)
     m = np.full((n_rows, group), sim.NEG_INF, F32)
     l = np.zeros((n_rows, group), F32)
     lanes = np.arange(group)
@@ -191,7 +167,7 @@ def simulate_log_softmax(x, group: int | None = None, phases=None) -> np.ndarray
 
 def _plan(variant: Variant, x, y, group: int | None, per_element_output: bool):
     dtype = x.dtype.name
-    entry = entry_for(variant, dtype)
+    entry = variant.dtype_entry(dtype)
     out_dtype = dtype if per_element_output else "float32"   # the LSE is float32 for every input
     if y.dtype.name != out_dtype:
         raise TypeError(f"{variant.name} on {dtype} input writes {out_dtype}, got an output of {y.dtype.name}")
@@ -225,11 +201,11 @@ register(Variant(
     short="online", story="LSE = m + log l from the online state: one read per element, 16-byte loads",
     geometry=geometry_for("float32"), simulate=simulate_logsumexp, plan=plan_logsumexp,
     reads_per_element=1, writes_per_element=0, features=frozenset({ONE_VALUE_PER_ROW}),
-    dtypes=DTYPES, entry="logsumexp_01_online_f32", entries=_entries))
+    dtypes=DTYPES, entry="logsumexp_01_online_f32", entries=dtype_entries))
 
 register(Variant(
     name="log_softmax_01_online", family="log_softmax", file="logsumexp/log_softmax_01_online.cu",
     short="online", story="log-softmax = (x - m) - log l: the statistics pass, then one output pass",
     geometry=geometry_for("float32"), simulate=simulate_log_softmax, plan=plan_log_softmax,
     reads_per_element=2, writes_per_element=1,
-    dtypes=DTYPES, entry="log_softmax_01_online_f32", entries=_entries))
+    dtypes=DTYPES, entry="log_softmax_01_online_f32", entries=dtype_entries))

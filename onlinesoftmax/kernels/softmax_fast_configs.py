@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onlinesoftmax.registry import Launch
+from onlinesoftmax.registry import DTYPE_TAGS, Launch
+from onlinesoftmax.simulate import data_address, row_heads as sim_row_heads
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
 DTYPES = ("float32", "float16", "bfloat16")
-TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMS_H200 = 132
 SHARED_LIMIT_BYTES = 227 * 1024 - 1024      # dynamic shared memory per block, minus the static part
@@ -66,11 +66,6 @@ def vector_width(dtype) -> int:
     return 16 // ITEMSIZE[dtype_name(dtype)]
 
 
-def data_address(a) -> int:
-    """The first byte of a numpy or cupy array (numpy first: .data of a bfloat16 numpy array raises)."""
-    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
-
-
 def aligned_for_vectors(x, y) -> bool:
     """The condition of the V > 1 builds of softmax_09 .. 12: x's and y's rows (2-D, unit column
     stride) lie at the same offset from a 16-byte boundary in every row, x_row % 16 == y_row % 16
@@ -99,8 +94,7 @@ def row_heads(x, vec: int) -> np.ndarray:
     n_rows, n_cols = x.shape
     if vec == 1:
         return np.zeros(n_rows, dtype=np.int64)
-    starts = data_address(x) + np.arange(n_rows, dtype=np.int64) * x.strides[0]
-    return np.minimum((16 - starts % 16) % 16 // x.itemsize, n_cols)
+    return np.minimum(sim_row_heads(x), n_cols)
 
 
 def pow2_at_least(n: int) -> int:
@@ -247,7 +241,7 @@ def launches_11(n_rows: int, plan: ChunkPlan) -> tuple[Launch, Launch]:
 
 
 def entry(stem: str, dtype: str, vec: int, suffix: str = "") -> str:
-    return f"{stem}_{TAGS[dtype]}_v{vec}{suffix}"
+    return f"{stem}_{DTYPE_TAGS[dtype]}_v{vec}{suffix}"
 
 
 # ---- geometry (fp32, a contiguous x and a fresh y) for the registry ---------------------------

@@ -18,14 +18,7 @@ F32 = np.float32
 
 def row_heads(x, vec: int) -> np.ndarray:
     """Per row: how many halves lie before the row's first (2 * vec)-byte aligned address."""
-    n_rows = x.shape[0]
-    if type(x).__module__.startswith("cupy"):
-        base = x.data.ptr
-    else:
-        base = x.__array_interface__["data"][0]
-    aligned_bytes = 2 * vec
-    addresses = base + np.arange(n_rows, dtype=np.int64) * x.strides[0]
-    return ((aligned_bytes - addresses % aligned_bytes) % aligned_bytes) // 2
+    return sim.row_heads(x, 2 * vec)
 
 
 def schedule(n_cols: int, head: int, vec: int, n_threads: int = BLOCK_THREADS):

@@ -15,34 +15,18 @@ computes in fp32 as the fp32 entry does, and rounds y once to x's dtype; so does
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row
 from onlinesoftmax.reference import array_module
-from onlinesoftmax.registry import Variant, register
+from onlinesoftmax.registry import Variant, dtype_entries, register
 from onlinesoftmax.runtime.loader import get_kernel
 
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
 DTYPES = ("float32", "float16", "bfloat16")
-TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # the fast kernels' build tags
-
-
-def entry_for(variant: Variant, dtype: str) -> str:
-    """The extern "C" entry of `variant` for x's dtype: `<file stem>_<tag>` (a define build,
-    `softmax_03_online_masked_unguarded` say, keeps its file's entries)."""
-    if dtype not in variant.dtypes:
-        raise TypeError(f"{variant.name} takes {', '.join(variant.dtypes)}, got {dtype}")
-    return f"{Path(variant.file).stem}_{TAGS[dtype]}"
-
-
-def _entries(variant: Variant) -> tuple[str, ...]:
-    return tuple(entry_for(variant, dtype) for dtype in variant.dtypes)
-
-
 def _as_module_of(x, a):
     """`a` as an array of x's kind (numpy or cupy)."""
     if array_module(x) is np:
@@ -182,7 +166,7 @@ def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=N
     """Runner on 2-D cupy arrays; options as returned by `prepare` (None = nullptr). The mask and
     the lengths are passed on every call; their layout is part of the plan. The entry follows
     x's dtype; y must have x's dtype, the mask must be float32."""
-    entry = entry_for(variant, x.dtype.name)
+    entry = variant.dtype_entry(x.dtype.name)
     if y.dtype != x.dtype:
         raise TypeError(f"{variant.name}: y must have x's dtype {x.dtype.name}, got {y.dtype.name}")
     if mask is not None and mask.dtype != np.float32:
@@ -207,4 +191,4 @@ MASKED = register(Variant(
     geometry=block_per_row, simulate=simulate_masked, plan=plan_masked,
     reads_per_element=2, writes_per_element=1,
     features=frozenset({"mask", "causal", "valid_lengths"}),
-    dtypes=DTYPES, entry="softmax_03_online_masked_f32", entries=_entries))
+    dtypes=DTYPES, entry="softmax_03_online_masked_f32", entries=dtype_entries))
