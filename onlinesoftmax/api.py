@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.registry import MAX_COLS, REGISTRY, Variant, variants
+from onlinesoftmax.registry import DTYPES, MAX_COLS, REGISTRY, Variant, variants
 from onlinesoftmax.runtime import device, loader
 from onlinesoftmax.runtime.plan import get_runner
 
@@ -25,7 +25,6 @@ try:  # cupy imports without a GPU; the hot path compares types, so it needs the
 except Exception:  # pragma: no cover - cupy is a requirement
     _cupy = _CUPY_ARRAY = None
 
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
 FAST_PATH_LIMIT = 4096
 _fast_path: dict = {}     # (function, layout of x, axis, device, stream) -> (runner, output shape, output dtype)
@@ -47,7 +46,7 @@ def check_array(x, function: str):
                         f"convert with numpy.asarray(x, dtype=numpy.float32) or cupy.asarray(...)")
     if x.ndim == 0:
         raise ValueError(f"{function} needs at least one axis, got a 0-d array; use x.reshape(1)")
-    if x.dtype.name not in FLOAT_DTYPES:
+    if x.dtype.name not in DTYPES:
         hint = ("float64 is not computed here (the kernels work in float32): convert with x.astype('float32')"
                 if x.dtype.name == "float64" else "convert with x.astype('float32')")
         raise TypeError(f"{function} takes float32, float16 or bfloat16, got {x.dtype.name}; {hint}")

@@ -14,11 +14,11 @@ import numpy as np
 
 from onlinesoftmax import reference
 from onlinesoftmax.reference import array_module
+from onlinesoftmax.registry import DTYPES
 
 EDGE_COLS = (1, 2, 3, 31, 33, 100, 255, 256, 257, 1000, 4096, 4097, 65536)
 EDGE_ROWS = (1, 7, 4000)
 HUGE_COLS = (1_048_576, 1_000_003)   # "a few rows of 1M"
-DTYPES = ("float32", "float16", "bfloat16")
 EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 # finite in each dtype and > 1: an unwritten element cannot pass as NaN or as a probability
 POISON = {"float32": 1.2345e30, "float16": 4321.0, "bfloat16": 1.0e30}

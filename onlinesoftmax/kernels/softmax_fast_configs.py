@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onlinesoftmax.registry import DTYPE_TAGS, Launch
+from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Launch
 from onlinesoftmax.simulate import data_address, row_heads as sim_row_heads
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
-DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMS_H200 = 132
 SHARED_LIMIT_BYTES = 227 * 1024 - 1024      # dynamic shared memory per block, minus the static part

@@ -21,12 +21,11 @@ import numpy as np
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row
 from onlinesoftmax.reference import array_module
-from onlinesoftmax.registry import Variant, dtype_entries, register
+from onlinesoftmax.registry import DTYPES, Variant, dtype_entries, register
 from onlinesoftmax.runtime.loader import get_kernel
 
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
-DTYPES = ("float32", "float16", "bfloat16")
 def _as_module_of(x, a):
     """`a` as an array of x's kind (numpy or cupy)."""
     if array_module(x) is np:
