@@ -20,14 +20,14 @@ from onlinesoftmax.runtime.plan import get_runner
 try:  # cupy imports without a GPU; the hot path compares types, so it needs the class itself
     import cupy as _cupy
     _CUPY_ARRAY = _cupy.ndarray
-    _cupy_empty, _current_device = _cupy.empty, _cupy.cuda.runtime.getDevice
+    _cupy_ndarray, _current_device = _cupy.ndarray, _cupy.cuda.runtime.getDevice
     _current_stream = _cupy.cuda.get_current_stream
 except Exception:  # pragma: no cover - cupy is a requirement
     _cupy = _CUPY_ARRAY = None
 
 AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
 FAST_PATH_LIMIT = 4096
-_fast_path: dict = {}     # (function, layout of x, axis, device, stream) -> (runner, output shape, output dtype)
+_fast_path: dict = {}     # _call_key(...) -> (runner, output shape, output dtype, x and out extents, masked)
 
 
 # ---- what the caller passed ------------------------------------------------------------------
@@ -174,10 +174,12 @@ def _finish(result, x_shape, axis: int, per_row: bool):
     return result if axis == len(x_shape) - 1 else xp.moveaxis(result, -1, axis)
 
 
-def _call(function: str, family: str, x, axis, variant, out, options: dict, choose):
-    """The slow path: validate, choose, plan, run; remember the plan for the fast path when it applies."""
+def _call(function: str, family: str, x, axis, variant, out, options: dict, choose, key=None, given=()):
+    """The slow path: validate, choose, plan, run. With `key` (the call's fast-path key, _call_key),
+    remember the runner under it when a repeat of the call can skip all of this: x used in place
+    (no copy), and every array option (`given`: the caller's mask, lengths) passed to the kernel as
+    the caller's own memory."""
     on_gpu = check_array(x, function)
-    asked_axis = axis   # the fast path finds the call by the axis as the caller wrote it
     axis = normalize_axis(axis, x.ndim, function)
     check_length(x, axis, function)
     rows, is_view = as_rows(x, axis)
@@ -211,29 +213,85 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
         y = _cupy.empty(rows.shape[:1] if per_row else rows.shape, dtype=out_dtype)
     runner = get_runner(chosen, rows, y, options)
     runner(rows, y, **options)
-    if out is not None:
-        return out
-    if direct and is_view and not options and variant in AUTO and y.flags.c_contiguous:
-        if len(_fast_path) >= FAST_PATH_LIMIT:
-            _fast_path.clear()
-        _fast_path[_fast_key(function, x, asked_axis)] = (runner, out_shape, out_dtype)
-    return _finish(y, x.shape, axis, per_row)
+    if key is not None and direct and is_view and (out is not None or y.flags.c_contiguous) \
+            and _passed_as_given(options, given, x):
+        _remember(key, runner, out_shape, out_dtype, x, out, options)
+    return out if out is not None else _finish(y, x.shape, axis, per_row)
 
 
-def _fast_key(function: str, x, axis):
-    """What a repeated auto call is found by: the function, x's layout and device, the axis as the
-    caller wrote it, the stream. One function for storing and for looking up."""
-    return (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, _current_stream().ptr)
+# ---- the fast path: a repeated call is one lookup, one allocation, one launch ------------------
+
+def _layout(a) -> tuple:
+    return (a.shape, a.strides, a.dtype, a.data.ptr & 15, a.data.device_id)
 
 
-def _fast(function: str, x, axis):
-    """The hot path of a repeated auto call: one lookup, one allocation, one launch (None on a miss)."""
-    hit = _fast_path.get(_fast_key(function, x, axis))
+def _call_key(function: str, x, axis, variant, out=None, mask=None, valid_lengths=None, mask_value=-np.inf):
+    """What a repeated call is found by (None: this call has no fast path): the function, x's layout
+    (shape, strides, dtype, 16-byte phase, device), the axis and the variant as the caller wrote
+    them, the current stream, and the layouts of out, of an additive mask and of the lengths. One
+    function for storing and for looking up."""
+    key = (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, _current_stream().ptr)
+    if variant == "auto" and out is None and mask is None and valid_lengths is None and mask_value == -np.inf:
+        return key   # the most common call: nothing else to look at
+    if type(variant) is not str or type(mask_value) not in (float, int) or \
+            (out is not None and type(out) is not _CUPY_ARRAY) or \
+            (valid_lengths is not None and type(valid_lengths) is not _CUPY_ARRAY):
+        return None
+    if mask is None or (isinstance(mask, str) and mask == "causal"):
+        mask_key = mask
+    elif type(mask) is _CUPY_ARRAY:
+        mask_key = _layout(mask)
+    else:
+        return None
+    return key + (variant, None if out is None else _layout(out), mask_key,
+                  None if valid_lengths is None else _layout(valid_lengths), mask_value)
+
+
+def _passed_as_given(options: dict, given, x) -> bool:
+    """Did the kernel get the caller's own mask / lengths arrays (no conversion, same GPU as x)?"""
+    for name, array in zip(("mask", "valid_lengths"), given):
+        used = options.get(name)
+        if used is None:
+            continue
+        if type(array) is not _CUPY_ARRAY or used.data.ptr != array.data.ptr or \
+                array.data.device_id != x.data.device_id:
+            return False
+    return True
+
+
+def _extent(a) -> tuple[int, int]:
+    """Bytes [low, high) around a.data.ptr that the array can touch."""
+    low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides)) + a.itemsize
+    return low, high
+
+
+def _remember(key, runner, shape, dtype, x, out, options) -> None:
+    if len(_fast_path) >= FAST_PATH_LIMIT:
+        _fast_path.clear()
+    extents = None if out is None else (*_extent(x), *_extent(out))
+    masked = options.get("mask") is not None or options.get("valid_lengths") is not None
+    _fast_path[key] = (runner, shape, dtype, extents, masked)
+
+
+def _fast(key, x, out=None, mask=None, valid_lengths=None):
+    """The hot path of a repeated call: one lookup, one allocation (none with out=), one launch;
+    None on a miss."""
+    hit = _fast_path.get(key)
     if hit is None or _current_device() != x.data.device_id:
         return None
-    runner, shape, dtype = hit
-    y = _cupy_empty(shape, dtype)
-    runner(x, y)
+    runner, shape, dtype, extents, masked = hit
+    if out is None:
+        y = _cupy_ndarray(shape, dtype)
+    else:
+        x_low, x_high, out_low, out_high = extents
+        if x.data.ptr + x_low < out.data.ptr + out_high and out.data.ptr + out_low < x.data.ptr + x_high:
+            return None   # out overlaps x: the slow path says so
+        y = out
+    if masked:
+        runner(x, y, mask=mask if type(mask) is _CUPY_ARRAY else None, valid_lengths=valid_lengths)
+    else:
+        runner(x, y)
     return y
 
 
@@ -270,24 +328,27 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
     row. Removed columns take `mask_value` (-inf: a fully masked row is NaN, as in torch; -1e6:
     uniform).
     """
-    if type(x) is _CUPY_ARRAY and variant == "auto" and out is None and mask is None and valid_lengths is None \
-            and mask_value == -np.inf:
-        y = _fast("softmax", x, axis)
+    key = None
+    if type(x) is _CUPY_ARRAY:
+        key = _call_key("softmax", x, axis, variant, out, mask, valid_lengths, mask_value)
+        y = None if key is None else _fast(key, x, out, mask, valid_lengths)
         if y is not None:
             return y
     options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
-    return _call("softmax", "softmax", x, axis, variant, out, options, _choose_softmax)
+    return _call("softmax", "softmax", x, axis, variant, out, options, _choose_softmax, key, (mask, valid_lengths))
 
 
 def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
     """log softmax(x) = x - logsumexp(x) along `axis`, in x's dtype (numpy: model, cupy: kernel).
 
     A row of all -inf gives NaN (as torch). float32, float16, bfloat16; any number of dimensions."""
-    if type(x) is _CUPY_ARRAY and variant == "auto" and out is None:
-        y = _fast("log_softmax", x, axis)
+    key = None
+    if type(x) is _CUPY_ARRAY:
+        key = _call_key("log_softmax", x, axis, variant, out)
+        y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
-    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _only("log_softmax_01_online"))
+    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _only("log_softmax_01_online"), key)
 
 
 def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
@@ -295,11 +356,13 @@ def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
 
     The axis is removed from the shape. A row of all -inf gives -inf; a row holding NaN or +inf
     gives NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
-    if type(x) is _CUPY_ARRAY and variant == "auto" and out is None:
-        y = _fast("logsumexp", x, axis)
+    key = None
+    if type(x) is _CUPY_ARRAY:
+        key = _call_key("logsumexp", x, axis, variant, out)
+        y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
-    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"))
+    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"), key)
 
 
 def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:

@@ -22,6 +22,11 @@ for shape in ((1, 1), (7, 100), (3, 4097), (300, 257)):
             osm.softmax(x, variant="softmax_03_online_masked", **kwargs)
         osm.softmax(x, mask="causal", valid_lengths=cp.zeros(shape[0], cp.int32))
         osm.softmax(x.reshape(1, *shape), mask="causal")
+        # (2, q, N) scores with one (q, N) mask; lengths outside [0, N]; repeated (the fast path)
+        x3 = cp.stack([x, x])
+        for _ in range(2):
+            osm.softmax(x3, mask=cp.zeros(shape, cp.float32))
+            osm.softmax(x, valid_lengths=cp.asarray([-5, shape[1] + 7] * shape[0], cp.int32)[:shape[0]])
 for name in ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8"):
     base = checks.random_rows(cp, 5, 1003, "float16", seed=2, max_offset=8)
     out = checks.poisoned_like(base)

@@ -272,17 +272,19 @@ class FakeDeviceArray:
         return FakeDeviceArray(self.array.reshape(*shape))
 
 
-@pytest.mark.parametrize("axis", (-1, 1))
-def test_a_repeated_auto_call_takes_the_fast_path(monkeypatch, axis):
-    """The second softmax(x) with the same layout is one lookup and one launch: the slow path (_call)
-    must not run again, whatever way the caller wrote the axis (a stored key under the normalized axis
-    once made every axis=-1 call miss: 25-40 us per call on the H200)."""
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The API's cupy path without a GPU: FakeDeviceArray for cupy arrays, runners that record the
+    kernel they would launch, and a record of the calls that took the slow path (_call)."""
     launches, slow_calls = [], []
-    fake_cupy = type("FakeCupy", (), {"empty": staticmethod(lambda shape, dtype=None: FakeDeviceArray(np.empty(shape, dtype))),
-                                      "ascontiguousarray": staticmethod(lambda a: a)})
+    fake_cupy = type("FakeCupy", (), {
+        "empty": staticmethod(lambda shape, dtype=None: FakeDeviceArray(np.empty(shape, dtype))),
+        "ndarray": staticmethod(lambda shape, dtype=None: FakeDeviceArray(np.empty(shape, dtype))),
+        "ascontiguousarray": staticmethod(lambda a: a),
+        "may_share_memory": staticmethod(lambda a, b: np.may_share_memory(a.array, b.array))})
     monkeypatch.setattr(api, "_CUPY_ARRAY", FakeDeviceArray)
     monkeypatch.setattr(api, "_cupy", fake_cupy)
-    monkeypatch.setattr(api, "_cupy_empty", fake_cupy.empty)
+    monkeypatch.setattr(api, "_cupy_ndarray", fake_cupy.ndarray)
     monkeypatch.setattr(api, "_current_device", lambda: 0)
     monkeypatch.setattr(api, "_current_stream", lambda: type("Stream", (), {"ptr": 0})())
     monkeypatch.setattr(device, "is_cupy_array", lambda a: isinstance(a, FakeDeviceArray))
@@ -290,10 +292,57 @@ def test_a_repeated_auto_call_takes_the_fast_path(monkeypatch, axis):
     real_call = api._call
     monkeypatch.setattr(api, "_call", lambda *args: slow_calls.append(args[0]) or real_call(*args))
     api._fast_path.clear()
-    x = FakeDeviceArray(np.zeros((3, 50), np.float32))
-    for _ in range(3):
-        y = osm.softmax(x, axis=axis)
-        assert y.shape == (3, 50)
-    assert slow_calls == ["softmax"], "only the first call may take the slow path"
-    assert len(launches) == 3
+    yield launches, slow_calls
     api._fast_path.clear()
+
+
+FAST_CALLS = {
+    "softmax auto axis=-1": lambda x, out: osm.softmax(x),
+    "softmax auto axis=1": lambda x, out: osm.softmax(x, axis=1),
+    "softmax by name": lambda x, out: osm.softmax(x, variant="softmax_08_registers"),
+    "softmax by short name": lambda x, out: osm.softmax(x, variant="warp_per_row"),
+    "softmax out=": lambda x, out: osm.softmax(x, out=out),
+    "softmax causal": lambda x, out: osm.softmax(x, mask="causal"),
+    "softmax causal, mask_value=-1e6": lambda x, out: osm.softmax(x, mask="causal", mask_value=-1e6),
+    "log_softmax": lambda x, out: osm.log_softmax(x),
+    "log_softmax out=": lambda x, out: osm.log_softmax(x, out=out),
+    "logsumexp": lambda x, out: osm.logsumexp(x),
+    "logsumexp by name": lambda x, out: osm.logsumexp(x, variant="logsumexp_01_online"),
+}
+
+
+@pytest.mark.parametrize("call", FAST_CALLS)
+def test_a_repeated_call_takes_the_fast_path(fake_gpu, call):
+    """The second call with the same layout and arguments is one lookup and one launch: the slow path
+    (_call) must not run again, whatever way the caller wrote the axis, the variant (auto, a name),
+    out= or a causal mask (a stored key under the normalized axis once made every axis=-1 call
+    miss: 25-40 us per call on the H200). The additive-mask and lengths forms need real cupy
+    arrays: tests/gpu/test_masked_gpu.py checks them."""
+    launches, slow_calls = fake_gpu
+    x = FakeDeviceArray(np.zeros((3, 50), np.float32))
+    out_shape = (3,) if call.startswith("logsumexp") else (3, 50)
+    out = FakeDeviceArray(np.zeros(out_shape, np.float32))
+    for _ in range(3):
+        y = FAST_CALLS[call](x, out)
+        assert y.shape == out_shape
+        assert (y is out) == ("out=" in call)
+    assert slow_calls == [call.split()[0]], "only the first call may take the slow path"
+    assert len(launches) == 3 and len(set(launches)) == 1
+
+
+def test_the_fast_path_keeps_the_checks_that_depend_on_addresses(fake_gpu):
+    """A key holds layouts, not addresses: an out= that overlaps x at the next call, or a call on
+    another GPU, goes back to the slow path, which refuses or handles it."""
+    launches, slow_calls = fake_gpu
+    both = FakeDeviceArray(np.zeros((2, 4, 48), np.float32))   # x and out: the same layout, 16-byte phase
+    x, out = FakeDeviceArray(both.array[0]), FakeDeviceArray(both.array[1])
+    osm.softmax(x, out=out)
+    osm.softmax(x, out=out)
+    assert slow_calls == ["softmax"]
+    assert api._call_key("softmax", x, -1, "auto", out) == api._call_key("softmax", x, -1, "auto", x)
+    with pytest.raises(ValueError, match="overlaps"):
+        osm.softmax(x, out=x)
+    assert slow_calls == ["softmax"] * 2
+    api._current_device = lambda: 1   # restored by the fixture's monkeypatch
+    with pytest.raises(ValueError, match="GPU 0"):
+        osm.softmax(x)

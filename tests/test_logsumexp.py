@@ -241,8 +241,23 @@ def fake_kernels(monkeypatch):
         built.append(FakeKernel(entry))
         return built[-1]
 
+    def prepare_launch(fn, grid, block, shared, cluster, types, fixed=None, **flags):
+        def launch(*values):   # the whole argument list, as the kernel would see it
+            given = iter(values)
+            fn.launches.append((tuple(grid), tuple(block),
+                                tuple(fixed[i] if i in fixed else next(given) for i in range(len(types)))))
+        return launch
+
     monkeypatch.setattr(kl, "get_kernel", get_kernel)
+    monkeypatch.setattr(kl.driver, "prepare_launch", prepare_launch)
     return built
+
+
+class Addressed:
+    """A numpy array with a device-style address (.data.ptr), as a runner reads it."""
+
+    def __init__(self, array):
+        self.data = type("Pointer", (), {"ptr": array.ctypes.data})()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -251,14 +266,16 @@ def test_plan_builders_pick_the_entry_of_the_dtype(dtype, fake_kernels):
     from the dtype's vector width, takes a float32 LSE output and an x-dtype log_softmax output."""
     x = checks.to_dtype(np.zeros((5, 4096), np.float32), dtype)
     vec = kl.LAYOUTS[dtype].vec
-    run = LSE.plan(LSE, x, np.zeros(5, np.float32))
-    run(x, np.zeros(5, np.float32))
+    lse = np.zeros(5, np.float32)
+    run = LSE.plan(LSE, x, lse)
+    run(Addressed(x), Addressed(lse))
     kernel = fake_kernels[-1]
     assert kernel.entry == f"logsumexp_01_online_{DTYPE_TAGS[dtype]}"
     grid, block, args = kernel.launches[0]
     assert args[2:] == (5, 4096, 4096, kl.group_size(4096, vec)) and block == (max(256, kl.group_size(4096, vec)),)
     y = np.zeros_like(x)
-    LOG_SOFTMAX.plan(LOG_SOFTMAX, x, y)(x, y)
+    LOG_SOFTMAX.plan(LOG_SOFTMAX, x, y)(Addressed(x), Addressed(y))
+    assert fake_kernels[-1].launches[0][2][:2] == (x.ctypes.data, y.ctypes.data)
     assert fake_kernels[-1].entry == f"log_softmax_01_online_{DTYPE_TAGS[dtype]}"
     with pytest.raises(TypeError, match="float32"):
         LSE.plan(LSE, x, np.zeros(5, np.float16 if dtype == "float32" else np.float64))

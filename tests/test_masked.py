@@ -137,20 +137,39 @@ class FakeKernel:
         self.launches.append((grid, block, args))
 
 
+class Addressed:
+    """A numpy array with a device-style address (.data.ptr), as the runner reads it."""
+
+    def __init__(self, array):
+        self.array, self.data = array, type("Pointer", (), {"ptr": array.ctypes.data})()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
-    """Without a GPU: the entry follows x's dtype; y must have x's dtype; the mask stays float32."""
-    built = []
+    """Without a GPU: the entry follows x's dtype; y must have x's dtype; the mask stays float32;
+    the sizes are packed once and a call passes the four addresses (x, y, mask, lengths)."""
+    built, launches = [], []
     monkeypatch.setattr(km, "get_kernel", lambda path, entry, defines=(): built.append(FakeKernel(entry)) or built[-1])
+
+    def prepare_launch(fn, grid, block, shared, cluster, types, fixed=None, **flags):
+        launches.append({"grid": tuple(grid), "block": tuple(block), "types": types, "fixed": fixed, "calls": []})
+        return lambda *values: launches[-1]["calls"].append(values)
+    monkeypatch.setattr(km.driver, "prepare_launch", prepare_launch)
     x = checks.to_dtype(np.zeros((4, 8), np.float32), dtype)
-    options = prepare(x, np.zeros(8, np.float64), [1, 2, 3, 4], -1e6)
+    options = prepare(x, np.zeros(8, np.float64), np.array([1, 2, 3, 4], np.int32), -1e6)
     assert options["mask"].dtype == np.float32
     y = np.zeros_like(x)
-    VARIANT.plan(VARIANT, x, y, **options)(x, y, **options)
+    runner = VARIANT.plan(VARIANT, x, y, **options)
     assert built[-1].entry == f"{MASKED}_{DTYPE_TAGS[dtype]}"
-    grid, block, args = built[-1].launches[0]
-    assert grid == (4,) and block == (256,) and args[5] is options["mask"]
-    assert (args[6], args[7]) == (8, 1), "one mask row of 8, used by every row (row i reads mask row i mod 1)"
+    launch = launches[-1]
+    assert launch["grid"] == (4,) and launch["block"] == (256,) and len(launch["types"]) == 11
+    assert (launch["fixed"][6], launch["fixed"][7]) == (8, 1), "one mask row of 8, used by every row (row i mod 1)"
+    assert launch["fixed"][2] == 8 and launch["fixed"][9] == 0 and launch["fixed"][10] == np.float32(-1e6)
+    mask, lengths = Addressed(options["mask"]), Addressed(options["valid_lengths"])
+    runner(Addressed(x), Addressed(y), mask=mask, valid_lengths=lengths)
+    runner(Addressed(x), Addressed(y))
+    assert launch["calls"][0] == (x.ctypes.data, y.ctypes.data, mask.data.ptr, lengths.data.ptr)
+    assert launch["calls"][1][2:] == (None, None), "no mask: null pointers"
     with pytest.raises(TypeError):
         VARIANT.plan(VARIANT, x, np.zeros((4, 8), np.float64))
     with pytest.raises(TypeError):
@@ -240,8 +259,6 @@ def test_additive_neg_flt_max_overflows_to_neg_inf_for_negative_logits():
     ({"mask": np.zeros((4, 8), np.int32)}, TypeError, "floats"),
     ({"mask": [[0.0] * 8] * 4}, TypeError, "array"),
     ({"mask": "anticausal"}, ValueError, "causal"),
-    ({"valid_lengths": [1, 2, 9, 3]}, ValueError, r"\[0, N\]"),
-    ({"valid_lengths": [1, -1, 2, 3]}, ValueError, r"\[0, N\]"),
     ({"valid_lengths": [1, 2, 3]}, ValueError, "one entry per row"),
     ({"valid_lengths": [1.0, 2.0, 3.0, 4.0]}, TypeError, "integers"),
     ({"mask": "causal", "mask_value": np.nan}, ValueError, "mask_value"),
@@ -275,6 +292,24 @@ def test_masked_kernel_takes_the_three_float_dtypes_only():
         y = osm.softmax(x, mask="causal")
         assert y.dtype == x.dtype
         assert (checks.as_float64(y)[3, :4] == 0.25).all() and (checks.as_float64(y)[3, 4:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_lengths_outside_the_row_keep_or_remove_it_all(dtype):
+    """valid_lengths is never read on the host (no synchronization per call): a length past N keeps
+    the whole row, a length <= 0 removes it (NaN with -inf, as torch; uniform with a finite fill),
+    whatever the integer type (an int64 length past 2^31 must not wrap around into a short one)."""
+    x = checks.random_rows(np, 4, 9, seed=3)
+    lengths = np.array([12, 2**31 + 3 if dtype == "int64" else 200, 0, 5]).astype(dtype)
+    if dtype != "uint8":
+        lengths[2] = -4 if dtype != "uint8" else 0
+    y = osm.softmax(x, valid_lengths=lengths)
+    whole = reference.softmax(x.astype(np.float64))
+    np.testing.assert_allclose(y[:2], whole[:2], rtol=2e-6, atol=1e-12)
+    assert np.isnan(y[2]).all()
+    np.testing.assert_allclose(y[3], reference.softmax(x[3:4, :5].astype(np.float64))[0].tolist() + [0] * 4,
+                               rtol=2e-6, atol=1e-12)
+    assert np.allclose(osm.softmax(x, valid_lengths=lengths, mask_value=-1e6)[2], 1 / 9)
 
 
 def test_padding_and_additive_masks_from_the_definition():

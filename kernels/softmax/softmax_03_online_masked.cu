@@ -28,7 +28,8 @@
 //               strided (unit column stride), scalar accesses (any alignment);
 //               mask == nullptr: no additive mask; valid_lengths == nullptr: no padding;
 //               causal_rows == 0: no causal mask; mask_rows >= 1 divides nothing (any value);
-//               0 <= valid_lengths[i] <= N (checked on the host). With fill = -inf a fully
+//               any valid_lengths[i] (>= N keeps the row, <= 0 removes it; never read on the
+//               host, so no synchronization). With fill = -inf a fully
 //               masked row gives NaN (0/0), as torch.softmax does; with a finite fill
 //               (-1e6, -FLT_MAX) it gives the uniform distribution 1/N.
 #include "online_rows.cuh"

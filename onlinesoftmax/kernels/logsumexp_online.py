@@ -14,12 +14,14 @@ numpy float32, float16 and bfloat16 (ml_dtypes) and return the same dtypes.
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.registry import Launch, Variant, dtype_entries, register
+from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
 F32 = np.float32
@@ -176,13 +178,14 @@ def _plan(variant: Variant, x, y, group: int | None, per_element_output: bool):
     check_group(group)
     geometry = launch_for(n_rows, group)
     kernel = get_kernel(variant.path, entry, variant.defines)
-    sizes = [np.int32(n_rows), np.int32(n_cols), np.int64(x.strides[0] // x.itemsize)]
-    if per_element_output:
-        sizes.append(np.int64(y.strides[0] // y.itemsize))
-    sizes = (*sizes, np.int32(group))
+    sizes = [n_rows, n_cols, x.strides[0] // x.itemsize] + ([y.strides[0] // y.itemsize] if per_element_output else [])
+    types = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_longlong) \
+        + ((ctypes.c_longlong,) if per_element_output else ()) + (ctypes.c_int,)
+    launch = driver.prepare_launch(kernel, geometry.grid, geometry.block, 0, 1, types,
+                                   fixed={2 + i: value for i, value in enumerate((*sizes, group))})
 
     def run(x, y, **_):
-        kernel(geometry.grid, geometry.block, (x, y, *sizes))
+        launch(x.data.ptr, y.data.ptr)
     return run
 
 

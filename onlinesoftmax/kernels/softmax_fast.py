@@ -42,6 +42,11 @@ def _strides(x, y):
     return np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize)
 
 
+def _fixed(first: int, *values) -> dict:
+    """The fixed parameters of a launch (driver.prepare_launch): values from parameter `first` on."""
+    return {first + i: value for i, value in enumerate(values)}
+
+
 def _cache(plan, cache_elems, v):
     return plan.cache_elems if cache_elems is None else min(plan.cache_elems, cache_elems // v * v)
 
@@ -52,10 +57,11 @@ def plan_07(variant: Variant, x, y, vec: int | None = None):
     nv, g = config_07(x.shape[1], dtype, v)
     fn = get_kernel(variant.path, entry(variant.name, dtype, v, f"_n{nv}_g{g}"))
     grid, block = (-(-x.shape[0] // (WARP_ROWS_BLOCK // g)),), (WARP_ROWS_BLOCK,)
-    sizes = (np.int32(x.shape[0]), np.int32(x.shape[1]), *_strides(x, y))
+    launch = driver.prepare_launch(fn, grid, block, 0, 1, (POINTER, POINTER, INT, INT, LONG, LONG),
+                                   fixed=_fixed(2, x.shape[0], x.shape[1], *_strides(x, y)))
 
     def run(x, y, **_):
-        fn(grid, block, (x, y, *sizes))
+        launch(x.data.ptr, y.data.ptr)
     return run
 
 
@@ -64,11 +70,11 @@ def plan_08(variant: Variant, x, y, vec: int | None = None):
     v = _vec_for(x, y, vec)
     nv, t = config_08(x.shape[1], dtype, v)
     fn = get_kernel(variant.path, entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
-    grid, block = (x.shape[0],), (t,)
-    sizes = (np.int32(x.shape[1]), *_strides(x, y))
+    launch = driver.prepare_launch(fn, (x.shape[0],), (t,), 0, 1, (POINTER, POINTER, INT, LONG, LONG),
+                                   fixed=_fixed(2, x.shape[1], *_strides(x, y)))
 
     def run(x, y, **_):
-        fn(grid, block, (x, y, *sizes))
+        launch(x.data.ptr, y.data.ptr)
     return run
 
 
@@ -79,12 +85,12 @@ def plan_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int | N
     cache = _cache(chunks, cache_elems, v)
     fn = get_kernel(variant.path, entry(variant.name, dtype, v))
     shared = cache * ITEMSIZE[dtype]
-    driver.raise_shared_limit(fn, shared)
-    grid, block = (x.shape[0],), (chunks.threads,)
-    sizes = (np.int32(x.shape[1]), *_strides(x, y), np.int32(cache))
+    launch = driver.prepare_launch(fn, (x.shape[0],), (chunks.threads,), shared, 1,
+                                   (POINTER, POINTER, INT, LONG, LONG, INT),
+                                   fixed=_fixed(2, x.shape[1], *_strides(x, y), cache))
 
     def run(x, y, **_):
-        fn(grid, block, (x, y, *sizes), shared_mem=shared)
+        launch(x.data.ptr, y.data.ptr)
     return run
 
 
@@ -116,12 +122,11 @@ def plan_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
     v = _vec_for(x, y, vec, any_start=True)
     chunks, name, cache, shared, _ = _resident_cluster_plan(variant, x, dtype, v, n_chunks, cache_elems)
     launch = driver.prepare_launch(get_kernel(variant.path, name), (x.shape[0] * chunks.n_chunks,),
-                                   (chunks.threads,), shared, chunks.n_chunks, CLUSTER_ARGS)
-    x_stride, y_stride = (int(s) for s in _strides(x, y))
-    n_cols, chunk = x.shape[1], chunks.chunk_elems
+                                   (chunks.threads,), shared, chunks.n_chunks, CLUSTER_ARGS,
+                                   fixed=_fixed(2, x.shape[1], *_strides(x, y), chunks.chunk_elems, cache))
 
     def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr, n_cols, x_stride, y_stride, chunk, cache)
+        launch(x.data.ptr, y.data.ptr)
     return run
 
 
@@ -138,12 +143,11 @@ def plan_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
     clusters = min(x.shape[0], resident if max_clusters is None else max(1, min(resident, max_clusters)))
     launch = driver.prepare_launch(get_kernel(variant.path, name), (clusters * chunks.n_chunks,),
                                    (chunks.threads,), shared, chunks.n_chunks,
-                                   (POINTER, POINTER, INT, INT, LONG, LONG, INT, INT))
-    x_stride, y_stride = (int(s) for s in _strides(x, y))
-    n_rows, n_cols, chunk = x.shape[0], x.shape[1], chunks.chunk_elems
+                                   (POINTER, POINTER, INT, INT, LONG, LONG, INT, INT),
+                                   fixed=_fixed(2, *x.shape, *_strides(x, y), chunks.chunk_elems, cache))
 
     def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr, n_rows, n_cols, x_stride, y_stride, chunk, cache)
+        launch(x.data.ptr, y.data.ptr)
     return run
 
 
@@ -163,24 +167,20 @@ def plan_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
     stats = get_kernel(variant.path, entry("softmax_11_split_stats", dtype, v))
     output = get_kernel(variant.path, entry("softmax_11_split_output", dtype, v))
     stats_launch, output_launch = launches_11(x.shape[0], chunks)
-    x_stride, y_stride = _strides(x, y)
-    n_cols, count, chunk = np.int32(x.shape[1]), np.int32(chunks.n_chunks), np.int32(chunks.chunk_elems)
     n_partials = 2 * x.shape[0] * chunks.n_chunks
+    sizes = (x.shape[1], *_strides(x, y), chunks.n_chunks, chunks.chunk_elems)   # n_cols, strides, count, chunk
+    launch_stats = driver.prepare_launch(stats, stats_launch.grid, stats_launch.block, 0, 1,
+                                         (POINTER, POINTER, INT, LONG, INT, INT),
+                                         fixed=_fixed(2, sizes[0], sizes[1], *sizes[3:]))
     early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
-    if early:
-        launch_output = driver.prepare_launch(output, output_launch.grid, output_launch.block, 0, 1,
-                                              (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
-                                              programmatic=True)
-        values = (int(n_cols), int(x_stride), int(y_stride), int(count), int(chunk))
+    launch_output = driver.prepare_launch(output, output_launch.grid, output_launch.block, 0, 1,
+                                          (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
+                                          fixed=_fixed(3, *sizes), programmatic=early)
 
     def run(x, y, **_):
         partials = cupy.empty(n_partials, dtype=cupy.float32)
-        stats(stats_launch.grid, stats_launch.block, (x, partials, n_cols, x_stride, count, chunk))
-        if early:
-            n, xs, ys, c, k = values
-            launch_output(x.data.ptr, y.data.ptr, partials.data.ptr, n, xs, ys, c, k)
-        else:
-            output(output_launch.grid, output_launch.block, (x, y, partials, n_cols, x_stride, y_stride, count, chunk))
+        launch_stats(x.data.ptr, partials.data.ptr)
+        launch_output(x.data.ptr, y.data.ptr, partials.data.ptr)
     return run
 
 
@@ -211,16 +211,15 @@ def plan_13(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
         groups = max(1, min(groups, int(max_groups)))
     launch = driver.prepare_launch(get_kernel(variant.path, name, defines), (groups * chunks.n_chunks,),
                                    (chunks.threads,), shared, 1,
-                                   (POINTER, POINTER, POINTER, INT, INT, LONG, LONG, INT, INT), cooperative=True)
-    x_stride, y_stride = (int(s) for s in _strides(x, y))
-    n_rows, n_cols, count, chunk = x.shape[0], x.shape[1], chunks.n_chunks, chunks.chunk_elems
-    n_partials = 2 * n_rows * count
+                                   (POINTER, POINTER, POINTER, INT, INT, LONG, LONG, INT, INT), cooperative=True,
+                                   fixed=_fixed(3, *x.shape, *_strides(x, y), chunks.n_chunks, chunks.chunk_elems))
+    n_partials = 2 * x.shape[0] * chunks.n_chunks
 
     def run(x, y, **_):
         partials = cupy.empty(n_partials, dtype=cupy.float32)
         # every slot empty: the bytes 0xff (grid_states.cuh), set on the launch's stream
         cupy.cuda.runtime.memsetAsync(partials.data.ptr, 0xFF, partials.nbytes, cupy.cuda.get_current_stream().ptr)
-        launch(x.data.ptr, y.data.ptr, partials.data.ptr, n_rows, n_cols, x_stride, y_stride, count, chunk)
+        launch(x.data.ptr, y.data.ptr, partials.data.ptr)
     return run
 
 

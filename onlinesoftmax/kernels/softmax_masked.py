@@ -15,6 +15,7 @@ computes in fp32 as the fp32 entry does, and rounds y once to x's dtype; so does
 """
 from __future__ import annotations
 
+import ctypes
 
 import numpy as np
 
@@ -22,7 +23,10 @@ from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import DTYPES, Variant, dtype_entries, register
+from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
+
+POINTER, INT, LONG, FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
 
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -42,7 +46,9 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf, shape=None) ->
     (q, N) matrices); default x's own. mask: None, "causal" (row i of each (q, N) matrix keeps
     columns j <= i), or an additive float array of shape (N,), (q, N), the caller's shape, or
     (rows, N). valid_lengths: None or integers of the caller's shape without its last axis (one
-    per row), each in [0, N]. mask_value: what causal / padding put in place of a removed logit
+    per row): row i keeps columns j < valid_lengths[i], so a length >= N keeps the whole row and a
+    length <= 0 removes it all. The lengths are never read on the host (no synchronization): a
+    cupy int32 array goes to the kernel as it is, on every call. mask_value: what causal / padding put in place of a removed logit
     (-inf, -1e6, ...). Raises TypeError / ValueError with the reason.
     """
     n_rows, n_cols = x.shape
@@ -75,12 +81,11 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf, shape=None) ->
             raise TypeError(f"valid_lengths must be integers, got {lengths.dtype}")
         if tuple(lengths.shape) not in {(n_rows,), shape[:-1]}:
             raise ValueError(f"valid_lengths must have one entry per row, shape {shape[:-1]}, got {lengths.shape}")
-        lengths = lengths.reshape(n_rows)
-        low, high = int(lengths.min()), int(lengths.max())
-        if low < 0 or high > n_cols:
-            raise ValueError(f"valid_lengths must lie in [0, N] = [0, {n_cols}], got values in [{low}, {high}]")
-        lengths = _as_module_of(x, lengths)
-        options["valid_lengths"] = array_module(lengths).ascontiguousarray(lengths.astype("int32"))
+        lengths = _as_module_of(x, lengths.reshape(n_rows))
+        xp = array_module(lengths)
+        if lengths.dtype != np.int32:   # clamped first, so that no length wraps around in 32 bits
+            lengths = xp.clip(lengths, 0, n_cols).astype(np.int32)
+        options["valid_lengths"] = xp.ascontiguousarray(lengths)
     fill = float(mask_value)
     if np.isnan(fill) or fill == np.inf:
         raise ValueError(f"mask_value must be -inf or finite, got {mask_value}")
@@ -172,14 +177,18 @@ def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=N
         raise TypeError(f"{variant.name}: the additive mask must be float32 (prepare converts it), got {mask.dtype}")
     geometry = variant.geometry(*x.shape)
     kernel = get_kernel(variant.path, entry, variant.defines)
+    mask_stride = 0 if mask is None else mask.strides[0] // mask.itemsize
     mask_rows = 1 if mask is None else mask.shape[0]
-    mask_layout = (np.int64(0 if mask is None else mask.strides[0] // mask.itemsize), np.int32(mask_rows))
-    sizes = (np.int32(x.shape[1]), np.int64(x.strides[0] // x.itemsize), np.int64(y.strides[0] // y.itemsize))
-    flags = (np.int32((causal_rows or x.shape[0]) if causal else 0), np.float32(fill))
+    # x, y, n_cols, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows, fill
+    launch = driver.prepare_launch(
+        kernel, geometry.grid, geometry.block, geometry.shared_bytes, 1,
+        (POINTER, POINTER, INT, LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT),
+        fixed={2: x.shape[1], 3: x.strides[0] // x.itemsize, 4: y.strides[0] // y.itemsize, 6: mask_stride,
+               7: mask_rows, 9: (causal_rows or x.shape[0]) if causal else 0, 10: float(np.float32(fill))})
 
     def run(x, y, mask=None, valid_lengths=None, **_):
-        kernel(geometry.grid, geometry.block, (x, y, *sizes, mask, *mask_layout, valid_lengths, *flags),
-               shared_mem=geometry.shared_bytes)
+        launch(x.data.ptr, y.data.ptr, None if mask is None else mask.data.ptr,
+               None if valid_lengths is None else valid_lengths.data.ptr)
     return run
 
 

@@ -72,26 +72,81 @@ def _allow_big_clusters(function, cluster: int) -> None:
                                         1), "allowing a non-portable cluster size")
 
 
-def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, *, cooperative: bool = False,
-                   programmatic: bool = False, stream=None):
-    """A function launch(*values) that launches the cupy RawKernel `fn` with cuLaunchKernelEx.
+_NUMPY_OF = {ctypes.c_void_p: np.uint64, ctypes.c_int: np.int32, ctypes.c_uint: np.uint32,
+             ctypes.c_longlong: np.int64, ctypes.c_float: np.float32}
 
-    Clusters of `cluster` blocks along x (1: no cluster attribute); cooperatively if asked (every
-    block resident at once, or an error); as a programmatic dependent launch if asked (it may start
+
+def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, *, fixed=None,
+                   cooperative: bool = False, programmatic: bool = False, stream=None):
+    """A function launch(*values) that launches the cupy RawKernel `fn` through the driver.
+
+    `arg_types` are the ctypes of the kernel's parameters, in order; `fixed` maps a parameter's
+    index to its value for the parameters that are the same on every call (sizes, strides): they
+    are packed once, here, with the grid, block, shared memory and stream (the current one, or
+    `stream`), and launch(*values) takes only the others (the addresses), in order. Clusters of
+    `cluster` blocks along x (1: no cluster attribute); cooperatively if asked (every block
+    resident at once, or an error); as a programmatic dependent launch if asked (it may start
     before the previous kernel on the stream ends and waits where the kernel says so:
-    launch_order.cuh). `arg_types` are the ctypes of the kernel's parameters, in order. Everything
-    but the argument values is fixed here, once."""
+    launch_order.cuh).
+
+    Why not cupy's launch: a cupy RawKernel call converts every argument on every call (about
+    0.5 us each); here a call writes the changing values into the packed buffer and makes one
+    cuLaunchKernel(Ex) call through cuda-bindings. The buffer belongs to the launch: calls of one
+    prepared launch from two threads at once must be serialized by the caller. Without
+    cuda-bindings a launch without attributes falls back to cupy's call."""
     import cupy
 
+    fixed = dict(fixed or {})
+    types = tuple(arg_types)
+    grid3, block3 = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+    stream_ptr = cupy.cuda.get_current_stream().ptr if stream is None else int(stream)
+    special = cluster > 1 or cooperative or programmatic
+    if not has_driver_bindings():
+        if special:
+            raise ClusterLaunchError("cluster, cooperative and programmatic launches need the cuda-bindings package")
+        raise_shared_limit(fn, shared_bytes)
+        return _cupy_launch(fn, grid3, block3, shared_bytes, types, fixed)
     driver = _driver()
     function = function_handle(fn)
     _allow_big_clusters(function, cluster)
     raise_shared_limit(fn, shared_bytes)
+    holders = [kind() for kind in types]
+    for index, value in fixed.items():
+        holders[index].value = float(value) if types[index] is ctypes.c_float else int(value)
+    params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
+    address = ctypes.addressof(params)
+    free = [holders[i] for i in range(len(holders)) if i not in fixed]
+    success = driver.CUresult.CUDA_SUCCESS
+    what = (f"{'cuLaunchKernelEx' if special else 'cuLaunchKernel'} of {getattr(fn, 'name', fn)} (cluster {cluster}"
+            f"{', cooperative' if cooperative else ''}{', programmatic' if programmatic else ''})")
+    if special:
+        config = _launch_config(driver, grid3, block3, shared_bytes, stream_ptr, cluster, cooperative, programmatic)
+        launch_ex = driver.cuLaunchKernelEx
+
+        def call():
+            return launch_ex(config, function, address, 0)
+    else:
+        launch_kernel, hstream = driver.cuLaunchKernel, driver.CUstream(stream_ptr)
+
+        def call():
+            return launch_kernel(function, *grid3, *block3, shared_bytes, hstream, address, 0)
+
+    def launch(*values) -> None:
+        for holder, value in zip(free, values):
+            holder.value = value
+        result = call()
+        if result[0] != success:
+            check(result, what)
+    launch.keep = (holders, params)   # the packed buffer lives as long as the launch
+    return launch
+
+
+def _launch_config(driver, grid3, block3, shared_bytes, stream_ptr, cluster, cooperative, programmatic):
     config = driver.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = (tuple(grid) + (1, 1))[:3]
-    config.blockDimX, config.blockDimY, config.blockDimZ = (tuple(block) + (1, 1))[:3]
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid3
+    config.blockDimX, config.blockDimY, config.blockDimZ = block3
     config.sharedMemBytes = shared_bytes
-    config.hStream = driver.CUstream(cupy.cuda.get_current_stream().ptr if stream is None else stream)
+    config.hStream = driver.CUstream(stream_ptr)
     attrs = []
     if cluster > 1:
         dims = driver.CUlaunchAttribute()
@@ -110,15 +165,18 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
         attrs.append(early)
     config.attrs = attrs
     config.numAttrs = len(attrs)
-    types = tuple(arg_types)
-    what = (f"cuLaunchKernelEx (cluster {cluster}{', cooperative' if cooperative else ''}"
-            f"{', programmatic' if programmatic else ''})")
-    launch_ex, success = driver.cuLaunchKernelEx, driver.CUresult.CUDA_SUCCESS
+    return config
 
-    def launch(*values) -> None:
-        result = launch_ex(config, function, (values, types), 0)
-        if result[0] != success:
-            check(result, what)
+
+def _cupy_launch(fn, grid3, block3, shared_bytes, types, fixed):
+    """The same launch through cupy's RawKernel call (no cuda-bindings): addresses as 64-bit integers."""
+    values = [None if i not in fixed else _NUMPY_OF[t](fixed[i]) for i, t in enumerate(types)]
+    free = [i for i in range(len(types)) if i not in fixed]
+
+    def launch(*given) -> None:
+        for index, value in zip(free, given):
+            values[index] = _NUMPY_OF[types[index]](value or 0)
+        fn(grid3, block3, tuple(values), shared_mem=shared_bytes)   # on the current stream, as planned
     return launch
 
 
