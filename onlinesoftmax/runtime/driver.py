@@ -131,12 +131,21 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
         def call():
             return launch_kernel(function, *grid3, *block3, shared_bytes, hstream, address, 0)
 
-    def launch(*values) -> None:
-        for holder, value in zip(free, values):
-            holder.value = value
-        result = call()
-        if result[0] != success:
-            check(result, what)
+    if len(free) == 2:   # x and y: the launch of nearly every kernel, written out (no loop)
+        first, second = free
+
+        def launch(x_address, y_address) -> None:
+            first.value, second.value = x_address, y_address
+            result = call()
+            if result[0] != success:
+                check(result, what)
+    else:
+        def launch(*values) -> None:
+            for holder, value in zip(free, values):
+                holder.value = value
+            result = call()
+            if result[0] != success:
+                check(result, what)
     launch.keep = (holders, params)   # the packed buffer lives as long as the launch
     return launch
 
