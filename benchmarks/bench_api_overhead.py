@@ -89,7 +89,7 @@ def e2e_shapes(quick: bool = False) -> list[tuple[int, int]]:
         return list(QUICK_SHAPES)
     from bench_fast import base_shapes   # benchmarks/ is on the path (this script's folder)
 
-    shapes = [(n_rows, n_cols) for _, n_rows, n_cols in base_shapes()] + list(EXTRA_SHAPES)
+    shapes = [(n_rows, n_cols) for _, n_rows, n_cols in base_shapes()] + list(EXTRA_SHAPES) + list(SUBSET_SHAPES)
     return list(dict.fromkeys(shapes))
 
 

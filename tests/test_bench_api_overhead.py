@@ -308,6 +308,8 @@ def test_extended_shapes_add_vocabularies_and_odd_shapes_once():
     with pytest.raises(ValueError):
         list(bench_fast.shapes(False, "everything"))
     assert set(bao.e2e_shapes()) >= {(r, n) for _, r, n in base} | set(bao.EXTRA_SHAPES)
+    for quick in (False, True):   # the masked / logsumexp / log_softmax shapes run only where e2e runs
+        assert set(bao.subset_shapes(quick)) <= set(bao.e2e_shapes(quick)), "a subset shape would never run"
     assert len(bao.e2e_shapes()) == len(set(bao.e2e_shapes()))
 
 

@@ -108,8 +108,9 @@ def test_16_bit_is_the_float32_model_rounded_once(dtype):
 
 
 def test_the_masked_model_follows_the_online_kernel_and_the_default_dispatches_masks_to_it():
-    x = checks.random_rows(np, 6, 70, seed=1)
-    # with no mask, the masked kernel follows the online kernel's schedule exactly (bit for bit)
+    x = checks.random_rows(np, 6, 700, seed=1)
+    # with no mask, the masked kernel follows the online kernel's schedule exactly (bit for bit) where
+    # it launches the same 256 threads per row (N > 512; shorter rows get fewer threads)
     np.testing.assert_array_equal(osm.api.run(VARIANT, x), osm.api.run(osm.REGISTRY["softmax_02_online"], x))
     # a mask given to the default variant goes to the masked kernel
     np.testing.assert_array_equal(osm.softmax(x, mask="causal"), osm.api.run(VARIANT, x, **prepare(x, "causal")))
@@ -162,7 +163,7 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
     runner = VARIANT.plan(VARIANT, x, y, **options)
     assert built[-1].entry == f"{MASKED}_{DTYPE_TAGS[dtype]}"
     launch = launches[-1]
-    assert launch["grid"] == (4,) and launch["block"] == (256,) and len(launch["types"]) == 11
+    assert launch["grid"] == (4,) and launch["block"] == (64,) and len(launch["types"]) == 11
     assert (launch["fixed"][6], launch["fixed"][7]) == (8, 1), "one mask row of 8, used by every row (row i mod 1)"
     assert launch["fixed"][2] == 8 and launch["fixed"][9] == 0 and launch["fixed"][10] == np.float32(-1e6)
     mask, lengths = Addressed(options["mask"]), Addressed(options["valid_lengths"])
@@ -176,6 +177,21 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
         VARIANT.plan(VARIANT, x, y, mask=np.zeros((1, 8), np.float64))
     with pytest.raises(TypeError):
         VARIANT.plan(VARIANT, x.astype(np.float64), x.astype(np.float64))
+
+
+def test_short_rows_get_a_smaller_block_and_the_model_follows():
+    """Block size follows N (64 .. 256 threads, four or more columns each); the model partitions the
+    row over the same threads, so it is exact to the kernel's order: its sum for a row of ones is N."""
+    assert [km.block_threads(n) for n in (1, 256, 257, 512, 513, 4096, 10**6)] == [64, 64, 128, 128, 256, 256, 256]
+    for n in (1, 64, 256, 300, 1000):
+        assert VARIANT.geometry(3, n).block == (km.block_threads(n),)
+        assert (km.block_threads(n) & (km.block_threads(n) - 1)) == 0
+    x = checks.random_rows(np, 3, 257, seed=2)
+    threads = km.block_threads(257)
+    m, l = km.sim.online_row_state(x, threads)
+    y = km.simulate_masked(x)
+    expected = (np.exp(x - m[:, None]) * (np.float32(1) / l)[:, None]).astype(np.float32)
+    assert np.array_equal(y, expected), "the model uses the launch's thread count"
 
 
 def test_prepared_options_make_a_plan_key():

@@ -17,7 +17,11 @@
 //               _bf16. Each x_ij is widened to fp32 as it is loaded (exact), the mask added
 //               and everything computed in fp32 exactly as in the fp32 entry, and y_ij
 //               rounded once to x's dtype as it is stored (round to nearest even).
-// Launch:       grid = (n_rows), block = (256), static shared memory 32 states (256 B).
+// Launch:       grid = (n_rows), block = (T), T the power of two >= N / 4 between 64 and 256
+//               (256, softmax_02's block, from N = 513 on; a short row gets 64 or 128 threads,
+//               four or more columns each, and 32 blocks fill an SM), static shared memory 32
+//               states (256 B).
+//               The body works for any T that is a multiple of 32, up to 1024.
 // Traffic:      x: 2 reads + 1 write per kept element, 1 write per element past the limit
 //               (causal on a square matrix: ~1 + 1 read instead of 2 + 1); 4 B per access
 //               for fp32, 2 B for fp16 / bf16. An additive mask of rows x N adds 2 reads of

@@ -20,9 +20,9 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row
+from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS
 from onlinesoftmax.reference import array_module
-from onlinesoftmax.registry import DTYPES, Variant, dtype_entries, register
+from onlinesoftmax.registry import DTYPES, Launch, Variant, dtype_entries, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
@@ -30,6 +30,19 @@ POINTER, INT, LONG, FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ct
 
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
+MIN_THREADS = 64
+
+
+def block_threads(n_cols: int) -> int:
+    """Threads per row: the power of two >= N / 4 between 64 and 256 (softmax_02's 256 from N = 513
+    on), so that a short row does not leave most of its block idle (16384 rows of 256: 64 threads)."""
+    return max(MIN_THREADS, min(BLOCK_THREADS, 1 << max(0, (-(-n_cols // 4) - 1).bit_length())))
+
+
+def geometry(n_rows: int, n_cols: int) -> Launch:
+    return Launch(grid=(n_rows,), block=(block_threads(n_cols),))
+
+
 def _as_module_of(x, a):
     """`a` as an array of x's kind (numpy or cupy)."""
     if array_module(x) is np:
@@ -153,12 +166,12 @@ def reference_masked(x, **options):
 
 def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True,
                     causal_rows=None) -> np.ndarray:
-    """NumPy model of softmax_03_online_masked: same masking, same thread schedule.
+    """NumPy model of softmax_03_online_masked: same masking, same thread schedule (block_threads).
 
     x float32, float16 or bfloat16 (ml_dtypes): the logits are formed in float32 (x widened
     exactly), the result computed in float32 and rounded once to x's dtype."""
     v = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
-    m, l = sim.online_row_state(v, BLOCK_THREADS, guards)
+    m, l = sim.online_row_state(v, block_threads(v.shape[1]), guards)
     with np.errstate(all="ignore"):
         inv_l = np.float32(1) / l
         y = (np.exp(v - m[:, None]) * inv_l[:, None]).astype(np.float32)
@@ -196,7 +209,7 @@ MASKED = register(Variant(
     name="softmax_03_online_masked", family="softmax", file="softmax/softmax_03_online_masked.cu",
     short="online_masked",
     story="softmax_02_online with additive / causal / padding masks fused into both passes",
-    geometry=block_per_row, simulate=simulate_masked, plan=plan_masked,
+    geometry=geometry, simulate=simulate_masked, plan=plan_masked,
     reads_per_element=2, writes_per_element=1,
     features=frozenset({"mask", "causal", "valid_lengths"}),
     dtypes=DTYPES, entry="softmax_03_online_masked_f32", entries=dtype_entries))
