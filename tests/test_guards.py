@@ -9,7 +9,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, simulate
-from onlinesoftmax.kernels.softmax_masked import simulate_masked
+from onlinesoftmax.kernels.softmax_masked import block_threads, simulate_masked
 from onlinesoftmax.kernels.softmax_teaching import simulate_online
 
 
@@ -74,12 +74,15 @@ def test_fully_masked_row_is_nan_even_with_guards():
 
 
 def test_causal_mask_needs_the_guards_sentinel_hides_the_need():
-    """Causal rows i < 255 leave threads i+1..255 with only -inf: unguarded -> NaN.
-    A finite sentinel (-1e6) never makes a state -inf, so the unguarded build survives it."""
-    x = checks.random_rows(np, 300, 300, seed=6)
+    """Causal rows i < T - 1 (T threads per row: 256 at N = 600) leave threads i+1..T-1 with only
+    -inf: unguarded -> NaN. A finite sentinel (-1e6) never makes a state -inf, so the unguarded
+    build survives it."""
+    x = checks.random_rows(np, 600, 600, seed=6)
+    threads = block_threads(600)
+    assert threads == 256
     unguarded = simulate_masked(x, causal=True, guards=False)
     nan_rows = np.isnan(unguarded).all(axis=1)
-    assert nan_rows[:255].all() and not np.isnan(unguarded[255:]).any()
+    assert nan_rows[:threads - 1].all() and not np.isnan(unguarded[threads - 1:]).any()
     guarded = simulate_masked(x, causal=True)
     assert not np.isnan(guarded).any()
     assert not np.isnan(simulate_masked(x, causal=True, fill=-1e6, guards=False)).any()

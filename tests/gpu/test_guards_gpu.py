@@ -79,13 +79,15 @@ def test_fully_masked_row_is_nan_as_in_torch():
 
 
 def test_causal_mask_unguarded_gives_nan_rows_exactly_where_the_model_does():
-    host = checks.random_rows(np, 300, 300, seed=6)
-    x = cp.asarray(host)
-    options = softmax_masked.prepare(x, "causal")
-    gpu = run_checked(MASKED_UNGUARDED, x, **options)
-    model = simulate_masked(host, causal=True, guards=False)
-    assert np.array_equal(np.isnan(gpu), np.isnan(model))
-    assert np.isnan(gpu[:255]).all() and not np.isnan(gpu[255:]).any()
+    for n in (300, 600):   # 128 and 256 threads per row: rows i < T - 1 leave idle threads at -inf
+        host = checks.random_rows(np, n, n, seed=6)
+        x = cp.asarray(host)
+        options = softmax_masked.prepare(x, "causal")
+        gpu = run_checked(MASKED_UNGUARDED, x, **options)
+        model = simulate_masked(host, causal=True, guards=False)
+        assert np.array_equal(np.isnan(gpu), np.isnan(model))
+        threads = softmax_masked.block_threads(n)
+        assert np.isnan(gpu[:threads - 1]).all() and not np.isnan(gpu[threads - 1:]).any()
     guarded = run_checked("softmax_03_online_masked", x, **options)
     assert not np.isnan(guarded).any()
     sentinel = softmax_masked.prepare(x, "causal", mask_value=-1e6)
