@@ -175,7 +175,8 @@ def tolerance(base_error: float, ref, dtype) -> float:
     xp = array_module(ref)
     finite = xp.abs(ref[xp.isfinite(ref)])
     scale = float(finite.max()) if finite.size else 1.0
-    return 2.0 * base_error + 2.0 * float(np.finfo(dtype).eps) * max(scale, 1.0)
+    eps = EPS.get(np.dtype(dtype).name) or float(np.finfo(dtype).eps)   # np.finfo knows no bfloat16
+    return 2.0 * base_error + 2.0 * eps * max(scale, 1.0)
 
 
 def compare(y, ref, baseline, dtype) -> tuple[bool, str]:

@@ -103,3 +103,11 @@ def test_the_checks_reject_an_unwritten_or_wrong_answer():
     wrong = checks.as_float64(y).astype(np.float32)
     wrong[0, 0] *= 1.1
     assert not checks.compare_softmax(checks.to_dtype(wrong, "float16"), x)[0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_tolerance_knows_every_storage_dtype(dtype):
+    """Two ulps of the dtype at a reference of 1 (np.finfo knows no bfloat16: the tolerance must not ask it)."""
+    ref = np.ones(4)
+    assert checks.tolerance(0.0, ref, checks.np_dtype(dtype)) == 2 * checks.EPS[dtype]
+    assert checks.tolerance(1e-3, ref, dtype) == 2e-3 + 2 * checks.EPS[dtype]
