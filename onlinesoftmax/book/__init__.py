@@ -1,9 +1,17 @@
-"""Small helpers the chapters share: where a page ran, and HTML tables without pandas."""
+"""Small helpers the chapters share: where a page ran, and HTML tables without pandas.
+
+Importing this package inside IPython (every chapter does) installs the figure rule of
+figures.py: after each cell, every new figure is checked (legend entries name plotted series,
+kernels in the book's colours) before it is shown.
+"""
 from __future__ import annotations
 
 import html
 
+from onlinesoftmax.book import figures
 from onlinesoftmax.runtime import device
+
+figures.install_in_ipython()
 
 
 def execution_mode() -> str:

@@ -1,0 +1,168 @@
+"""One colour per kernel across the book, and the check every figure passes.
+
+`color(name)` gives the colour of a kernel (a registry name, "fast" for softmax(x) with
+variant="auto") or of a library it is compared with ("torch", "cupy", "copy", "numpy"):
+the same in every chapter. Short names ("02_online", "online") are accepted.
+
+`check_legends(fig)` is the rule a figure must keep: every legend entry names a series that is
+plotted on the same axes (no legend copied from another panel), every plotted series whose colour
+the palette fixes uses that colour, and no title says "recorded" twice. The book's test runs every
+chapter and applies it to every figure left open (tests/test_figures.py).
+"""
+from __future__ import annotations
+
+import re
+
+from matplotlib import colors as mcolors
+
+# tab20-like, distinguishable, in story order; the libraries in greys and muted tones
+PALETTE = {
+    "softmax_00_naive": "#8c564b",
+    "softmax_01_safe": "#e377c2",
+    "softmax_02_online": "#1f77b4",
+    "softmax_02_online_unguarded": "#aec7e8",
+    "softmax_03_online_masked": "#17becf",
+    "softmax_04_online_fp16_vec4": "#bcbd22",
+    "softmax_05_online_fp16_vec8": "#dbdb8d",
+    "softmax_06_split_merge": "#9467bd",
+    "softmax_07_warp_per_row": "#ff7f0e",
+    "softmax_08_registers": "#2ca02c",
+    "softmax_09_shared": "#d62728",
+    "softmax_10_cluster": "#9edae5",
+    "softmax_11_split": "#c5b0d5",
+    "softmax_12_pipelined": "#98df8a",
+    "softmax_13_cooperative": "#ff9896",
+    "logsumexp_01_online": "#1f77b4",
+    "log_softmax_01_online": "#ff7f0e",
+    "fast": "#000000",
+    "torch": "#7f7f7f",
+    "cupy": "#c49c94",
+    "numpy": "#c7c7c7",
+    "copy": "#000000",
+}
+ALIASES = {"torch.softmax": "torch", "torch_softmax": "torch", "torch.logsumexp": "torch",
+           "torch.log_softmax": "torch", "cupyx": "cupy", "cupyx.scipy.special.softmax": "cupy",
+           "cupy_softmax": "cupy", "copy_same_size": "copy", "auto": "fast"}
+
+
+def canonical(name: str) -> str | None:
+    """The palette key of a kernel or library name (registry name, short name such as "online",
+    the name without its family such as "07_warp_per_row"), or None when the palette does not know it."""
+    from onlinesoftmax.registry import REGISTRY
+
+    name = ALIASES.get(name, name)
+    if name in PALETTE:
+        return name
+    shorts = [v.name for v in REGISTRY.values() if v.short == name and v.name in PALETTE]
+    if len(shorts) == 1:
+        return shorts[0]
+    for family in ("softmax_", "logsumexp_", "log_softmax_"):
+        if family + name in PALETTE:
+            return family + name
+    return None
+
+
+def color(name: str) -> str:
+    """The book's colour for a kernel or library (KeyError naming the known ones otherwise)."""
+    key = canonical(name)
+    if key is None:
+        raise KeyError(f"no colour for {name!r}; known: {', '.join(PALETTE)}")
+    return PALETTE[key]
+
+
+def _series(ax) -> list:
+    """The artists that carry data on an axes: lines, collections, patches (bars), with labels."""
+    artists = list(ax.lines) + list(ax.collections) + list(ax.patches) + list(ax.containers)
+    return [a for a in artists if hasattr(a, "get_label")]
+
+
+def _label_names(label: str) -> list[str]:
+    """Kernel names a label mentions: its words, and the words of the part before a parenthesis."""
+    return re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", label)
+
+
+def check_legends(fig) -> list[str]:
+    """What is wrong with `fig` by the book's rule (an empty list: nothing)."""
+    problems = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        plotted = {a.get_label() for a in _series(ax) if not a.get_label().startswith("_")}
+        if legend is not None:
+            for text in legend.get_texts():
+                if text.get_text() not in plotted:
+                    problems.append(f"axes {ax.get_title()!r}: legend entry {text.get_text()!r} names no series "
+                                    f"plotted there (plotted: {sorted(plotted)})")
+        for artist in ax.lines:
+            label = artist.get_label()
+            if label.startswith("_"):
+                continue
+            first = _label_names(label)[:1]
+            key = canonical(first[0]) if first else None
+            if key is not None and not mcolors.same_color(artist.get_color(), PALETTE[key]):
+                problems.append(f"axes {ax.get_title()!r}: series {label!r} is drawn in {artist.get_color()}, "
+                                f"the book's colour for {key} is {PALETTE[key]}")
+        if ax.get_title().lower().count("recorded") > 1:
+            problems.append(f"axes title {ax.get_title()!r} says 'recorded' twice")
+    for legend in fig.legends:   # a figure-level legend must name series of some axes of the figure
+        plotted = {a.get_label() for ax in fig.axes for a in _series(ax)}
+        for text in legend.get_texts():
+            if text.get_text() not in plotted:
+                problems.append(f"figure legend entry {text.get_text()!r} names no plotted series")
+    return problems
+
+
+class FigureRuleError(AssertionError):
+    """A figure of the book breaks check_legends' rule."""
+
+
+_checked: set = set()
+
+
+def check_open_figures() -> None:
+    """check_legends on every open figure not checked yet; FigureRuleError listing the problems."""
+    import matplotlib.pyplot as plt
+
+    problems = []
+    for number in plt.get_fignums():
+        fig = plt.figure(number)
+        if id(fig) in _checked:
+            continue
+        _checked.add(id(fig))
+        problems += check_legends(fig)
+    if problems:
+        raise FigureRuleError("a figure breaks the book's figure rule:\n  " + "\n  ".join(problems))
+
+
+class _CheckAfterCell:
+    """An IPython AST transformer: each cell ends with check_open_figures(), inside the cell, so a
+    bad figure is the cell's error (an error in an IPython event callback is only printed). The
+    cell's last expression is kept as the last expression, so its value is still displayed."""
+
+    def visit(self, module):
+        import ast
+
+        body = module.body
+        check = ast.parse("__import__('onlinesoftmax.book.figures', fromlist=['x']).check_open_figures()").body[0]
+        if body and isinstance(body[-1], ast.Expr):
+            last = body.pop()
+            body += [ast.Assign(targets=[ast.Name("_osm_cell_value", ast.Store())], value=last.value), check,
+                     ast.Expr(ast.Name("_osm_cell_value", ast.Load()))]
+        else:
+            body.append(check)
+        return ast.fix_missing_locations(module)
+
+
+def install_in_ipython() -> bool:
+    """Check every figure a cell leaves open, at the end of the cell, before the inline backend
+    shows and closes it: the strict book build then fails on the chapter that drew it. Called when
+    onlinesoftmax.book is imported inside IPython; returns whether a shell was there."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    if not any(isinstance(t, _CheckAfterCell) for t in shell.ast_transformers):
+        shell.ast_transformers.append(_CheckAfterCell())
+    return True
