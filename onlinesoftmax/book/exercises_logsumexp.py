@@ -1,14 +1,15 @@
 """Graders for the exercises of the chapter "Log-sum-exp, and the merge that leads to attention".
 
-Each `check_<exercise>(fn)` prints "passed" or the first case where yours differs from the
-reference (yours vs expected) and returns True or False; `fn` may return numpy or cupy arrays.
+Each `check_<exercise>(fn)` runs `fn` on a small readable case and then awkward ones (grading.py:
+the call, the answer's form, then its values), prints "passed" or the first problem (yours vs
+expected, with the input row) and returns True or False; `fn` may return numpy or cupy arrays.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from onlinesoftmax import checks, merge, reference
-from onlinesoftmax.book.exercises_monoid import report, same, to_numpy
+from onlinesoftmax.book.grading import Case, Tolerance, grade
 
 NEG_INF = -np.inf
 
@@ -20,27 +21,22 @@ def logsumexp_cases():
     big = (rng.standard_normal((3, 500)) + 1000.0).astype(np.float32)   # e^x overflows fp32
     small = (rng.standard_normal((3, 500)) - 1000.0).astype(np.float32)  # e^x underflows to 0
     special, _ = checks.special_rows(np, 64)
-    return [("random rows", checks.random_rows(np, 7, 1000, seed=1)), ("logits near +1000", big),
-            ("logits near -1000", small), ("one column", checks.random_rows(np, 4, 1, seed=2)),
-            ("rows with -inf, all -inf (-> -inf), +inf and NaN (-> NaN)", special)]
+    return [Case("the row [1, 2, 3]", (np.array([[1.0, 2.0, 3.0]], np.float32),)),
+            Case("random rows", (checks.random_rows(np, 7, 1000, seed=1),)), Case("logits near +1000", (big,)),
+            Case("logits near -1000", (small,)), Case("one column", (checks.random_rows(np, 4, 1, seed=2),)),
+            Case("rows with -inf, all -inf (-> -inf), +inf and NaN (-> NaN)", (special,))]
 
 
-def check_logsumexp_rows(fn) -> bool:
-    """fn(x) -> log sum_j e^(x_ij) per row of float32 x, shape (n_rows,)."""
+def _logsumexp_tolerance(x) -> Tolerance:
+    """Four float32 ulps of max(|LSE|, 1): the float32 sum of e^(x - m) and one log."""
     eps = float(np.finfo(np.float32).eps)
-    for case, x in logsumexp_cases():
-        with np.errstate(all="ignore"):
-            yours = to_numpy(fn(x.copy())).astype(np.float64)
-        expected = reference.logsumexp(x)
-        if yours.shape != expected.shape:
-            return report("logsumexp_rows", f"{case} (shape {yours.shape})", yours, expected)
-        finite = np.isfinite(expected)
-        tolerance = 4 * eps * np.maximum(np.abs(expected[finite]), 1.0)
-        if not same(yours[~finite], expected[~finite], rtol=0) or \
-                not (np.abs(yours[finite] - expected[finite]) <= tolerance).all():
-            return report("logsumexp_rows", case, yours, expected)
-    print("logsumexp_rows: passed")
-    return True
+    return Tolerance(rtol=4 * eps, atol=4 * eps)
+
+
+def check_logsumexp_rows(fn, quiet: bool = False) -> bool:
+    """fn(x) -> log sum_j e^(x_ij) per row of float32 x, shape (n_rows,)."""
+    return grade("logsumexp_rows", fn, logsumexp_cases(), reference.logsumexp, ("lse",), _logsumexp_tolerance,
+                 quiet=quiet)
 
 
 # --- exercise: merge two (m, l, u) states --------------------------------------------------------
@@ -53,23 +49,17 @@ def merge_cases():
     far = merge.block_state(np.array([500.0, 499.0]), rng.standard_normal((2, 4)))
     example_a = merge.block_state([1.0, 2.0], [[10.0], [0.0]])
     example_b = merge.block_state([3.0], [[-10.0]])
-    return [("the worked example", example_a, example_b), ("two random blocks", a, b),
-            ("the same, in the other order", b, a), ("a masked block on the right", a, empty),
-            ("a masked block on the left", empty, b), ("two masked blocks", empty, empty),
-            ("a block 500 above the other", a, far)]
+    pairs = [("the worked example: logits [1, 2] and [3], values [10, 0] and [-10]", example_a, example_b),
+             ("two random blocks", a, b), ("the same, in the other order", b, a),
+             ("a masked block on the right", a, empty), ("a masked block on the left", empty, b),
+             ("two masked blocks", empty, empty), ("a block 500 above the other", a, far)]
+    return [Case(name, (left, right), rows_arg=None) for name, left, right in pairs]
 
 
-def check_merge_attention(fn) -> bool:
+def check_merge_attention(fn, quiet: bool = False) -> bool:
     """fn(a, b) -> (m, l, u): the merged state of two blocks, each (m, l, u) with u of shape (d_v,)."""
-    for case, a, b in merge_cases():
-        expected = merge.merge(a, b)
-        with np.errstate(all="ignore"):
-            yours = tuple(to_numpy(v) for v in fn(a, b))
-        for name, y, e in zip(("m", "l", "u"), yours, expected):
-            if not same(y, e, rtol=1e-12):
-                return report("merge_attention", f"{case} ({name})", y, e)
-    print("merge_attention: passed")
-    return True
+    return grade("merge_attention", fn, merge_cases(), merge.merge, ("m", "l", "u"), Tolerance(rtol=1e-12),
+                 quiet=quiet)
 
 
 # --- exercise: probabilities again from the saved LSE (the backward pass's trick) ---------------
@@ -79,20 +69,13 @@ def probabilities_cases():
     scores = rng.standard_normal((6, 300)) * 4 + rng.uniform(-50, 50, size=(6, 1))
     masked = scores.copy()
     masked[2, 100:] = NEG_INF  # a causal-style mask
-    return [("random score rows", scores), ("a partly masked row", masked)]
+    readable = np.array([[1.0, 2.0, 3.0]])
+    return [Case("the row [1, 2, 3]", (readable, reference.logsumexp(readable))),
+            Case("random score rows", (scores, reference.logsumexp(scores))),
+            Case("a partly masked row", (masked, reference.logsumexp(masked)))]
 
 
-def check_probabilities_from_lse(fn) -> bool:
+def check_probabilities_from_lse(fn, quiet: bool = False) -> bool:
     """fn(scores, lse) -> P with P_ij = softmax(scores_i)_j, from the row's saved log-sum-exp alone."""
-    for case, scores in probabilities_cases():
-        lse = reference.logsumexp(scores)
-        with np.errstate(all="ignore"):
-            yours = to_numpy(fn(scores.copy(), lse.copy()))
-        expected = reference.softmax(scores)
-        if not same(yours, expected, rtol=1e-10):
-            if np.shape(yours) != expected.shape:
-                return report("probabilities_from_lse", f"{case} (shape {np.shape(yours)})", yours, expected)
-            bad = next(i for i in range(len(expected)) if not same(yours[i], expected[i], rtol=1e-10))
-            return report("probabilities_from_lse", f"{case}, row {bad}", yours[bad], expected[bad])
-    print("probabilities_from_lse: passed")
-    return True
+    return grade("probabilities_from_lse", fn, probabilities_cases(), lambda scores, lse: reference.softmax(scores),
+                 ("P",), Tolerance(rtol=1e-10), quiet=quiet)

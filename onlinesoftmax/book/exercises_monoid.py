@@ -1,40 +1,18 @@
 """Graders for the exercises of the chapter "The combine monoid".
 
-Each `check_<exercise>(fn)` runs `fn` on a fixed set of awkward cases, prints "passed" or the
-first case where yours differs from the reference (yours vs expected), and returns True or
-False. `fn` may return numpy or cupy arrays, so a kernel wrapper can be graded the same way.
+Each `check_<exercise>(fn)` runs `fn` on a small readable case and then awkward ones (grading.py:
+the call, the answer's form, then its values), prints "passed" or the first problem (yours vs
+expected, with the input row), and returns True or False. `fn` may return numpy or cupy arrays,
+so a kernel wrapper can be graded the same way.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from onlinesoftmax import checks, reference
+from onlinesoftmax.book.grading import Case, Tolerance, grade
 
 NEG_INF = -np.inf
-
-
-def to_numpy(a):
-    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
-
-
-def report(exercise: str, case: str, yours, expected) -> bool:
-    print(f"{exercise}: FAILED on {case}")
-    print(f"  yours:    {np.array2string(np.asarray(yours), precision=6, threshold=12)}")
-    print(f"  expected: {np.array2string(np.asarray(expected), precision=6, threshold=12)}")
-    return False
-
-
-def same(yours, expected, rtol: float) -> bool:
-    """Equal NaN and inf patterns, finite entries within rtol (relative) or 1e-300 (absolute)."""
-    yours, expected = np.asarray(yours, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-    if yours.shape != expected.shape:
-        return False
-    if not (np.isnan(yours) == np.isnan(expected)).all():
-        return False
-    finite = np.isfinite(expected)
-    if not (yours[~finite & ~np.isnan(expected)] == expected[~finite & ~np.isnan(expected)]).all():
-        return False
-    return bool(np.allclose(yours[finite], expected[finite], rtol=rtol, atol=1e-300))
 
 
 # --- exercise: merge the partial states of split rows ------------------------------------------
@@ -61,49 +39,41 @@ def merge_partials_cases():
     l[2, :] = 0.0
     m[3, 0] = 1e30      # one chunk dominates by far
     m[4, :] = -1e30     # huge negative maxima
-    cases = [("six rows of nine partial states", m, l),
-             ("one chunk per row", m[:, :1].copy(), l[:, :1].copy())]
-    both_empty = (np.full((1, 2), NEG_INF), np.zeros((1, 2)))
-    cases.append(("a row of two empty chunks", *both_empty))
-    return cases
+    # not square: a forgotten [:, None] must fail to broadcast here, not pass by accident
+    readable = (np.array([[1.0, 3.0, 2.0], [5.0, NEG_INF, 4.0]]), np.array([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]]))
+    return [Case("two rows of three states: (1, 1) (3, 1) (2, 1); (5, 1) (empty) (4, 1)", readable),
+            Case("six rows of nine partial states", (m, l)),
+            Case("one chunk per row", (m[:, :1].copy(), l[:, :1].copy())),
+            Case("a row of two empty chunks", (np.full((1, 2), NEG_INF), np.zeros((1, 2))))]
 
 
-def check_merge_partials(fn) -> bool:
-    """fn(m_parts, l_parts) -> (m, l): each row's partial states, shape (n_rows, n_chunks), merged."""
-    for case, m_parts, l_parts in merge_partials_cases():
-        expected = merge_partials_reference(m_parts, l_parts)
-        with np.errstate(all="ignore"):
-            yours = tuple(to_numpy(a) for a in fn(m_parts.copy(), l_parts.copy()))
-        for name, y, e in zip(("m", "l"), yours, expected):
-            if not same(y, e, rtol=1e-12):
-                return report("merge_partials", f"{case} ({name})", y, e)
-    print("merge_partials: passed")
-    return True
+def check_merge_partials(fn, quiet: bool = False) -> bool:
+    """fn(m_parts, l_parts) -> (m, l): each row's partial states, shape (n_rows, n_chunks), merged
+    into one state per row, each of shape (n_rows,)."""
+    return grade("merge_partials", fn, merge_partials_cases(), merge_partials_reference, ("m", "l"),
+                 Tolerance(rtol=1e-12), quiet=quiet)
 
 
 # --- exercise: a whole split softmax -------------------------------------------------------------
 
 def split_softmax_cases():
-    cases = []
+    cases = [Case("one row [1, 5, 3] in 2 chunks", (np.array([[1.0, 5.0, 3.0]], np.float32), 2))]
     for n_cols, blocks_per_row in ((1000, 4), (4097, 3), (5, 8), (1, 2)):
-        cases.append((f"{n_cols} columns in {blocks_per_row} chunks",
-                      checks.random_rows(np, 5, n_cols, seed=n_cols), blocks_per_row))
+        cases.append(Case(f"{n_cols} columns in {blocks_per_row} chunks",
+                          (checks.random_rows(np, 5, n_cols, seed=n_cols), blocks_per_row)))
     special, _ = checks.special_rows(np, 300)
-    cases.append(("rows with -inf, all -inf, +inf and NaN, in 4 chunks", special, 4))
+    cases.append(Case("rows with -inf, all -inf, +inf and NaN, in 4 chunks", (special, 4)))
     return cases
 
 
-def check_split_softmax(fn) -> bool:
+def _split_softmax_tolerance(x, blocks_per_row) -> Tolerance:
+    """The tests' rule for a float32 softmax: twice the float32 baseline's error plus two ulps."""
+    expected = reference.softmax(x)
+    base = checks.max_abs_error(reference.softmax_same_dtype(x), expected)
+    return Tolerance(rtol=0.0, atol=checks.tolerance(base if np.isfinite(base) else 0.0, expected, np.float32))
+
+
+def check_split_softmax(fn, quiet: bool = False) -> bool:
     """fn(x, blocks_per_row) -> softmax of each row of float32 x, computed chunk by chunk."""
-    for case, x, blocks_per_row in split_softmax_cases():
-        with np.errstate(all="ignore"):
-            yours = to_numpy(fn(x.copy(), blocks_per_row))
-        expected = reference.softmax(x)
-        if yours.shape != x.shape:
-            return report("split_softmax", f"{case} (shape {yours.shape})", yours, expected)
-        passed, _ = checks.compare(yours, expected, reference.softmax_same_dtype(x), np.float32)
-        if not passed:
-            bad = int(np.argmax(~np.isclose(yours, expected, rtol=1e-4, atol=1e-7, equal_nan=True).all(axis=1)))
-            return report("split_softmax", f"{case}, row {bad}", yours[bad], expected[bad])
-    print("split_softmax: passed")
-    return True
+    return grade("split_softmax", fn, split_softmax_cases(), lambda x, blocks: reference.softmax(x), ("softmax",),
+                 _split_softmax_tolerance, quiet=quiet)
