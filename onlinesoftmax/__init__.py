@@ -3,6 +3,7 @@
     import onlinesoftmax as osm
     y = osm.softmax(x)              # numpy x: the kernel's NumPy model; cupy x: the CUDA kernel
     lse = osm.logsumexp(x, axis=1)  # float32
+    p, i = osm.softmax_topk(x, k=5) # the 5 largest probabilities of each row and their columns
     osm.reload()                    # after editing a kernel under kernels/: rebuild on the next call
 
 The package's rooms: `runtime/` (build, launch plans, driver calls, device), `kernels/` (one
@@ -16,11 +17,13 @@ from onlinesoftmax.kernels import softmax_fp16  # noqa: F401  (softmax_04/05: fp
 from onlinesoftmax.kernels import softmax_split_merge  # noqa: F401  (softmax_06_split_merge)
 from onlinesoftmax.kernels import logsumexp_online  # noqa: F401  (logsumexp_01_online, log_softmax_01_online)
 from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
+from onlinesoftmax.kernels import softmax_topk  # noqa: F401  (softmax_topk_01_online: softmax + top-k, one read)
 from onlinesoftmax import reference
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
+from onlinesoftmax.topk import softmax_topk
 from onlinesoftmax.registry import REGISTRY, variants
 from onlinesoftmax.runtime.loader import reload
 
 VARIANTS = ("auto",) + tuple(v.name for v in variants("softmax"))
 
-__all__ = ["softmax", "logsumexp", "log_softmax", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]
+__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_topk", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]

@@ -34,6 +34,7 @@ PALETTE = {
     "softmax_13_cooperative": "#ff9896",
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
+    "softmax_topk_01_online": "#393b79",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",
