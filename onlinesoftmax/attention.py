@@ -1,0 +1,80 @@
+"""attention(q, k, v): softmax(q k^T * scale) v without the score matrix (the API; the NumPy model
+of the blocked forward is in kernels/attention_blocked.py, the float64 reference in reference.py).
+
+    out = onlinesoftmax.attention(q, k, v, causal=True)             # numpy: the blocked model
+    out, lse = onlinesoftmax.attention(q, k, v, return_lse=True)    # lse: (batch, heads, n_q), float32
+
+Shapes: q (batch, heads, n_q, d); k and v (batch, kv_heads, n_k, d) with heads a multiple of
+kv_heads (grouped-query attention: query head h reads kv head h // (heads // kv_heads)).
+causal=True is aligned to the bottom-right corner as flash-attention does: query i sees keys
+j <= i + n_k - n_q, so a single decoding query sees the whole cache. (torch's
+scaled_dot_product_attention(is_causal=True) is aligned top-left: query i sees keys j <= i; the two
+agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives an output of zeros
+and an LSE of -inf, as flash-attention does.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onlinesoftmax.registry import DTYPES
+
+SUPPORTED_D = (32, 64, 96, 128)
+
+
+def _describe(a) -> str:
+    return f"{type(a).__module__.split('.')[0]}.{type(a).__name__} of shape {tuple(a.shape)} and dtype {a.dtype}" \
+        if hasattr(a, "shape") else type(a).__name__
+
+
+def check_inputs(q, k, v, scale):
+    """Validate q, k, v (numpy or cupy, same kind, dtype and device; shapes as in the module doc);
+    return (batch, heads, kv_heads, n_q, n_k, d, scale)."""
+    arrays = {"q": q, "k": k, "v": v}
+    for name, a in arrays.items():
+        if not (isinstance(a, np.ndarray) or type(a).__module__.startswith("cupy")):
+            raise TypeError(f"attention: {name} must be a numpy or cupy array, got {_describe(a)}")
+        if a.ndim != 4:
+            raise ValueError(f"attention: {name} must have 4 dimensions (batch, heads, seq, d), got {_describe(a)}")
+        if a.dtype.name not in DTYPES:
+            raise TypeError(f"attention: {name} must be float32, float16 or bfloat16, got {a.dtype.name}")
+    if len({type(a) for a in arrays.values()}) != 1:
+        raise TypeError("attention: q, k and v must all be numpy or all cupy arrays, got "
+                        + ", ".join(f"{n}: {_describe(a)}" for n, a in arrays.items()))
+    if len({a.dtype for a in arrays.values()}) != 1:
+        raise TypeError("attention: q, k and v must share a dtype, got "
+                        + ", ".join(f"{n}: {a.dtype.name}" for n, a in arrays.items()))
+    if not isinstance(q, np.ndarray) and len({a.device.id for a in arrays.values()}) != 1:
+        raise ValueError("attention: q, k and v must be on the same GPU")
+    batch, heads, n_q, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"attention: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    kv_batch, kv_heads, n_k, kv_d = k.shape
+    if kv_batch != batch or kv_d != d:
+        raise ValueError(f"attention: k and v must be (batch={batch}, kv_heads, n_k, d={d}), got {tuple(k.shape)}")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"attention: heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+    if min(batch, heads, n_q, n_k) == 0:
+        raise ValueError(f"attention: empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if d not in SUPPORTED_D:
+        raise ValueError(f"attention: head dimension d = {d} is not supported; supported: {SUPPORTED_D}")
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
+        raise TypeError(f"attention: scale must be a finite number or None, got {scale!r}")
+    return batch, heads, kv_heads, n_q, n_k, d, float(scale)
+
+
+def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto"):
+    """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc."""
+    from onlinesoftmax.kernels import attention_blocked
+
+    shape = check_inputs(q, k, v, scale)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"attention: causal must be True or False, got {causal!r}")
+    if variant not in ("auto", attention_blocked.NAME):
+        raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', {attention_blocked.NAME!r}")
+    if not isinstance(q, np.ndarray):
+        raise NotImplementedError("attention: the CUDA kernel is not built yet; pass numpy arrays for the NumPy "
+                                  "model of the blocked forward (cupy.asnumpy)")
+    out, lse = attention_blocked.simulate(q, k, v, causal=bool(causal), scale=shape[-1])
+    return (out, lse) if return_lse else out
