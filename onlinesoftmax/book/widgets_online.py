@@ -1,4 +1,9 @@
-"""Chapter 03's interactive views: the kernel explorer and the step-the-scan view.
+"""The interactive views of chapters 02 and 03: the recurrence beside its definition (a row of
+your own, chapter 02), the kernel explorer and the step-the-scan view (chapter 03).
+
+Row steps: `step_table` runs the online recurrence on a row and puts every step beside the
+state the definition gives for the same prefix, flagging a step where they differ; `show_steps`
+is the update function of chapter 02's "row x" box.
 
 Explorer: N, batch, mask kind, dtype and variant -> throughput (GB/s and % of the copy
 ceiling) and error against the float64 reference. On a GPU every change runs the real
@@ -25,6 +30,124 @@ SWEEP_COLS = tuple(4**k for k in range(4, 11))  # 256 .. 1M
 MODEL_MAX_ROWS, MODEL_MAX_COLS = 8, 2**16        # what the NumPy model runs on at most
 LIVE_MAX_ROWS = 64                               # rows checked against the float64 reference on a GPU
 LIVE_MAX_ELEMENTS = 2**30                        # largest batch x N the widget times live
+
+
+# --- the recurrence beside its definition (chapter 02) ----------------------------------------
+
+ROW_STEPS_MAX = 16   # elements the "row x" box steps through
+
+
+def state_by_definition(prefix) -> tuple[float, float]:
+    """(m, l) of a prefix from the definition, m = max, l = sum e^(x - m), in float64.
+
+    A prefix with no element above -inf (or no element at all) is the empty state (-inf, 0):
+    its sum has no finite term. reference.row_stats leaves l = NaN there (e^(-inf - (-inf))),
+    which is the unguarded arithmetic, not the state the recurrence keeps."""
+    prefix = np.asarray(prefix, dtype=np.float64).ravel()
+    if prefix.size == 0 or bool(np.all(prefix == -np.inf)):
+        return -np.inf, 0.0
+    m, l = reference.row_stats(prefix)
+    return float(m[0]), float(l[0])
+
+
+def same_state(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12) -> bool:
+    """Whether two (m, l) states agree: m exactly (NaN matches NaN), l to `rtol`."""
+    (m_a, l_a), (m_b, l_b) = a, b
+    same_m = m_a == m_b or (np.isnan(m_a) and np.isnan(m_b))
+    same_l = (np.isnan(l_a) and np.isnan(l_b)) or bool(np.isclose(l_a, l_b, rtol=rtol, atol=0.0))
+    return bool(same_m and same_l)
+
+
+def compare_steps(x, steps: list[dict] | None = None) -> list[dict]:
+    """Each step of the recurrence (reference.online_steps(x), or the `steps` given) with the
+    definition's state of the same prefix ("m_def", "l_def") and whether the two agree."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    steps = reference.online_steps(x) if steps is None else steps
+    compared = []
+    for step in steps:
+        m_def, l_def = state_by_definition(x[:step["n"]])
+        compared.append({**step, "m_def": m_def, "l_def": l_def,
+                         "agrees": same_state((step["m"], step["l"]), (m_def, l_def))})
+    return compared
+
+
+def fmt(value, digits: int | None = None) -> str:
+    """A table cell: – for nothing, ±∞, integers without decimals, else `digits` decimals."""
+    if value is None:
+        return "–"
+    if np.isnan(value):
+        return "NaN"
+    if np.isinf(value):
+        return "−∞" if value < 0 else "∞"
+    if float(value).is_integer() or digits is None:
+        return f"{value:g}"
+    return f"{value:.{digits}f}"
+
+
+def step_table(x, digits: int = 6, steps: list[dict] | None = None):
+    """(compared steps, HTML table, steps n where recurrence and definition differ)."""
+    from onlinesoftmax import book
+
+    compared = compare_steps(x, steps)
+    rows = [[c["n"], fmt(c["x"]), fmt(c["rescale"], digits), fmt(c["m"]), fmt(c["l"], digits),
+             f"({fmt(c['m_def'])}, {fmt(c['l_def'], digits)})", "yes" if c["agrees"] else "NO"]
+            for c in compared]
+    header = ["n", "xₙ", "rescale factor", "mₙ", "ℓₙ", "(mₙ, ℓₙ) by definition", "agree"]
+    return compared, book.html_table(header, rows), [c["n"] for c in compared if not c["agrees"]]
+
+
+def parse_numbers(text: str) -> list[float]:
+    """Comma- or semicolon-separated numbers; ValueError for anything else, NaN included."""
+    values = [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
+    if any(np.isnan(v) for v in values):
+        raise ValueError("NaN is not accepted")
+    return values
+
+
+def show_steps(row: str = "2, -1, 7, 7, 0.5, 9", recurrence=reference.online_steps) -> dict | None:
+    """The update of chapter 02's "row x" box: run `recurrence` on the typed row, show its steps
+    beside the definition, and report the final state. Returns what it showed (None when the
+    text is not a row): {"values", "steps", "mismatches", "final", "message"}."""
+    from IPython.display import display
+
+    try:
+        values = parse_numbers(row)
+    except ValueError:
+        print("Type numbers separated by commas, e.g. 1, 5, 3 (-inf and inf are allowed, NaN is not).")
+        return None
+    if not values:
+        print("Type at least one number.")
+        return None
+    shown = values[:ROW_STEPS_MAX]
+    with np.errstate(invalid="ignore", over="ignore"):   # inf - inf in a row holding +inf
+        steps, table, mismatches = step_table(shown, digits=4, steps=recurrence(shown))
+    display(table)
+    m, l = steps[-1]["m"], steps[-1]["l"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = -np.inf if l == 0 else m + np.log(l)
+    lines = []
+    if len(values) > len(shown):
+        lines.append(f"(the first {len(shown)} of {len(values)} numbers)")
+    lines.append(f"final state: m = {fmt(m)}, l = {fmt(l, 6)}; log-sum-exp = m + ln l = {fmt(lse, 6)}")
+    if steps[-1]["n"] > 0 and m == -np.inf:
+        lines.append("every element is -inf: the state is still the empty one, and softmax of this row "
+                     "is 0/0 (NaN)")
+    for n in mismatches:
+        c = steps[n]
+        lines.append(f"MISMATCH at n = {n}: the recurrence gives (m, l) = ({fmt(c['m'])}, {fmt(c['l'], 6)}), "
+                     f"the definition ({fmt(c['m_def'])}, {fmt(c['l_def'], 6)})")
+    message = "\n".join(lines)
+    print(message)
+    return {"values": shown, "steps": steps, "mismatches": mismatches, "final": (m, l), "message": message}
+
+
+def row_steps_box(default: str = "2, -1, 7, 7, 0.5, 9"):
+    """Chapter 02's "row x" box: a text field whose every change re-runs show_steps."""
+    import ipywidgets as widgets
+
+    text = widgets.Text(value=default, description="row x:", continuous_update=False,
+                        layout=widgets.Layout(width="420px"))
+    return widgets.interactive(show_steps, row=text, recurrence=widgets.fixed(reference.online_steps))
 
 
 # --- recorded throughput ----------------------------------------------------------------------
