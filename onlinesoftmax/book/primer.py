@@ -21,24 +21,33 @@ HOPPER_SM_LIMITS = {"registers_32bit": 65536, "shared_KB": 228, "threads": 2048,
 
 
 def machine() -> dict:
-    """SM count, L2 bytes and copy bandwidth (GB/s, bytes read + written) with their source.
+    """SM count, L2 bytes, copy bandwidth (GB/s, bytes read + written) and per-SM limits, with their source.
 
     On a GPU: the device's attributes and a copy measured now. Without one: the newest recorded
     `softmax-fast` run (its meta block and its large device-to-device copy)."""
     from onlinesoftmax.runtime import device
 
     if device.has_gpu():
+        import cupy
+
         from onlinesoftmax.measure import timer
 
+        gpu = cupy.cuda.Device()
+        attributes, name = gpu.attributes, cupy.cuda.runtime.getDeviceProperties(gpu.id)["name"]
+        limits = {"registers_32bit": attributes["MaxRegistersPerMultiprocessor"],
+                  "shared_KB": attributes["MaxSharedMemoryPerMultiprocessor"] / 1024,
+                  "threads": attributes["MaxThreadsPerMultiProcessor"]}
         copy = timer.copy_bandwidth(nbytes=2**30)
         return {"sm_count": device.sm_count(), "l2_bytes": timer.l2_bytes(), "copy_GBps": copy["GBps"],
+                "sm_limits": limits, "gpu": name.decode() if isinstance(name, bytes) else name,
                 "source": "measured live on this GPU", "live": True}
     from onlinesoftmax.measure import results
 
     data = results.load_recorded("softmax-fast")
     copies = [row["GBps"] for row in data["rows"] if row.get("kernel") == "copy"]
     return {"sm_count": data["meta"]["sm_count"], "l2_bytes": data["meta"]["l2_bytes"],
-            "copy_GBps": float(np.median(copies)), "source": results.provenance(data["meta"]), "live": False}
+            "copy_GBps": float(np.median(copies)), "sm_limits": dict(HOPPER_SM_LIMITS),
+            "gpu": data["meta"]["gpu"], "source": results.provenance(data["meta"]), "live": False}
 
 
 def _box(ax, x, y, w, h, text="", face="white", gid=None, fontsize=8, **kw):
@@ -64,15 +73,15 @@ def draw_execution_model(n_warps: int = 4, n_blocks: int = 12, n_sms: int = 4):
     """Left: one SM running `n_warps` warps of 32 lanes, with its registers and shared memory.
     Right: a grid of `n_blocks` blocks (block r handles row r of a softmax) spread over `n_sms` SMs."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.25, 1]})
-    _blank(left, (-1, 35), (-3.5, n_warps * 2 + 3), "one SM: warps of 32 lanes")
-    _box(left, -0.5, -3, 34, n_warps * 2 + 5, face="#f4f4f4")
+    _blank(left, (-1, 35), (-3.5, n_warps * 2 + 3), f"one SM running a block of {n_warps} warps")
+    _box(left, -0.5, -3, 34.5, n_warps * 2 + 5, face="#f4f4f4")
     for w in range(n_warps):
         y = n_warps * 2 - 2 * w
         left.text(0, y + 0.5, f"warp {w}", ha="left", va="center", fontsize=8)
         for lane in range(LANES):
-            _box(left, 1.5 + lane * 0.98 * 31 / 32, y, 0.8, 1, face=color("softmax_02_online"), gid="lane",
+            _box(left, 3 + lane * 0.95, y, 0.8, 1, face=color("softmax_02_online"), gid="lane",
                  alpha=0.35 + 0.65 * (lane % 2))
-    left.text(1.5, n_warps * 2 + 1.3, "lanes 0 … 31 of each warp run the same instruction", fontsize=8)
+    left.text(3, n_warps * 2 + 1.4, "lanes 0 … 31 of each warp run the same instruction", fontsize=8, va="center")
     _box(left, 0.5, -2.6, 16, 1.6, "registers (private to each lane)", face="#fff2cc")
     _box(left, 17.5, -2.6, 15.5, 1.6, "shared memory (one per block)", face="#d9ead3")
     _blank(right, (-0.5, n_sms * 2.6 + 4.5), (-1, n_blocks / 2 + 2.5), "a grid of blocks, one per row")
@@ -103,10 +112,12 @@ def draw_memory_hierarchy(levels: list[tuple[str, str]]):
     return fig
 
 
-def segments_touched(stride: int, lanes: int = LANES, element_bytes: int = 4) -> int:
-    """128-byte segments a warp touches when lane i reads element i * stride."""
-    addresses = np.arange(lanes) * stride * element_bytes
-    return len(np.unique(addresses // SEGMENT_BYTES))
+def segments_touched(stride: int, lanes: int = LANES, element_bytes: int = 4, segment_bytes: int = SEGMENT_BYTES) -> int:
+    """Aligned segments (128-byte lines, or 32-byte sectors with segment_bytes=32) that a warp
+    touches when lane i reads the `element_bytes` at element i * stride."""
+    first = np.arange(lanes) * stride * element_bytes
+    last = first + element_bytes - 1
+    return len(np.unique(np.concatenate([first // segment_bytes, last // segment_bytes])))
 
 
 def draw_coalescing(strides=(1, 32)):
