@@ -4,7 +4,7 @@ and the API's input errors."""
 import numpy as np
 import pytest
 
-from onlinesoftmax import attention as att, checks
+from onlinesoftmax import attention_api as att, checks
 from onlinesoftmax.kernels import attention_blocked as ab
 
 
@@ -50,7 +50,7 @@ def test_causal_is_bottom_right_and_a_blind_query_is_zero():
     # n_q = 5 > n_k = 3: queries 0 and 1 see no key; query 4 sees all three
     assert (out[0, 0, :2] == 0).all() and np.isneginf(lse[0, 0, :2]).all()
     full = att.attention(q[:, :, 4:], k, v)
-    np.testing.assert_allclose(out[0, 0, 4], full[0, 0, 0], rtol=1e-6)
+    np.testing.assert_allclose(out[0, 0, 4], full[0, 0, 0], rtol=1e-5, atol=1e-6)   # the same row in a tile of 5 or of 1: matmul rounding
     # with n_q == n_k, bottom-right and top-left agree: an explicit lower-triangular mask
     q, k, v = qkv(1, 2, 2, 70, 70, 32, seed=2)
     ref, _ = ab.reference(q, k, v)

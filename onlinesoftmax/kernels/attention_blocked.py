@@ -10,15 +10,30 @@ and divided by l once at the end (FA2: one division per row, not one per tile). 
 masking a key tile entirely past a query tile's last visible key is skipped. Arithmetic in
 float32 (inputs widened exactly), output rounded once to q's dtype; LSE = m + ln l in float32.
 A query row that sees no key keeps l = 0: its output is 0 and its LSE -inf (as flash-attention).
-The CUDA kernel that this models is not written yet.
+
+Two kernels compute it (kernels/attention/): attention_01_blocked, the tiles of this model (its
+exponentials in base 2 with the scale folded into q, which changes only the rounding), and
+attention_02_decode_split for a few queries against a long cache: the keys split over blocks, the
+pieces' (O, LSE) merged by a second kernel. Both are checked against `reference` with an error
+tolerance, not bit for bit against this model. Plans and registration are at the end.
 """
 from __future__ import annotations
 
+import ctypes
+import math
+
 import numpy as np
+
+from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Launch, Variant, register
+from onlinesoftmax.runtime import driver
+from onlinesoftmax.runtime.loader import get_kernel
 
 NAME = "attention_01_blocked"
 BLOCK_Q, BLOCK_K = 64, 64
 F32 = np.float32
+SUPPORTED_D = (32, 64, 96, 128)
+LOG2E = 1.4426950408889634
+POINTER, INT, FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
 def visible_limit(n_q: int, n_k: int) -> np.ndarray:
@@ -65,19 +80,128 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None):
 
 
 def reference(q, k, v, causal: bool = False, scale: float | None = None):
-    """float64 attention over the whole score matrix: (out, lse) with the same conventions."""
+    """float64 attention over the whole score matrix: (out, lse) with the same conventions.
+    numpy in, numpy out; cupy in (the GPU tests' long rows), cupy out."""
+    xp = np if isinstance(q, np.ndarray) else __import__("cupy")
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-    k64, v64 = np.repeat(k64, heads // kv_heads, axis=1), np.repeat(v64, heads // kv_heads, axis=1)
-    s = np.einsum("bhqd,bhkd->bhqk", q64, k64) * scale
+    q64, k64, v64 = (xp.asarray(a, dtype=xp.float64) for a in (q, k, v))
+    k64, v64 = xp.repeat(k64, heads // kv_heads, axis=1), xp.repeat(v64, heads // kv_heads, axis=1)
+    s = xp.matmul(q64, k64.swapaxes(-1, -2)) * scale
     if causal:
-        s = np.where(np.arange(n_k)[None, :] < visible_limit(n_q, n_k)[:, None], s, -np.inf)
+        s = xp.where(xp.asarray(np.arange(n_k)[None, :] < visible_limit(n_q, n_k)[:, None]), s, -xp.inf)
     with np.errstate(all="ignore"):
         m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0))
+        e = xp.exp(s - xp.where(xp.isfinite(m), m, 0))
         l = e.sum(axis=-1, keepdims=True)
-        out = np.where(l > 0, np.einsum("bhqk,bhkd->bhqd", e, v64) / np.where(l > 0, l, 1), 0.0)
-        lse = np.where(l[..., 0] > 0, m[..., 0] + np.log(l[..., 0]), -np.inf)
+        out = xp.where(l > 0, xp.matmul(e, v64) / xp.where(l > 0, l, 1), 0.0)
+        lse = xp.where(l[..., 0] > 0, m[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1)), -xp.inf)
     return out, lse
+
+
+# --- the CUDA kernels: plans and registration ------------------------------------------------
+# A plan is built by onlinesoftmax.runtime.plan.get_runner for (q, out, options): options hold k,
+# v and lse (their layouts are part of the key), causal and scale.
+
+def blocked_shared_bytes(d: int) -> int:
+    """Dynamic shared memory of attention_01_blocked: Q and K transposed, V, P transposed (fp32)."""
+    ld = BLOCK_Q + 4
+    return 4 * (2 * d * ld + BLOCK_K * d + BLOCK_K * ld)
+
+
+def plan_blocked(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    entry = f"{variant.path.stem}_{DTYPE_TAGS[q.dtype.name]}_d{d}"
+    launch = driver.prepare_launch(
+        get_kernel(variant.path, entry), (math.ceil(n_q / BLOCK_Q), heads, batch), (256,), blocked_shared_bytes(d), 1,
+        (POINTER,) * 5 + (INT, INT, INT, INT, FLOAT, INT),
+        fixed={5: heads, 6: kv_heads, 7: n_q, 8: n_k, 9: scale * LOG2E, 10: int(bool(causal))})
+
+    def run(q, out, k=None, v=None, lse=None, **_):
+        launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, None if lse is None else lse.data.ptr)
+    return run
+
+
+DECODE_KEYS_MIN = 256       # the fewest keys a split gets (fewer: the merge costs more than it spreads)
+DECODE_ROWS = (1, 2, 4)     # query rows per block the decode kernel is built for
+
+
+def decode_rows_per_block(rows_per_kv_head: int) -> int:
+    """R: the rows of one kv head a block takes (the heads sharing it times n_q), at most 4."""
+    return next((r for r in DECODE_ROWS if r >= rows_per_kv_head), DECODE_ROWS[-1])
+
+
+def decode_splits(batch: int, kv_heads: int, row_chunks: int, n_k: int, sms: int) -> tuple[int, int]:
+    """(splits, keys per split): enough blocks for about four per SM, no split under
+    DECODE_KEYS_MIN keys, keys per split a multiple of 32."""
+    base = batch * kv_heads * row_chunks
+    splits = max(1, min(math.ceil(n_k / DECODE_KEYS_MIN), math.ceil(4 * sms / base)))
+    keys = 32 * math.ceil(math.ceil(n_k / splits) / 32)
+    return math.ceil(n_k / keys), keys
+
+
+def plan_decode(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
+    import cupy
+
+    from onlinesoftmax.runtime import device
+
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    rows_per_kv = heads // kv_heads * n_q
+    r = decode_rows_per_block(rows_per_kv)
+    row_chunks = math.ceil(rows_per_kv / r)
+    splits, keys = decode_splits(batch, kv_heads, row_chunks, n_k, device.sm_count())
+    tag = DTYPE_TAGS[q.dtype.name]
+    n_rows = batch * heads * n_q
+    o_part = cupy.empty((splits, n_rows, d), dtype=cupy.float32) if splits > 1 else None
+    lse_part = cupy.empty((splits, n_rows), dtype=cupy.float32) if splits > 1 else None
+    split_launch = driver.prepare_launch(
+        get_kernel(variant.path, f"attention_02_decode_split_{tag}_d{d}_r{r}"), (splits, kv_heads * row_chunks, batch),
+        (128,), 0, 1, (POINTER,) * 7 + (INT, INT, INT, INT, INT, FLOAT, INT),
+        fixed={3: 0 if o_part is None else o_part.data.ptr, 4: 0 if lse_part is None else lse_part.data.ptr,
+               7: heads, 8: kv_heads, 9: n_q, 10: n_k, 11: keys, 12: scale * LOG2E, 13: int(bool(causal))})
+    merge_launch = None if splits == 1 else driver.prepare_launch(
+        get_kernel(variant.path, f"attention_02_decode_split_merge_{tag}_d{d}"), (n_rows,), (d,), 0, 1,
+        (POINTER,) * 4 + (INT,), fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits})
+
+    def run(q, out, k=None, v=None, lse=None, **_):
+        lse_ptr = None if lse is None else lse.data.ptr
+        split_launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse_ptr)
+        if merge_launch is not None:
+            merge_launch(out.data.ptr, lse_ptr)
+    run.splits, run.keys_per_split, run.rows_per_block = splits, keys, r   # for the chapter and the tests
+    return run
+
+
+def geometry_blocked(n_q: int, n_k: int) -> Launch:
+    """One head's launch of attention_01_blocked (the grid grows by heads and batch)."""
+    return Launch(grid=(math.ceil(n_q / BLOCK_Q),), block=(256,), shared_bytes=blocked_shared_bytes(128))
+
+
+def geometry_decode(n_q: int, n_k: int) -> Launch:
+    """One (batch, kv head) of attention_02_decode_split, on a GPU of 132 SMs."""
+    splits, _ = decode_splits(1, 1, 1, n_k, 132)
+    return Launch(grid=(splits,), block=(128,))
+
+
+def _entries(prefix: str, suffixes):
+    return lambda variant: tuple(f"{prefix}_{DTYPE_TAGS[t]}_d{d}{s}" for t in variant.dtypes
+                                 for d in SUPPORTED_D for s in suffixes)
+
+
+BLOCKED = register(Variant(
+    name=NAME, family="attention", file="attention/attention_01_blocked.cu", short="blocked",
+    story="the FlashAttention-2 forward on CUDA cores: query tiles of 64, key tiles of 64 through shared memory",
+    geometry=geometry_blocked, simulate=simulate, plan=plan_blocked, reads_per_element=1, writes_per_element=1,
+    dtypes=DTYPES, entry="attention_01_blocked_f32_d128", entries=_entries(NAME, ("",)), min_cc=70))
+
+DECODE = register(Variant(
+    name="attention_02_decode_split", family="attention", file="attention/attention_02_decode_split.cu",
+    short="decode",
+    story="decoding: the KV cache split over blocks, each split's (O, LSE) merged by a second kernel",
+    geometry=geometry_decode, simulate=simulate, plan=plan_decode, reads_per_element=1, writes_per_element=1,
+    dtypes=DTYPES, entry="attention_02_decode_split_f32_d128_r1",
+    entries=lambda variant: _entries("attention_02_decode_split", ("_r1", "_r2", "_r4"))(variant)
+    + _entries("attention_02_decode_split_merge", ("",))(variant), min_cc=70))

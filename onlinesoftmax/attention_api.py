@@ -11,14 +11,22 @@ j <= i + n_k - n_q, so a single decoding query sees the whole cache. (torch's
 scaled_dot_product_attention(is_causal=True) is aligned top-left: query i sees keys j <= i; the two
 agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives an output of zeros
 and an LSE of -inf, as flash-attention does.
+
+cupy input runs a CUDA kernel: variant="auto" takes attention_02_decode_split (the cache split
+over blocks, merged by a second kernel) for n_q <= 8 and attention_01_blocked otherwise; "blocked"
+and "decode" (or the full names) choose one. Arithmetic is fp32 for every dtype; the output is in
+q's dtype. Views that are not contiguous or not 16-byte aligned are copied first.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.registry import DTYPES
+from onlinesoftmax.kernels import attention_blocked as kernels
+from onlinesoftmax.registry import DTYPES, resolve
+from onlinesoftmax.runtime.plan import get_runner
 
-SUPPORTED_D = (32, 64, 96, 128)
+SUPPORTED_D = kernels.SUPPORTED_D
+DECODE_MAX_QUERIES = 8     # auto: up to this many queries per head take the split decode kernel
 
 
 def _describe(a) -> str:
@@ -66,15 +74,31 @@ def check_inputs(q, k, v, scale):
 
 def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto"):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc."""
-    from onlinesoftmax.kernels import attention_blocked
-
-    shape = check_inputs(q, k, v, scale)
+    batch, heads, kv_heads, n_q, n_k, d, scale = check_inputs(q, k, v, scale)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"attention: causal must be True or False, got {causal!r}")
-    if variant not in ("auto", attention_blocked.NAME):
-        raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', {attention_blocked.NAME!r}")
-    if not isinstance(q, np.ndarray):
-        raise NotImplementedError("attention: the CUDA kernel is not built yet; pass numpy arrays for the NumPy "
-                                  "model of the blocked forward (cupy.asnumpy)")
-    out, lse = attention_blocked.simulate(q, k, v, causal=bool(causal), scale=shape[-1])
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError(f"attention: return_lse must be True or False, got {return_lse!r}")
+    if not isinstance(variant, str):
+        raise TypeError(f"attention: variant must be a string, got {variant!r}")
+    if variant == "auto":
+        chosen = kernels.DECODE if n_q <= DECODE_MAX_QUERIES else kernels.BLOCKED
+    else:
+        try:
+            chosen = resolve(variant, "attention")
+        except ValueError:
+            raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', 'blocked', 'decode', "
+                             f"{kernels.BLOCKED.name!r}, {kernels.DECODE.name!r}") from None
+    if isinstance(q, np.ndarray):
+        out, lse = chosen.simulate(q, k, v, causal=bool(causal), scale=scale)
+        return (out, lse) if return_lse else out
+    import cupy
+
+    with q.device:
+        q, k, v = (a if a.flags.c_contiguous and a.data.ptr % 16 == 0 else cupy.array(a, order="C", copy=True)
+                   for a in (q, k, v))
+        out = cupy.empty(q.shape, dtype=q.dtype)
+        lse = cupy.empty((batch, heads, n_q), dtype=cupy.float32) if return_lse else None
+        options = {"k": k, "v": v, "lse": lse, "causal": bool(causal), "scale": scale}
+        get_runner(chosen, q, out, options)(q, out, **options)
     return (out, lse) if return_lse else out

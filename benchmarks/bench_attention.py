@@ -1,0 +1,237 @@
+"""Suites `attention-decode` and `attention-prefill`: the attention kernels against torch, same run.
+
+attention-decode: attention_02_decode_split (through onlinesoftmax.attention) at d = 128, bf16,
+  batch {1, 8, 32} x heads 32 x kv_heads {32, 8} x KV {4K, 32K, 128K, 256K}, one query per head
+  (shapes whose K and V exceed KV_LIMIT_BYTES are skipped and listed). Peers: torch's
+  scaled_dot_product_attention with each backend it offers for the shape (FLASH, EFFICIENT,
+  CUDNN; enable_gqa for kv_heads < heads), on the same tensors. Bytes counted: K and V read once
+  plus q and out (`bytes_counted`); GB/s divided by the read ceiling measured in the same run
+  (`fraction_of_read`: a kernel that streams through memory reading only) and by the copy.
+attention-prefill: attention_01_blocked in fp32 at batch 1, heads 16, n = n_q = n_k from 1K to
+  16K, d {64, 128}, causal or not, against the naive three-kernel path in torch fp32 (scores =
+  q k^T * scale with the mask, softmax, scores v; TF32 off, torch's default), and the bytes of
+  the score matrix that path allocates and our kernel never does.
+
+Device time: onlinesoftmax.measure.timer.time_gpu (its METHOD in meta). End to end: one
+synchronous call of the public function between CUDA events (time_end_to_end), and host us per
+call back to back at the smallest decode shape. Every output of ours is checked against a
+float64 reference on the timing inputs (the first batch element) before it is timed.
+
+Run on a GPU machine:  python benchmarks/bench_attention.py            (about 2-3 minutes)
+                       python benchmarks/bench_attention.py --quick    (a few shapes, not written)
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+import onlinesoftmax as osm
+from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.measure import results, timer
+
+KV_LIMIT_BYTES = 24 << 30
+DECODE = [(b, 32, kv, n) for b in (1, 8, 32) for kv in (32, 8) for n in (4096, 32768, 131072, 262144)]
+PREFILL = [(n, d, causal) for n in (1024, 2048, 4096, 8192, 16384) for d in (64, 128) for causal in (False, True)]
+QUICK_DECODE = [(1, 32, 8, 32768), (8, 32, 8, 131072), (8, 32, 32, 32768)]
+QUICK_PREFILL = [(4096, 128, False), (4096, 128, True)]
+
+READ_SOURCE = r"""
+extern "C" __global__ void read_ceiling(const uint4* __restrict__ x, long long n, unsigned int* sink) {
+    unsigned int acc = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const uint4 v = __ldg(x + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) *sink = acc;   // never true for the data used: keeps the loads
+}
+"""
+
+
+def read_bandwidth(nbytes: int = 2**31) -> dict:
+    """The read ceiling in the same run: a grid-stride loop of 16-byte loads over `nbytes`."""
+    import cupy
+
+    kernel = cupy.RawKernel(READ_SOURCE, "read_ceiling")
+    src = cupy.full(nbytes // 4, 1, dtype=cupy.uint32)
+    sink = cupy.zeros(1, cupy.uint32)
+    blocks = 8 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+    n16 = nbytes // 16
+
+    def read():
+        kernel((blocks,), (512,), (src, np.int64(n16), sink))
+
+    timing = timer.time_gpu(read, [()], warmup=3, reps=20)
+    del src
+    cupy.get_default_memory_pool().free_all_blocks()
+    return {"bytes": nbytes, **timing, "GBps": nbytes / timing["ms"] / 1e6}
+
+
+def to_torch(a):
+    import cupy
+    import torch
+
+    if a.dtype.name == "bfloat16":
+        return torch.from_dlpack(a.view(cupy.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(a)
+
+
+def random(shape, dtype, seed):
+    import cupy
+
+    rng = cupy.random.default_rng(seed)
+    return rng.standard_normal(shape, dtype=cupy.float32).astype(dtype)
+
+
+def check_first_batch(out, q, k, v, causal=False, tol_scale=1.0):
+    """float64 reference of batch element 0 (GQA expanded); a wrong answer stops the run."""
+    import cupy
+
+    q64, k64, v64 = (a[:1].astype(cupy.float64) for a in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k64, v64 = cupy.repeat(k64, group, axis=1), cupy.repeat(v64, group, axis=1)
+    s = cupy.einsum("bhqd,bhkd->bhqk", q64, k64) / math.sqrt(q.shape[-1])
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        s = cupy.where(cupy.arange(n_k)[None, :] < (cupy.arange(n_q) + 1 + n_k - n_q)[:, None], s, -cupy.inf)
+    p = cupy.exp(s - s.max(axis=-1, keepdims=True))
+    ref = cupy.einsum("bhqk,bhkd->bhqd", p / p.sum(axis=-1, keepdims=True), v64)
+    err = float(cupy.abs(out[:1].astype(cupy.float64) - ref).max())
+    eps = {"float32": 2**-23, "float16": 2**-10, "bfloat16": 2**-7}[q.dtype.name]
+    limit = tol_scale * 8 * eps * max(1.0, float(cupy.abs(ref).max()))
+    if not err <= limit:
+        raise AssertionError(f"attention {q.dtype} {q.shape} {k.shape}: wrong answer, not timed: error {err:.3e} > {limit:.3e}")
+    return err
+
+
+def torch_backends():
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    return {"torch_sdpa_flash": SDPBackend.FLASH_ATTENTION, "torch_sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "torch_sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}, torch
+
+
+def measure_decode(shapes, read_GBps, copy_GBps) -> tuple[list, list]:
+    import cupy
+    from torch.nn.attention import sdpa_kernel
+
+    backends, torch = torch_backends()
+    rows, skipped = [], []
+    for batch, heads, kv_heads, n_k in shapes:
+        d, dtype = 128, "bfloat16"
+        kv_bytes = 2 * batch * kv_heads * n_k * d * 2
+        if kv_bytes > KV_LIMIT_BYTES:
+            skipped.append({"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_k": n_k,
+                            "why": f"K and V take {kv_bytes / 2**30:.0f} GiB > {KV_LIMIT_BYTES / 2**30:.0f} GiB"})
+            continue
+        q = random((batch, heads, 1, d), dtype, 1)
+        k, v = random((batch, kv_heads, n_k, d), dtype, 2), random((batch, kv_heads, n_k, d), dtype, 3)
+        nbytes = kv_bytes + 2 * q.nbytes
+        fields = {"op": "decode", "batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": 1, "n_k": n_k,
+                  "d": d, "dtype": dtype, "bytes": nbytes, "bytes_counted": "K and V once + q and out"}
+        out = osm.attention(q, k, v)
+        check_first_batch(out, q, k, v)
+        from onlinesoftmax.runtime.plan import get_runner
+        runner = get_runner(ab.DECODE, q, out, {"k": k, "v": v, "lse": None, "causal": False,
+                                                 "scale": 1 / math.sqrt(d)})
+        ours = lambda: osm.attention(q, k, v)  # noqa: E731
+        timing = timer.time_gpu(ours, [()], reps=20)
+        e2e = timer.time_end_to_end(ours, [()], reps=20)
+        rows.append({"kernel": ab.DECODE.name, **fields, **timing, "GBps": nbytes / timing["ms"] / 1e6,
+                     "fraction_of_read": nbytes / timing["ms"] / 1e6 / read_GBps,
+                     "fraction_of_copy": nbytes / timing["ms"] / 1e6 / copy_GBps,
+                     "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"],
+                     "splits": runner.splits, "rows_per_block": runner.rows_per_block})
+        tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
+        line = [f"ours {rows[-1]['GBps']:.0f} GB/s ({rows[-1]['fraction_of_read']:.2f} of read, {runner.splits} splits)"]
+        for name, backend in backends.items():
+            try:
+                def call(backend=backend):
+                    with sdpa_kernel(backend):
+                        return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=kv_heads < heads)
+                call()
+                t = timer.time_gpu(call, [()], reps=20)
+                e2e = timer.time_end_to_end(call, [()], reps=20)
+                rows.append({"kernel": name, **fields, **t, "GBps": nbytes / t["ms"] / 1e6,
+                             "fraction_of_read": nbytes / t["ms"] / 1e6 / read_GBps,
+                             "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"]})
+                line.append(f"{name} {rows[-1]['GBps']:.0f}")
+            except Exception as error:  # noqa: BLE001  (a backend that refuses the shape is listed)
+                skipped.append({**{k_: fields[k_] for k_ in ("batch", "heads", "kv_heads", "n_k")}, "kernel": name,
+                                "why": f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"})
+        print(f"decode b{batch} h{heads}/{kv_heads} KV {n_k}: " + ", ".join(line), flush=True)
+        del q, k, v, out, tq, tk, tv
+        cupy.get_default_memory_pool().free_all_blocks()
+    return rows, skipped
+
+
+def measure_prefill(shapes) -> list:
+    import cupy
+
+    _, torch = torch_backends()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    for n, d, causal in shapes:
+        heads = 16
+        q, k, v = (random((1, heads, n, d), "float32", s) for s in (4, 5, 6))
+        flops = 4 * heads * n * n * d * (0.5 if causal else 1.0)
+        fields = {"op": "prefill", "batch": 1, "heads": heads, "n_q": n, "n_k": n, "d": d, "dtype": "float32",
+                  "causal": causal, "flops": flops, "score_matrix_bytes_not_allocated": 4 * heads * n * n}
+        out = osm.attention(q, k, v, causal=causal, variant="blocked")
+        check_first_batch(out, q, k, v, causal, tol_scale=4.0)
+        ours = lambda: osm.attention(q, k, v, causal=causal, variant="blocked")  # noqa: E731
+        t = timer.time_gpu(ours, [()], reps=10)
+        rows.append({"kernel": ab.BLOCKED.name, **fields, **t, "TFLOPs": flops / t["ms"] / 1e9})
+        tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
+        mask = torch.ones(n, n, dtype=torch.bool, device="cuda").tril() if causal else None
+
+        def naive():
+            s = torch.matmul(tq, tk.transpose(-1, -2)) * (1 / math.sqrt(d))
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            return torch.matmul(torch.softmax(s, dim=-1), tv)
+
+        try:
+            t = timer.time_gpu(naive, [()], reps=10)
+            rows.append({"kernel": "torch_naive_three_kernels", **fields, **t, "TFLOPs": flops / t["ms"] / 1e9})
+            ratio = rows[-1]["ms"] / rows[-2]["ms"]
+        except Exception as error:  # noqa: BLE001
+            ratio = float("nan")
+            print(f"naive path failed at n {n}: {error}", flush=True)
+        print(f"prefill n {n} d {d} causal {causal}: ours {rows[-2 if ratio == ratio else -1]['ms']:.3f} ms, "
+              f"naive/ours {ratio:.2f}", flush=True)
+        del q, k, v, out, tq, tk, tv
+        torch.cuda.empty_cache()
+        cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def host_overhead() -> dict:
+    q = random((1, 32, 1, 128), "bfloat16", 7)
+    k, v = random((1, 8, 4096, 128), "bfloat16", 8), random((1, 8, 4096, 128), "bfloat16", 9)
+    return {"kernel": ab.DECODE.name, "op": "host_us_per_call", "batch": 1, "heads": 32, "kv_heads": 8, "n_k": 4096,
+            **timer.host_us_per_call(lambda: osm.attention(q, k, v), calls=500)}
+
+
+def main(quick: bool) -> None:
+    copy = timer.copy_bandwidth()
+    read = read_bandwidth()
+    print(f"copy {copy['GBps']:.0f} GB/s, read {read['GBps']:.0f} GB/s", flush=True)
+    decode, skipped = measure_decode(QUICK_DECODE if quick else DECODE, read["GBps"], copy["GBps"])
+    host = host_overhead()
+    print(f"host us per call (decode, 1x32/8 x 4096): {host['us']:.1f}", flush=True)
+    prefill = measure_prefill(QUICK_PREFILL if quick else PREFILL)
+    if quick:
+        return
+    meta = results.gpu_meta()
+    ceilings = [{"kernel": "copy", "op": "copy", "bytes_counted": "read + write", **copy},
+                {"kernel": "read", "op": "read", "bytes_counted": "read", **read}]
+    print("wrote", results.write_results("attention-decode", ceilings + decode + [host],
+                                         {**meta, "skipped": skipped}), file=sys.stderr)
+    print("wrote", results.write_results("attention-prefill", prefill, meta), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main("--quick" in sys.argv[1:])

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over the attention kernels
+# (attention_01_blocked, attention_02_decode_split with one split and with several, causal and
+# not, every head dimension) and the fused softmax + top-k kernel (every list length), all three
+# dtypes, short awkward shapes. Host API errors are not reported (cuda-bindings probes the driver).
+# Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
+set -u
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+for tool in memcheck racecheck synccheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 --report-api-errors no python3 - <<'PY'
+import cupy as cp
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+
+launches = 0
+for dtype in checks.DTYPES:
+    for d in (32, 64, 96, 128):
+        for variant, (n_q, n_k, kv) in (("blocked", (70, 33, 1)), ("blocked", (5, 130, 2)),
+                                         ("decode", (1, 3000, 1)), ("decode", (3, 700, 2)), ("decode", (1, 31, 2))):
+            q = checks.random_rows(cp, 2 * 2 * n_q, d, dtype, seed=1).reshape(2, 2, n_q, d)
+            k = checks.random_rows(cp, 2 * kv * n_k, d, dtype, seed=2).reshape(2, kv, n_k, d)
+            v = checks.random_rows(cp, 2 * kv * n_k, d, dtype, seed=3).reshape(2, kv, n_k, d)
+            for causal in (False, True):
+                osm.attention(q, k, v, causal=causal, return_lse=True, variant=variant)
+                launches += 1
+    for n_rows, n_cols, k in ((3, 1, 1), (2, 33, 4), (2, 1000, 16), (1, 4097, 32), (2, 70000, 5)):
+        x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=4)
+        osm.softmax_topk(x, k, return_lse=True)
+        launches += 1
+cp.cuda.Device().synchronize()
+print("sanitized", launches, "calls")
+PY
+  rc=$?
+  echo "$tool exit $rc"
+  [ "$rc" = 0 ] || status=1
+done
+exit $status

@@ -1,0 +1,207 @@
+"""GPU tier for the attention kernels (attention_01_blocked, attention_02_decode_split) in float32,
+float16 and bfloat16: the edge matrix of sequence lengths, every head dimension, grouped-query
+heads, causal (bottom-right) and not, blind queries, long caches split over blocks, large logits,
+views, poisoned outputs, bad input.
+
+Every output is judged against the float64 reference (kernels/attention_blocked.reference) on the
+same dtype-rounded inputs: its error must be at most twice that of torch's scaled_dot_product_attention
+in the same dtype on the same inputs (with the same bottom-right mask given explicitly), plus two
+ulps of the dtype at the largest |output| (checks.tolerance). Rows that see no key are compared
+exactly: output 0 and LSE -inf (torch gives NaN there; its error is taken over the other rows).
+The LSE (float32) is judged against twice the error of the same computation in float32 on the GPU.
+"""
+import numpy as np
+import cupy as cp
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.runtime.plan import get_runner
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+VARIANTS = (ab.BLOCKED, ab.DECODE)
+DTYPES = checks.DTYPES
+TORCH_DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+LENGTHS = (1, 2, 31, 33, 100, 257, 1000, 4097)
+
+
+def make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed=0, q_scale=1.0):
+    """Host float32 arrays already rounded to `dtype` (so every path sees the same numbers)."""
+    rng = np.random.default_rng(seed)
+    host = [rng.standard_normal(shape, dtype=np.float32) for shape in
+            ((batch, heads, n_q, d), (batch, kv_heads, n_k, d), (batch, kv_heads, n_k, d))]
+    host[0] *= np.float32(q_scale)
+    return [checks.to_dtype(a, dtype).astype(np.float32) for a in host]
+
+
+def on_gpu(host32, dtype):
+    return checks.on_device(cp, checks.to_dtype(host32, dtype))
+
+
+def to_host64(a):
+    return checks.as_float64(a).get() if isinstance(checks.as_float64(a), cp.ndarray) else checks.as_float64(a)
+
+
+def visible(n_q, n_k, causal):
+    """(n_q, n_k) boolean: query i sees key j (bottom-right causal)."""
+    if not causal:
+        return np.ones((n_q, n_k), bool)
+    return np.arange(n_k)[None, :] < ab.visible_limit(n_q, n_k)[:, None]
+
+
+def torch_error(host, dtype, causal, ref, blind):
+    """max |torch SDPA in `dtype` - ref| over rows that see a key."""
+    q, k, v = (torch.tensor(a, device="cuda").to(TORCH_DTYPE[dtype]) for a in host)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    mask = torch.tensor(visible(q.shape[2], k.shape[2], causal), device="cuda")
+    with torch.no_grad():
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = out.double().cpu().numpy()
+    out[..., blind, :] = ref[..., blind, :]
+    return float(np.abs(out - ref).max())
+
+
+def lse_fp32_error(host, causal, lse_ref):
+    """max |LSE computed in float32 on the GPU (cuBLAS scores, fp32 log-sum-exp) - reference|."""
+    q, k = (cp.asarray(a) for a in host[:2])
+    k = cp.repeat(k, q.shape[1] // k.shape[1], axis=1)
+    s = cp.einsum("bhqd,bhkd->bhqk", q, k) * cp.float32(1 / np.sqrt(q.shape[-1]))
+    s = cp.where(cp.asarray(visible(q.shape[2], k.shape[2], causal)), s, cp.float32(-np.inf))
+    m = s.max(axis=-1, keepdims=True)
+    lse = (m + cp.log(cp.exp(s - cp.where(cp.isfinite(m), m, 0)).sum(axis=-1, keepdims=True)))[..., 0].get()
+    finite = np.isfinite(lse_ref)
+    return float(np.abs(lse[finite] - lse_ref[finite]).max()) if finite.any() else 0.0
+
+
+def run_kernel(variant, q, k, v, causal, scale=None):
+    """The variant through its plan (what the API calls) on poisoned out and lse; synchronized."""
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    out = checks.poisoned_like(q)
+    lse = cp.full(q.shape[:3], checks.POISON["float32"], dtype=cp.float32)
+    options = {"k": k, "v": v, "lse": lse, "causal": causal, "scale": float(scale)}
+    get_runner(variant, q, out, options)(q, out, **options)
+    cp.cuda.Device().synchronize()
+    assert checks.unwritten(out) == 0, "output elements left unwritten"
+    assert not bool((lse == cp.float32(checks.POISON["float32"])).any()), "LSE entries left unwritten"
+    return out, lse
+
+
+def check(variant, batch, heads, kv_heads, n_q, n_k, d, dtype, causal, seed=0, q_scale=1.0):
+    host = make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed, q_scale)
+    q, k, v = (on_gpu(a, dtype) for a in host)
+    out, lse = run_kernel(variant, q, k, v, causal)
+    ref, lse_ref = (a.get() for a in ab.reference(*(cp.asarray(a) for a in host), causal=causal))
+    blind = ~visible(n_q, n_k, causal).any(axis=1)
+    y, lse = to_host64(out), lse.get()
+    assert not np.isnan(y).any() and not np.isnan(lse).any(), "NaN in the output"
+    assert (y[..., blind, :] == 0).all() and np.isneginf(lse[..., blind]).all(), "a blind query: 0 and LSE -inf"
+    err = float(np.abs(y - ref).max())
+    base = torch_error(host, dtype, causal, ref, blind)
+    tol = checks.tolerance(base, ref, dtype)
+    where = f"{variant.name} {dtype} b{batch} h{heads}/{kv_heads} n_q {n_q} n_k {n_k} d {d} causal {causal}"
+    assert err <= tol, f"{where}: error {err:.3e}, torch {base:.3e}, tolerance {tol:.3e}"
+    lse_err = float(np.abs(lse[~blind] - lse_ref[..., ~blind]).max()) if (~blind).any() else 0.0
+    lse_tol = 2 * lse_fp32_error(host, causal, lse_ref) + 4 * np.finfo(np.float32).eps * max(1, np.abs(lse_ref[np.isfinite(lse_ref)]).max(initial=1))
+    assert lse_err <= lse_tol, f"{where}: LSE error {lse_err:.3e}, tolerance {lse_tol:.3e}"
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", (False, True), ids=("full", "causal"))
+@pytest.mark.parametrize("n_q", LENGTHS)
+def test_every_length_pair(variant, dtype, causal, n_q):
+    for n_k in LENGTHS:
+        check(variant, 1, 2, 1, n_q, n_k, 64, dtype, causal, seed=n_q * 7919 + n_k)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", ab.SUPPORTED_D)
+@pytest.mark.parametrize("n_q, n_k", [(1, 4097), (3, 257), (100, 257), (33, 1000)])
+def test_every_head_dimension(variant, dtype, d, n_q, n_k):
+    for causal in (False, True):
+        check(variant, 2, 2, 2, n_q, n_k, d, dtype, causal, seed=d + n_q)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("kv_heads", (1, 2, 4, 8))
+@pytest.mark.parametrize("n_q", (1, 3, 8, 70))
+def test_grouped_query_heads(variant, kv_heads, n_q):
+    for dtype in ("float32", "bfloat16"):
+        check(variant, 2, 8, kv_heads, n_q, 1000, 128, dtype, causal=n_q > 1, seed=kv_heads * 10 + n_q)
+
+
+@pytest.mark.parametrize("n_k", (65536, 262144))
+@pytest.mark.parametrize("kv_heads", (4, 1))
+def test_a_long_cache_is_split_over_blocks_and_merged(n_k, kv_heads):
+    q = cp.zeros((2, 4, 1, 128), cp.float32)
+    k = cp.zeros((2, kv_heads, n_k, 128), cp.float32)
+    runner = get_runner(ab.DECODE, q, q, {"k": k, "v": k, "lse": None, "causal": False, "scale": 1.0})
+    assert runner.splits > 1, "a long cache at batch 2 must be split to fill the GPU"
+    for dtype in ("bfloat16", "float16"):
+        check(ab.DECODE, 2, 4, kv_heads, 1, n_k, 128, dtype, causal=False, seed=n_k + kv_heads)
+    check(ab.DECODE, 1, 4, kv_heads, 4, n_k, 128, "bfloat16", causal=True, seed=3)
+
+
+def test_one_split_writes_the_output_directly():
+    q = cp.zeros((64, 32, 1, 128), cp.float32)
+    k = cp.zeros((64, 32, 300, 128), cp.float32)
+    runner = get_runner(ab.DECODE, q, q, {"k": k, "v": k, "lse": None, "causal": False, "scale": 1.0})
+    assert runner.splits == 1
+    check(ab.DECODE, 64, 32, 32, 1, 300, 128, "float32", causal=False)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_logits(variant, dtype):
+    """q scaled so that scores reach hundreds: exp would overflow without the running maximum."""
+    check(variant, 1, 4, 2, 5, 777, 64, dtype, causal=False, seed=11, q_scale=60.0)
+    check(variant, 1, 4, 2, 77, 777, 64, dtype, causal=True, seed=12, q_scale=60.0)
+
+
+@pytest.mark.parametrize("variant", ("blocked", "decode", "auto"))
+def test_the_api_copies_views_and_returns_the_lse(variant):
+    host = make_qkv(2, 4, 2, 6, 300, 64, "float16", seed=5)
+    ref, lse_ref = ab.reference(*host, causal=True)
+    # (batch, seq, heads, d) storage seen as (batch, heads, seq, d): a strided view
+    q, k, v = (on_gpu(np.ascontiguousarray(a.transpose(0, 2, 1, 3)), "float16").transpose(0, 2, 1, 3) for a in host)
+    assert not q.flags.c_contiguous
+    out, lse = osm.attention(q, k, v, causal=True, return_lse=True, variant=variant)
+    assert out.dtype == q.dtype and out.shape == q.shape and lse.shape == (2, 4, 6)
+    err = float(np.abs(to_host64(out) - ref).max())
+    tol = checks.tolerance(torch_error(host, "float16", True, ref, np.zeros(6, bool)), ref, "float16")
+    assert err <= tol, f"error {err:.3e}, tolerance {tol:.3e}"
+    assert float(np.abs(lse.get() - lse_ref).max()) < 1e-4
+
+
+def test_the_api_rejects_bad_input_on_the_gpu():
+    q = cp.zeros((1, 2, 3, 80), cp.float32)
+    with pytest.raises(ValueError, match="head dimension d = 80"):
+        osm.attention(q, q, q)
+    q = cp.zeros((1, 2, 3, 64), cp.float32)
+    with pytest.raises(TypeError, match="all numpy or all cupy"):
+        osm.attention(q, q.get(), q)
+    with pytest.raises(TypeError, match="share a dtype"):
+        osm.attention(q, q.astype(cp.float16), q.astype(cp.float16))
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        osm.attention(cp.zeros((1, 3, 3, 64), cp.float32), q, q)
+    with pytest.raises(ValueError, match="unknown variant"):
+        osm.attention(q, q, q, variant="flash")
+    out = osm.attention(q + 1, q + 1, q + 2)     # and the context is still usable
+    cp.cuda.Device().synchronize()
+    assert float(out.mean()) == pytest.approx(2.0)
+
+
+def test_a_wrong_kernel_fails_the_check(monkeypatch):
+    """The check can fail: a result whose rescale is dropped (alpha = 1) is rejected."""
+    host = make_qkv(1, 2, 2, 70, 300, 64, "float32", seed=9, q_scale=4.0)
+    ref, _ = ab.reference(*host)
+    wrong = ref.copy()
+    wrong[..., 3, :] *= 1.01
+    base = torch_error(host, "float32", False, ref, np.zeros(70, bool))
+    assert float(np.abs(wrong - ref).max()) > checks.tolerance(base, ref, "float32")
