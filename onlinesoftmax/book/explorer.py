@@ -21,19 +21,25 @@ from onlinesoftmax.runtime import device
 
 NEAR_COPY = 0.9        # the fraction of the copy ceiling the chapter and its exercises measure against
 BATCHES_LIVE = (1, 10, 64, 128, 256, 512, 1024, 2048, 4000)
+MAX_ELEMENTS = 2**30   # as the recorded suite: a batch is capped at MAX_ELEMENTS // N rows
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _session: dict = {}
 
 
+def rows_of(batch: int, n_cols: int) -> int:
+    """The rows a batch gets at N = n_cols (capped at MAX_ELEMENTS elements, as in the recorded suite)."""
+    return max(1, min(batch, MAX_ELEMENTS // n_cols))
+
+
 def recorded_points(data: dict, kernel: str, dtype: str, n_cols: int) -> dict:
-    """{series: (batches, fractions of the copy)} for `kernel` and the same-size copy, from `data`."""
+    """{series: (rows, fractions of the copy)} for `kernel` and the same-size copy, from `data`."""
     points = {}
     for name in (kernel, "copy_same_size"):
-        pairs = sorted((r["batch"], r["fraction_of_copy"]) for r in data["rows"]
-                       if r.get("kernel") == name and r.get("dtype") == dtype and r.get("n_cols") == n_cols
-                       and r.get("batch") == r.get("n_rows") and "ms" in r)
-        if pairs:
-            points[name] = ([p[0] for p in pairs], [p[1] for p in pairs])
+        by_rows = {r["n_rows"]: r["fraction_of_copy"] for r in data["rows"]
+                   if r.get("kernel") == name and r.get("dtype") == dtype and r.get("n_cols") == n_cols
+                   and "ms" in r}
+        if by_rows:
+            points[name] = (sorted(by_rows), [by_rows[n] for n in sorted(by_rows)])
     return points
 
 
@@ -47,7 +53,7 @@ def copy_ceiling_GBps() -> float:
 
 
 def live_points(kernel: str, dtype: str, n_cols: int, batches=BATCHES_LIVE) -> dict:
-    """{series: (batches, fractions of the copy)} timed now on the GPU: `kernel` and the same-size copy."""
+    """{series: (rows, fractions of the copy)} timed now on the GPU: `kernel` and the same-size copy."""
     import cupy
 
     import onlinesoftmax as osm
@@ -56,7 +62,7 @@ def live_points(kernel: str, dtype: str, n_cols: int, batches=BATCHES_LIVE) -> d
     copy_GBps = copy_ceiling_GBps()
     points = {kernel: ([], []), "copy_same_size": ([], [])}
     variant = "auto" if kernel == "fast" else kernel
-    for batch in batches:
+    for batch in sorted({rows_of(b, n_cols) for b in batches}):
         inputs = [checks.random_rows(cupy, batch, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         ideal = 2 * batch * n_cols * ITEMSIZE[dtype]   # one read and one write per element
@@ -87,7 +93,7 @@ def plot(points: dict, kernel: str, dtype: str, n_cols: int, where: str):
                 label="copy of the same bytes" if name == "copy_same_size" else name)
     ax.axhline(NEAR_COPY, color="grey", lw=0.7, ls=":", label=f"{NEAR_COPY} of the copy ceiling")
     ax.set_xscale("log")
-    ax.set_xlabel("batch (rows)")
+    ax.set_xlabel("batch (rows of N)")
     ax.set_ylabel("fraction of the copy ceiling")
     ax.set_title(f"{kernel}, {dtype}, N = {n_cols}")
     ax.legend(fontsize=8)
