@@ -151,3 +151,27 @@ def contraction(sass_text: str) -> dict | None:
     shfl = next((text for _, text in listing if text.startswith("SHFL.BFLY") and
                  text.replace(",", "").split()[2] in factors), None)
     return {"ffma": ffma, "fmul": fmul, "shfl": shfl}
+
+
+# Chapter 3's counter-example to a merged wide load: two adjacent 32-bit words per thread (two
+# halves each, as two half2 values would be), through a pointer that promises 4-byte alignment.
+TWO_WORDS_SOURCE = r"""extern "C" __global__ void two_words(const unsigned int* __restrict__ x,
+                                     unsigned int* __restrict__ y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (2 * i + 1 < n) y[i] = x[2 * i] ^ x[2 * i + 1];   // words 2i and 2i + 1: 8 adjacent bytes
+}
+"""
+
+
+def two_words_sass() -> str:
+    """cuobjdump -sass of TWO_WORDS_SOURCE, compiled by nvcc as the book's kernels are
+    (disasm.ToolMissing without nvcc)."""
+    import tempfile
+    from pathlib import Path
+
+    from onlinesoftmax.runtime import disasm
+
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "two_words.cu"
+        source.write_text(TWO_WORDS_SOURCE)
+        return disasm.sass(source, "two_words")
