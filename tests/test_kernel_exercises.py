@@ -1,6 +1,7 @@
 """The CUDA exercises' machinery on CPU: every starter and solution builds, a compile error names
 the reader's line, the reader's copy is never the book's kernel, and the runner's faults (a hang,
 a crash) come back as reports, not exceptions. tests/gpu/test_kernel_exercises_gpu.py runs them."""
+import importlib.util
 import subprocess
 
 import pytest
@@ -31,6 +32,8 @@ def test_every_exercise_has_a_starter_and_a_solution_with_its_entry():
 def test_every_starter_and_solution_builds(name, folder):
     ok, log = kx.build(kx.EXERCISES_DIR / folder / f"{name}.cu")
     assert ok, log
+    if importlib.util.find_spec("cuda") is not None:
+        assert "NVRTC" in log, "built with NVRTC too: the compiler cupy runs the exercise with"
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="needs nvcc or NVRTC")

@@ -120,6 +120,9 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
     }
 
     const int begin = split * keys_per_split, end = min(n_k, begin + keys_per_split);
+    // The 8 lanes of a key run the loop the same number of times, the 4 groups of a warp not
+    // always (the last keys of a split): the dot-product shuffles name only the group's lanes.
+    const unsigned int group_lanes = 0xffu << (group * LANES_PER_KEY);
     for (int j0 = begin + warp * (32 / LANES_PER_KEY) + group; j0 < end; j0 += 2 * KEYS_PER_STEP) {
         const int j1 = j0 + KEYS_PER_STEP;
         const bool has1 = j1 < end;
@@ -140,8 +143,8 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
             for (int d = 0; d < DPL; ++d) { s0 = fmaf(qr[r][d], k0v[d], s0); s1 = fmaf(qr[r][d], k1v[d], s1); }
 #pragma unroll
             for (int offset = LANES_PER_KEY / 2; offset >= 1; offset /= 2) {   // inside the 8 lanes of a key
-                s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
-                s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
+                s0 += __shfl_xor_sync(group_lanes, s0, offset);
+                s1 += __shfl_xor_sync(group_lanes, s1, offset);
             }
             if (j0 >= limit[r]) s0 = neg_inf();
             if (!has1 || j1 >= limit[r]) s1 = neg_inf();
