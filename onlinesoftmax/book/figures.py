@@ -35,6 +35,8 @@ PALETTE = {
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
     "softmax_topk_01_online": "#393b79",
+    "attention_01_blocked": "#637939",
+    "attention_02_decode_split": "#843c39",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",
@@ -57,7 +59,7 @@ def canonical(name: str) -> str | None:
     shorts = [v.name for v in REGISTRY.values() if v.short == name and v.name in PALETTE]
     if len(shorts) == 1:
         return shorts[0]
-    for family in ("softmax_", "logsumexp_", "log_softmax_"):
+    for family in ("softmax_", "logsumexp_", "log_softmax_", "attention_", "softmax_topk_"):
         if family + name in PALETTE:
             return family + name
     return None
