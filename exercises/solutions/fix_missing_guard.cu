@@ -8,8 +8,8 @@ struct State { float m, l; };
 
 __device__ __forceinline__ State combine(State a, State b) {
     const float m = fmaxf(a.m, b.m);
-    if (m == NEG_INF) return {m, 0.0f};              // both empty: stay empty, not NaN
-    return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
+    const float base = m == NEG_INF ? 0.0f : m;   // all -inf so far: re-base on 0, not -inf (-inf - -inf is NaN);
+    return {m, a.l * expf(a.m - base) + b.l * expf(b.m - base)};   // a NaN input still makes l NaN
 }
 
 extern "C" __global__ void fix_missing_guard(const float* __restrict__ x, float* __restrict__ y, int n_cols,
