@@ -4,11 +4,12 @@
 // Changed from attention_01_blocked: with 1 to 8 queries there is no query tile to fill a block
 //               and batch x heads blocks leave most SMs idle, so the KV sequence itself is cut
 //               into `splits` ranges, one block each. Inside a block, 8 lanes share one key
-//               (D / 8 dims each, one or more 16-byte loads), a warp works on 4 keys at a time,
-//               and every group of 8 lanes keeps the online state (m, l, O) of each query row
-//               of the block over the keys it visits (two keys per step: one rescale per two).
-//               The 16 states of the block combine with the chapter 04 combine (butterfly over
-//               the 4 groups of a warp, then across the 4 warps in shared memory). The rows of
+//               (16 when a block has 4 rows; D / 8 or D / 16 dims each, 16-byte loads where they
+//               fill), a warp works on 4 (or 2) keys at a time, and every group of lanes keeps
+//               the online state (m, l, O) of each query row of the block over the keys it
+//               visits (two keys per step: one rescale per two). The groups' states combine
+//               with the chapter 04 combine (a butterfly over the groups of a warp, then
+//               across the 4 warps in shared memory). The rows of
 //               a block are the queries of one kv head (grouped-query attention: the heads that
 //               share it, times n_q), so K and V are read once for all of them; R rows per
 //               block (1, 2 or 4; more rows use more blocks).
@@ -28,8 +29,9 @@
 #include "online_rows.cuh"
 
 #define WARPS 4
-#define LANES_PER_KEY 8
-#define KEYS_PER_STEP (WARPS * 32 / LANES_PER_KEY)   // 16 keys in flight per block step
+// Lanes that share one key: 8 for R <= 2 rows, 16 for R = 4 (halves the registers that hold q and
+// O per lane: 4 rows x D / 8 of each would leave room for two blocks per SM only).
+template <int R> struct LanesPerKey { static constexpr int value = R >= 4 ? 16 : 8; };
 
 // A 32-bit word of the storage type as fp32 values (1 float, or 2 halves / bfloat16s).
 template <class Row> __device__ __forceinline__ void unpack_word(unsigned int w, float* f);
@@ -52,13 +54,16 @@ __device__ __forceinline__ void load_slice(const typename Row::Elem* __restrict_
             unpack_word<Row>(w.x, f + (4 * i + 0) * PER_WORD); unpack_word<Row>(w.y, f + (4 * i + 1) * PER_WORD);
             unpack_word<Row>(w.z, f + (4 * i + 2) * PER_WORD); unpack_word<Row>(w.w, f + (4 * i + 3) * PER_WORD);
         }
-    } else {
-        static_assert(BYTES % 8 == 0, "a lane's slice is a whole number of 8-byte words");
+    } else if constexpr (BYTES % 8 == 0) {
 #pragma unroll
         for (int i = 0; i < BYTES / 8; ++i) {
             const uint2 w = __ldg(reinterpret_cast<const uint2*>(p) + i);
             unpack_word<Row>(w.x, f + (2 * i + 0) * PER_WORD); unpack_word<Row>(w.y, f + (2 * i + 1) * PER_WORD);
         }
+    } else {
+        static_assert(BYTES % 4 == 0, "a lane's slice is a whole number of 4-byte words");
+#pragma unroll
+        for (int i = 0; i < BYTES / 4; ++i) unpack_word<Row>(__ldg(reinterpret_cast<const unsigned int*>(p) + i), f + i * PER_WORD);
     }
 }
 
@@ -82,6 +87,8 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
                                              typename Row::Elem* __restrict__ out, float* __restrict__ lse,
                                              int heads, int kv_heads, int n_q, int n_k, int keys_per_split,
                                              float scale_log2, int causal) {
+    constexpr int LANES_PER_KEY = LanesPerKey<R>::value;
+    constexpr int KEYS_PER_STEP = WARPS * 32 / LANES_PER_KEY;   // keys in flight per block step (x2 unrolled)
     constexpr int DPL = D / LANES_PER_KEY;                       // dims per lane
     __shared__ float partial[WARPS][R][D + 2];                   // O, then m and l
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -120,9 +127,9 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
     }
 
     const int begin = split * keys_per_split, end = min(n_k, begin + keys_per_split);
-    // The 8 lanes of a key run the loop the same number of times, the 4 groups of a warp not
-    // always (the last keys of a split): the dot-product shuffles name only the group's lanes.
-    const unsigned int group_lanes = 0xffu << (group * LANES_PER_KEY);
+    // The lanes of a key run the loop the same number of times, the groups of a warp not always
+    // (the last keys of a split): the dot-product shuffles name only the group's lanes.
+    const unsigned int group_lanes = ((1u << LANES_PER_KEY) - 1u) << (group * LANES_PER_KEY);
     for (int j0 = begin + warp * (32 / LANES_PER_KEY) + group; j0 < end; j0 += 2 * KEYS_PER_STEP) {
         const int j1 = j0 + KEYS_PER_STEP;
         const bool has1 = j1 < end;
@@ -142,7 +149,7 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
 #pragma unroll
             for (int d = 0; d < DPL; ++d) { s0 = fmaf(qr[r][d], k0v[d], s0); s1 = fmaf(qr[r][d], k1v[d], s1); }
 #pragma unroll
-            for (int offset = LANES_PER_KEY / 2; offset >= 1; offset /= 2) {   // inside the 8 lanes of a key
+            for (int offset = LANES_PER_KEY / 2; offset >= 1; offset /= 2) {   // inside the lanes of a key
                 s0 += __shfl_xor_sync(group_lanes, s0, offset);
                 s1 += __shfl_xor_sync(group_lanes, s1, offset);
             }
@@ -158,7 +165,7 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
         }
     }
 
-    // The 4 key groups of a warp: butterfly over lanes 8 and 16 apart (same dims, other keys).
+    // The key groups of a warp: butterfly over lanes LANES_PER_KEY .. 16 apart (same dims, other keys).
 #pragma unroll
     for (int offset = LANES_PER_KEY; offset < 32; offset *= 2) {
 #pragma unroll
@@ -171,7 +178,7 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
             combine_into<DPL>(m[r], l[r], o[r], m_b, l_b, o_b);
         }
     }
-    if (group == 0) {   // lanes 0..7 hold the warp's states (partners may differ in the last bit: one copy is used)
+    if (group == 0) {   // the first group's lanes hold the warp's states (partners may differ in the last bit: one copy is used)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -231,7 +238,7 @@ __device__ __forceinline__ void decode_merge(const float* __restrict__ o_part, c
 }
 
 #define ATTENTION_02_SPLIT(TAG, ROW, D, R)                                                                \
-    extern "C" __global__ void __launch_bounds__(128, 4 / R) attention_02_decode_split_##TAG##_d##D##_r##R(     \
+    extern "C" __global__ void __launch_bounds__(128, R == 2 ? 2 : 4) attention_02_decode_split_##TAG##_d##D##_r##R(     \
         const ROW::Elem* __restrict__ q, const ROW::Elem* __restrict__ k, const ROW::Elem* __restrict__ v, \
         float* __restrict__ o_part, float* __restrict__ lse_part, ROW::Elem* __restrict__ out,          \
         float* __restrict__ lse, int heads, int kv_heads, int n_q, int n_k, int keys_per_split,          \
