@@ -17,12 +17,14 @@ synchronous call of the public function between CUDA events (time_end_to_end), a
 call back to back at the smallest decode shape. Every output of ours is checked against a
 float64 reference on the timing inputs (the first batch element) before it is timed.
 
-Run on a GPU machine:  python benchmarks/bench_attention.py            (about 2-3 minutes)
+Run on a GPU machine:  python benchmarks/bench_attention.py            (about 2-3 minutes;
+                       BENCH_ATTENTION=decode or =prefill for one suite)
                        python benchmarks/bench_attention.py --quick    (a few shapes, not written)
 """
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import numpy as np
@@ -36,37 +38,6 @@ DECODE = [(b, 32, kv, n) for b in (1, 8, 32) for kv in (32, 8) for n in (4096, 3
 PREFILL = [(n, d, causal) for n in (1024, 2048, 4096, 8192, 16384) for d in (64, 128) for causal in (False, True)]
 QUICK_DECODE = [(1, 32, 8, 32768), (8, 32, 8, 131072), (8, 32, 32, 32768)]
 QUICK_PREFILL = [(4096, 128, False), (4096, 128, True)]
-
-READ_SOURCE = r"""
-extern "C" __global__ void read_ceiling(const uint4* __restrict__ x, long long n, unsigned int* sink) {
-    unsigned int acc = 0;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const uint4 v = __ldg(x + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x12345678u) *sink = acc;   // never true for the data used: keeps the loads
-}
-"""
-
-
-def read_bandwidth(nbytes: int = 2**31) -> dict:
-    """The read ceiling in the same run: a grid-stride loop of 16-byte loads over `nbytes`."""
-    import cupy
-
-    kernel = cupy.RawKernel(READ_SOURCE, "read_ceiling")
-    src = cupy.full(nbytes // 4, 1, dtype=cupy.uint32)
-    sink = cupy.zeros(1, cupy.uint32)
-    blocks = 8 * cupy.cuda.Device().attributes["MultiProcessorCount"]
-    n16 = nbytes // 16
-
-    def read():
-        kernel((blocks,), (512,), (src, np.int64(n16), sink))
-
-    timing = timer.time_gpu(read, [()], warmup=3, reps=20)
-    del src
-    cupy.get_default_memory_pool().free_all_blocks()
-    return {"bytes": nbytes, **timing, "GBps": nbytes / timing["ms"] / 1e6}
-
 
 def to_torch(a):
     import cupy
@@ -215,23 +186,26 @@ def host_overhead() -> dict:
             **timer.host_us_per_call(lambda: osm.attention(q, k, v), calls=500)}
 
 
-def main(quick: bool) -> None:
-    copy = timer.copy_bandwidth()
-    read = read_bandwidth()
-    print(f"copy {copy['GBps']:.0f} GB/s, read {read['GBps']:.0f} GB/s", flush=True)
-    decode, skipped = measure_decode(QUICK_DECODE if quick else DECODE, read["GBps"], copy["GBps"])
-    host = host_overhead()
-    print(f"host us per call (decode, 1x32/8 x 4096): {host['us']:.1f}", flush=True)
-    prefill = measure_prefill(QUICK_PREFILL if quick else PREFILL)
-    if quick:
-        return
+def main(quick: bool, suites) -> None:
     meta = results.gpu_meta()
-    ceilings = [{"kernel": "copy", "op": "copy", "bytes_counted": "read + write", **copy},
-                {"kernel": "read", "op": "read", "bytes_counted": "read", **read}]
-    print("wrote", results.write_results("attention-decode", ceilings + decode + [host],
-                                         {**meta, "skipped": skipped}), file=sys.stderr)
-    print("wrote", results.write_results("attention-prefill", prefill, meta), file=sys.stderr)
+    if "decode" in suites:
+        copy = timer.copy_bandwidth()
+        read = timer.read_bandwidth()
+        print(f"copy {copy['GBps']:.0f} GB/s, read {read['GBps']:.0f} GB/s", flush=True)
+        decode, skipped = measure_decode(QUICK_DECODE if quick else DECODE, read["GBps"], copy["GBps"])
+        host = host_overhead()
+        print(f"host us per call (decode, 1x32/8 x 4096): {host['us']:.1f}", flush=True)
+        ceilings = [{"kernel": "copy", "op": "copy", "bytes_counted": "read + write", **copy},
+                    {"kernel": "read", "op": "read", "bytes_counted": "read", **read}]
+        if not quick:
+            print("wrote", results.write_results("attention-decode", ceilings + decode + [host],
+                                                 {**meta, "skipped": skipped}), file=sys.stderr)
+    if "prefill" in suites:
+        prefill = measure_prefill(QUICK_PREFILL if quick else PREFILL)
+        if not quick:
+            print("wrote", results.write_results("attention-prefill", prefill, meta), file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main("--quick" in sys.argv[1:])
+    # BENCH_ATTENTION="decode" (or "prefill") records one suite only
+    main("--quick" in sys.argv[1:], os.environ.get("BENCH_ATTENTION", "decode prefill").split())

@@ -127,7 +127,7 @@ def short_row():
 
 
 def leading_neg_inf_row():
-    """The guard case whose first 300 of 1000 elements are -inf: threads 0..43 start on -inf."""
+    """The guard case whose first 300 of 1000 elements are -inf: every thread starts on -inf and threads 0..43 read a second -inf (column t + 256 < 300)."""
     x = np.random.default_rng(4).standard_normal((1, 1000)).astype(np.float32)
     x[0, :300] = -np.inf
     return x

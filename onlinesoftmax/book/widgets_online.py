@@ -1,9 +1,4 @@
-"""The interactive views of chapters 02 and 03: the recurrence beside its definition (a row of
-your own, chapter 02), the kernel explorer and the step-the-scan view (chapter 03).
-
-Row steps: `step_table` runs the online recurrence on a row and puts every step beside the
-state the definition gives for the same prefix, flagging a step where they differ; `show_steps`
-is the update function of chapter 02's "row x" box.
+"""Chapter 03's kernel explorer (the recurrence step by step is in widgets_steps.py).
 
 Explorer: N, batch, mask kind, dtype and variant -> throughput (GB/s and % of the copy
 ceiling) and error against the float64 reference. On a GPU every change runs the real
@@ -15,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks, reference
+from onlinesoftmax.book.figures import color
 from onlinesoftmax.runtime import device
 from onlinesoftmax.kernels import softmax_masked
 from onlinesoftmax.measure import results
@@ -31,126 +27,6 @@ MODEL_MAX_ROWS, MODEL_MAX_COLS = 8, 2**16        # what the NumPy model runs on 
 LIVE_MAX_ROWS = 64                               # rows checked against the float64 reference on a GPU
 LIVE_MAX_ELEMENTS = 2**30                        # largest batch x N the widget times live
 
-
-# --- the recurrence beside its definition (chapter 02) ----------------------------------------
-
-ROW_STEPS_MAX = 16   # elements the "row x" box steps through
-
-
-def state_by_definition(prefix) -> tuple[float, float]:
-    """(m, l) of a prefix from the definition, m = max, l = sum e^(x - m), in float64.
-
-    A prefix with no element above -inf (or no element at all) is the empty state (-inf, 0):
-    its sum has no finite term. reference.row_stats leaves l = NaN there (e^(-inf - (-inf))),
-    which is the unguarded arithmetic, not the state the recurrence keeps."""
-    prefix = np.asarray(prefix, dtype=np.float64).ravel()
-    if prefix.size == 0 or bool(np.all(prefix == -np.inf)):
-        return -np.inf, 0.0
-    m, l = reference.row_stats(prefix)
-    return float(m[0]), float(l[0])
-
-
-def same_state(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12) -> bool:
-    """Whether two (m, l) states agree: m exactly (NaN matches NaN), l to `rtol`."""
-    (m_a, l_a), (m_b, l_b) = a, b
-    same_m = m_a == m_b or (np.isnan(m_a) and np.isnan(m_b))
-    same_l = (np.isnan(l_a) and np.isnan(l_b)) or bool(np.isclose(l_a, l_b, rtol=rtol, atol=0.0))
-    return bool(same_m and same_l)
-
-
-def compare_steps(x, steps: list[dict] | None = None) -> list[dict]:
-    """Each step of the recurrence (reference.online_steps(x), or the `steps` given) with the
-    definition's state of the same prefix ("m_def", "l_def") and whether the two agree."""
-    x = np.asarray(x, dtype=np.float64).ravel()
-    steps = reference.online_steps(x) if steps is None else steps
-    compared = []
-    for step in steps:
-        m_def, l_def = state_by_definition(x[:step["n"]])
-        compared.append({**step, "m_def": m_def, "l_def": l_def,
-                         "agrees": same_state((step["m"], step["l"]), (m_def, l_def))})
-    return compared
-
-
-def fmt(value, digits: int | None = None) -> str:
-    """A table cell: – for nothing, ±∞, integers without decimals, else `digits` decimals."""
-    if value is None:
-        return "–"
-    if np.isnan(value):
-        return "NaN"
-    if np.isinf(value):
-        return "−∞" if value < 0 else "∞"
-    if float(value).is_integer() or digits is None:
-        return f"{value:g}"
-    return f"{value:.{digits}f}"
-
-
-def step_table(x, digits: int = 6, steps: list[dict] | None = None):
-    """(compared steps, HTML table, steps n where recurrence and definition differ)."""
-    from onlinesoftmax import book
-
-    compared = compare_steps(x, steps)
-    rows = [[c["n"], fmt(c["x"]), fmt(c["rescale"], digits), fmt(c["m"]), fmt(c["l"], digits),
-             f"({fmt(c['m_def'])}, {fmt(c['l_def'], digits)})", "yes" if c["agrees"] else "NO"]
-            for c in compared]
-    header = ["n", "xₙ", "rescale factor", "mₙ", "ℓₙ", "(mₙ, ℓₙ) by definition", "agree"]
-    return compared, book.html_table(header, rows), [c["n"] for c in compared if not c["agrees"]]
-
-
-def parse_numbers(text: str) -> list[float]:
-    """Comma- or semicolon-separated numbers; ValueError for anything else, NaN included."""
-    values = [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
-    if any(np.isnan(v) for v in values):
-        raise ValueError("NaN is not accepted")
-    return values
-
-
-def show_steps(row: str = "2, -1, 7, 7, 0.5, 9", recurrence=reference.online_steps) -> dict | None:
-    """The update of chapter 02's "row x" box: run `recurrence` on the typed row, show its steps
-    beside the definition, and report the final state. Returns what it showed (None when the
-    text is not a row): {"values", "steps", "mismatches", "final", "message"}."""
-    from IPython.display import display
-
-    try:
-        values = parse_numbers(row)
-    except ValueError:
-        print("Type numbers separated by commas, e.g. 1, 5, 3 (-inf and inf are allowed, NaN is not).")
-        return None
-    if not values:
-        print("Type at least one number.")
-        return None
-    shown = values[:ROW_STEPS_MAX]
-    with np.errstate(invalid="ignore", over="ignore"):   # inf - inf in a row holding +inf
-        steps, table, mismatches = step_table(shown, digits=4, steps=recurrence(shown))
-    display(table)
-    m, l = steps[-1]["m"], steps[-1]["l"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lse = -np.inf if l == 0 else m + np.log(l)
-    lines = []
-    if len(values) > len(shown):
-        lines.append(f"(the first {len(shown)} of {len(values)} numbers)")
-    lines.append(f"final state: m = {fmt(m)}, l = {fmt(l, 6)}; log-sum-exp = m + ln l = {fmt(lse, 6)}")
-    if steps[-1]["n"] > 0 and m == -np.inf:
-        lines.append("every element is -inf: the state is still the empty one, and softmax of this row "
-                     "is 0/0 (NaN)")
-    for n in mismatches:
-        c = steps[n]
-        lines.append(f"MISMATCH at n = {n}: the recurrence gives (m, l) = ({fmt(c['m'])}, {fmt(c['l'], 6)}), "
-                     f"the definition ({fmt(c['m_def'])}, {fmt(c['l_def'], 6)})")
-    message = "\n".join(lines)
-    print(message)
-    return {"values": shown, "steps": steps, "mismatches": mismatches, "final": (m, l), "message": message}
-
-
-def row_steps_box(default: str = "2, -1, 7, 7, 0.5, 9"):
-    """Chapter 02's "row x" box: a text field whose every change re-runs show_steps."""
-    import ipywidgets as widgets
-
-    text = widgets.Text(value=default, description="row x:", continuous_update=False,
-                        layout=widgets.Layout(width="420px"))
-    return widgets.interactive(show_steps, row=text, recurrence=widgets.fixed(reference.online_steps))
-
-
-# --- recorded throughput ----------------------------------------------------------------------
 
 def load_throughput(suites=("online-variants", "paper-figures")) -> list[dict]:
     """Recorded suites that hold throughput rows: [{"rows", "meta", "path", "copy_GBps"}]."""
@@ -301,19 +177,21 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
             fig, (ax, ax_err) = plt.subplots(1, 2, figsize=(10.5, 3.6), gridspec_kw={"width_ratios": [1.6, 1]})
             copy_GBps = _copy_cache.get("GBps") if live else (source or {}).get("copy_GBps")
             if copy_GBps:
-                ax.axhline(copy_GBps, color="k", linestyle="--", linewidth=1, label=f"copy ({copy_GBps:.0f} GB/s)")
+                ax.axhline(copy_GBps, color=color("copy"), linestyle="--", linewidth=1,
+                           label=f"copy ({copy_GBps:.0f} GB/s)")
             if len(curve):
-                ax.plot(curve[:, 0], curve[:, 1], "o-", color="C0", markersize=4,
+                ax.plot(curve[:, 0], curve[:, 1], "o-", color=color(kernel.value), markersize=4,
                         label=f"{kernel.value} (recorded)")
                 nearest = curve[np.argmin(np.abs(np.log2(curve[:, 0]) - np.log2(N)))]
-                ax.plot([nearest[0]], [nearest[1]], "o", color="C3", markersize=9, label="nearest recorded N")
-            for library, color in zip(LIBRARIES, ("C7", "C2")):
+                ax.plot([nearest[0]], [nearest[1]], "o", color=color(kernel.value), markersize=10, fillstyle="none",
+                        label="nearest recorded N")
+            for library in LIBRARIES:
                 lib_curve, _ = recorded_curve(recorded, library, "none", dtype.value, n_rows.value)
                 if len(lib_curve):
-                    ax.plot(lib_curve[:, 0], lib_curve[:, 1], ":", color=color, label=f"{library} (recorded)")
+                    ax.plot(lib_curve[:, 0], lib_curve[:, 1], ":", color=color(library), label=f"{library} (recorded)")
             if live and live_points.get(key):
                 pts = sorted((n, p["GBps"]) for n, p in live_points[key].items())
-                ax.plot(*zip(*pts), "s-", color="C1", markersize=5, label=f"{kernel.value} (live)")
+                ax.plot(*zip(*pts), "s--", color=color(kernel.value), markersize=6, label=f"{kernel.value} (live)")
             ax.set_xscale("log", base=2)
             ax.set_xlim(2**0, 2**20)
             ax.axvline(N, color="C3", linewidth=0.8, alpha=0.5)
@@ -325,10 +203,11 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
                                                                lambda p: p * copy_GBps / 100))
                 right.set_ylabel("% of copy")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left")
+            ax.legend(fontsize=9, loc="upper left")
             values = [err["error"], err["baseline"], err["tolerance"]]
             shown = [v if np.isfinite(v) and v > 0 else np.nan for v in values]
-            ax_err.bar(["kernel", f"{dtype.value} numpy", "tolerance"], shown, color=["C0", "C7", "C2"])
+            ax_err.bar(["kernel", f"{dtype.value} numpy", "tolerance"], shown,
+                       color=[color(kernel.value), color("numpy"), "#bbbbbb"])
             ax_err.set_yscale("log")
             ax_err.set_title(f"max |error| vs float64 ({err['source']},\n{err['rows']} rows x {err['cols']})",
                              fontsize=9)
@@ -370,80 +249,5 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
     controls = widgets.VBox([widgets.HBox([n_cols, n_rows, dtype]), widgets.HBox([kernel, mask]),
                              widgets.HBox([sweep, progress])])
     box = widgets.VBox([controls, status, out])
-    display(box)
-    return box
-
-
-# --- step the scan ----------------------------------------------------------------------------
-
-def parse_row(text: str) -> list[float]:
-    return [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
-
-
-def scan_stepper(default: str = "1, 5, 3"):
-    """Pick an element n of your own vector; see m, l and the rescale factor change at that step."""
-    import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-    from matplotlib.ticker import MaxNLocator
-
-    row = widgets.Text(value=default, description="vector x", continuous_update=False,
-                       layout=widgets.Layout(width="420px"))
-    values = parse_row(default)
-    step = widgets.IntSlider(value=len(values), min=1, max=max(1, len(values)), description="element n",
-                             continuous_update=False)
-    status = widgets.HTML()
-    out = widgets.Output()
-
-    def draw(*_):
-        try:
-            x = parse_row(row.value)[:32]
-        except ValueError:
-            status.value = "Type numbers separated by commas, e.g. 1, 5, 3 (-inf allowed)."
-            return
-        if not x:
-            status.value = "Type at least one number."
-            return
-        step.max = len(x)
-        n = min(step.value, len(x))
-        steps = reference.online_steps(x)
-        before, now = steps[n - 1], steps[n]
-        ns = np.arange(1, len(x) + 1)
-        m = np.array([s["m"] for s in steps[1:]])
-        l = np.array([s["l"] for s in steps[1:]])
-        rescale = np.array([s["rescale"] for s in steps[1:]])
-        with out:
-            out.clear_output(wait=True)
-            fig, (ax, ax_l) = plt.subplots(1, 2, figsize=(10, 3.2))
-            ax.stem(ns, np.where(np.isfinite(x), x, np.nan), basefmt=" ", linefmt="C7-", markerfmt="C7o",
-                    label="$x_n$")
-            ax.step(ns, np.where(np.isfinite(m), m, np.nan), where="post", color="C0", label="$m_n$")
-            ax.axvline(n, color="C3", linewidth=1)
-            ax.set_xlabel("n")
-            ax.legend(fontsize=8)
-            ax.set_title("elements and the running maximum", fontsize=9)
-            ax_l.plot(ns, l, "o-", color="C1", label=r"$\ell_n$")
-            ax_l.plot(ns, rescale, "s:", color="C2", label=r"rescale $e^{m_{n-1}-m_n}$")
-            ax_l.axvline(n, color="C3", linewidth=1)
-            ax_l.set_xlabel("n")
-            ax_l.legend(fontsize=8)
-            for axis in (ax, ax_l):
-                axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax_l.set_title("the running sum and the rescale factor", fontsize=9)
-            fig.tight_layout()
-            plt.show()
-
-        def f(v):
-            return "−∞" if v == -np.inf else f"{v:.6g}"
-
-        status.value = (f"step {n}: x<sub>{n}</sub> = {f(now['x'])}; m: {f(before['m'])} → {f(now['m'])}; "
-                        f"rescale e<sup>m<sub>{n - 1}</sub> − m<sub>{n}</sub></sup> = {f(now['rescale'])}; "
-                        f"ℓ: {f(before['l'])} × {f(now['rescale'])} + e<sup>x<sub>{n}</sub> − m<sub>{n}</sub></sup>"
-                        f" = {f(now['l'])}")
-
-    row.observe(draw, "value")
-    step.observe(draw, "value")
-    draw()
-    box = widgets.VBox([widgets.HBox([row, step]), status, out])
     display(box)
     return box

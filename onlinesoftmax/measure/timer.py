@@ -202,3 +202,21 @@ def copy_bandwidth(nbytes: int = 2**31, reps: int = 20) -> dict:
     del src, dst
     cupy.get_default_memory_pool().free_all_blocks()
     return {"bytes": 2 * nbytes, **timing, "GBps": 2 * nbytes / timing["ms"] / 1e6}
+
+
+def read_bandwidth(nbytes: int = 2**31, reps: int = 20) -> dict:
+    """Read ceiling in the same run: GB/s of a grid-stride loop of 16-byte loads over `nbytes`
+    (the L2-eviction kernel above, on a buffer far larger than L2), counting the bytes read."""
+    import cupy
+
+    module = _module()
+    src = cupy.ones(nbytes // 4, dtype=cupy.int32)
+
+    def read():
+        module.get_function("timer_evict_l2")((8 * _state["sms"],), (512,),
+                                              (src, np.int64(src.size // 4), _state["sink"]))
+
+    timing = time_gpu(read, [()], warmup=3, reps=reps)
+    del src
+    cupy.get_default_memory_pool().free_all_blocks()
+    return {"bytes": nbytes, **timing, "GBps": nbytes / timing["ms"] / 1e6}
