@@ -1,4 +1,7 @@
-"""Suite `softmax-topk`: softmax_topk_01_online (through onlinesoftmax.softmax_topk) against torch.
+"""Suite `softmax-topk`: the fused softmax + top-k kernels (through onlinesoftmax.softmax_topk) against torch.
+
+Ours: the variant that variant="auto" picks for the shape (`auto` true in its row), and on short
+rows (where auto picks softmax_topk_02_warp_rows) also softmax_topk_01_online by name.
 
 Peers on the same tensors, same timer (onlinesoftmax.measure.timer.time_gpu):
   torch_softmax_topk   torch.softmax(x, -1) then torch.topk(p, k)  (the unfused path)
@@ -26,10 +29,9 @@ import numpy as np
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
+from onlinesoftmax import topk
 from onlinesoftmax.kernels import softmax_topk as kt
 from onlinesoftmax.measure import bench, results, timer
-
-NAME = kt.ONLINE_FUSED.name
 PAPER = [(rows, n, k, "float32") for rows in (4000, 10) for n in (1024, 4096, 16384, 65536) for k in (1, 5, 10, 15, 30)] \
     + [(10, 1 << 20, k, "float32") for k in (1, 5, 30)]
 SAMPLING = [(b, n, k, dtype) for dtype in ("float32", "bfloat16") for b in (1, 8, 64, 256)
@@ -41,7 +43,7 @@ QUICK = {"paper": [(4000, 32768, 5, "float32")], "sampling": [(8, 128256, 20, "b
 CHECK_ROWS = 16
 
 
-def check(probs, columns, x, k) -> None:
+def check(probs, columns, x, k, name) -> None:
     """Our answer on the first rows against the float64 definition; columns compared as sets where
     probabilities tie."""
     x64 = checks.as_float64(x[:CHECK_ROWS]).get()
@@ -51,12 +53,12 @@ def check(probs, columns, x, k) -> None:
     eps = {"float32": 2**-23, "bfloat16": 2**-8, "float16": 2**-11}[x.dtype.name]
     err = float(np.abs(got - want).max())
     if not err <= 8 * eps * max(1.0, float(np.abs(want).max())):
-        raise AssertionError(f"softmax_topk {x.shape} k={k} {x.dtype}: wrong probabilities, not timed: error {err:.3e}")
+        raise AssertionError(f"{name} {x.shape} k={k} {x.dtype}: wrong probabilities, not timed: error {err:.3e}")
     got_cols = columns[:CHECK_ROWS].get()
     for row in range(got_cols.shape[0]):
         if set(got_cols[row]) != set(want_cols[row]) and not np.allclose(
                 np.sort(x64[row, got_cols[row]]), np.sort(x64[row, want_cols[row]])):
-            raise AssertionError(f"softmax_topk {x.shape} k={k}: row {row} picked other columns, not timed")
+            raise AssertionError(f"{name} {x.shape} k={k}: row {row} picked other columns, not timed")
 
 
 def measure_case(case, n_rows, n_cols, k, dtype, read_GBps) -> list[dict]:
@@ -67,23 +69,32 @@ def measure_case(case, n_rows, n_cols, k, dtype, read_GBps) -> list[dict]:
     nbytes = x.nbytes
     fields = {"case": case, "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype, "bytes": nbytes,
               "bytes_counted": "one read of the logits"}
-    probs, columns = osm.softmax_topk(x, k)
-    check(probs, columns, x, k)
-    ours = lambda: osm.softmax_topk(x, k)  # noqa: E731
+    auto = topk.choose(n_cols, k)
+    ours = {auto.name: True}
+    if auto is kt.WARP_ROWS:
+        ours[kt.ONLINE_FUSED.name] = False
     tx = bench.torch_view(x)
     peers = {"torch_softmax_topk": lambda: torch.topk(torch.softmax(tx, dim=-1), k, dim=-1),
              "torch_topk": lambda: torch.topk(tx, k, dim=-1)}
+    calls = {}
+    for name in ours:
+        probs, columns = osm.softmax_topk(x, k, variant=name)
+        check(probs, columns, x, k, name)
+        calls[name] = lambda name=name: osm.softmax_topk(x, k, variant=name)
     rows = []
-    for name, fn in {NAME: ours, **peers}.items():
+    for name, fn in {**calls, **peers}.items():
         t = timer.time_gpu(fn, [()], reps=15)
         e2e = timer.time_end_to_end(fn, [()], reps=10)
         rows.append({"kernel": name, **fields, **t, "GBps": nbytes / t["ms"] / 1e6,
                      "fraction_of_read": nbytes / t["ms"] / 1e6 / read_GBps,
                      "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"]})
+        if name in ours:
+            rows[-1]["auto"] = ours[name]
     by = {r["kernel"]: r for r in rows}
-    for peer in peers:
-        by[NAME][f"speedup_vs_{peer}"] = by[peer]["ms"] / by[NAME]["ms"]
-        by[NAME][f"end_to_end_speedup_vs_{peer}"] = by[peer]["end_to_end_us"] / by[NAME]["end_to_end_us"]
+    for name in ours:
+        for peer in peers:
+            by[name][f"speedup_vs_{peer}"] = by[peer]["ms"] / by[name]["ms"]
+            by[name][f"end_to_end_speedup_vs_{peer}"] = by[peer]["end_to_end_us"] / by[name]["end_to_end_us"]
     del x, tx
     return rows
 

@@ -22,6 +22,7 @@ from onlinesoftmax.kernels import softmax_topk as kt
 from onlinesoftmax.runtime.plan import get_runner
 
 AUTO = ("auto",)
+AUTO_WARP_MAX_COLS = 512     # rows up to this length go to softmax_topk_02_warp_rows (k <= 8)
 
 
 def _check_k(k, n_cols: int) -> int:
@@ -32,6 +33,11 @@ def _check_k(k, n_cols: int) -> int:
     if k > kt.MAX_K:
         raise ValueError(f"softmax_topk: k of at most {kt.MAX_K} for now, got {k}")
     return int(k)
+
+
+def choose(n_cols: int, k: int):
+    """variant="auto": a warp per row for short rows (N <= AUTO_WARP_MAX_COLS, k <= 8), else a block."""
+    return kt.WARP_ROWS if n_cols <= AUTO_WARP_MAX_COLS and k <= kt.WARP_MAX_K else kt.ONLINE_FUSED
 
 
 def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return_lse: bool = False,
@@ -49,7 +55,10 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
     if variant not in AUTO:
         chosen = api.resolve(variant, "softmax_topk", "softmax_topk")
     else:
-        chosen = kt.ONLINE_FUSED
+        chosen = choose(x.shape[axis], k)
+    if chosen is kt.WARP_ROWS and (k > kt.WARP_MAX_K or x.shape[axis] > kt.WARP_MAX_COLS):
+        raise ValueError(f"softmax_topk: {kt.WARP_ROWS.name} takes k <= {kt.WARP_MAX_K} and rows of at most "
+                         f"{kt.WARP_MAX_COLS} elements, got k = {k}, N = {x.shape[axis]}; variant='auto' chooses for you")
     rows, _ = api.as_rows(x, axis)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
     if not on_gpu:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck, racecheck, synccheck) over the attention kernels
 # (attention_01_blocked, attention_02_decode_split with one split and with several, causal and
-# not, every head dimension) and the fused softmax + top-k kernel (every list length), all three
+# not, every head dimension) and the fused softmax + top-k kernels (block and warp per row), all three
 # dtypes, short awkward shapes. Host API errors are not reported (cuda-bindings probes the driver).
 # Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
 set -u
@@ -26,7 +26,11 @@ for dtype in checks.DTYPES:
                 launches += 1
     for n_rows, n_cols, k in ((3, 1, 1), (2, 33, 4), (2, 1000, 16), (1, 4097, 32), (2, 70000, 5)):
         x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=4)
-        osm.softmax_topk(x, k, return_lse=True)
+        osm.softmax_topk(x, k, return_lse=True, variant="softmax_topk_01_online")
+        launches += 1
+    for n_rows, n_cols, k in ((3, 1, 1), (9, 33, 4), (17, 300, 8), (5, 1024, 2)):   # the warp-per-row kernel
+        x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=5)
+        osm.softmax_topk(x, k, return_lse=True, variant="softmax_topk_02_warp_rows")
         launches += 1
 cp.cuda.Device().synchronize()
 print("sanitized", launches, "calls")

@@ -123,3 +123,40 @@ def test_the_model_is_the_online_kernels_schedule():
     y = osm.api.run(osm.REGISTRY["softmax_02_online"], x)
     np.testing.assert_array_equal(probs, np.take_along_axis(y, columns, axis=1))
     assert kt.bucket(1) == 1 and kt.bucket(5) == 16 and kt.bucket(32) == 32
+
+
+@pytest.mark.parametrize("variant", ["softmax_topk_01_online", "softmax_topk_02_warp_rows"])
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_both_kernels_on_short_rows(xp, variant, dtype):
+    """MoE-gating shapes through each kernel by name: the same answers (auto picks the warp kernel
+    up to N = 512 and k = 8, the block kernel beyond)."""
+    for n_rows, n_cols in ((1, 8), (9, 64), (17, 257), (3, 1024)):
+        x = checks.random_rows(xp, n_rows, n_cols, dtype, seed=n_cols)
+        for k in (1, 2, 5, 8):
+            probs, columns, lse = osm.softmax_topk(x, k, return_lse=True, variant=variant)
+            x64 = np.asarray(checks.as_float64(host(x)))
+            np.testing.assert_array_equal(host(columns), expected_topk(x64, k)[1])
+            p64 = np.asarray(checks.as_float64(host(probs)))
+            want = expected_topk(x64, k)[0]
+            assert np.abs(p64 - want).max() <= 4 * checks.EPS[dtype] * max(1.0, want.max())
+            assert np.abs(host(lse) - reference.logsumexp(x64)).max() <= 1e-5 * max(1.0, np.abs(x64).max())
+    special, _ = checks.special_rows(np, 300)
+    x = xp.asarray(special)
+    probs, columns = osm.softmax_topk(x, 8, variant=variant)
+    want_p, want_c = expected_topk(np.asarray(special, np.float64), 8)
+    np.testing.assert_array_equal(host(columns), want_c)
+    assert np.array_equal(np.isnan(host(probs)), np.isnan(want_p))
+
+
+def test_auto_chooses_by_length_and_k():
+    from onlinesoftmax import topk
+
+    assert topk.choose(256, 8) is kt.WARP_ROWS and topk.choose(512, 2) is kt.WARP_ROWS
+    assert topk.choose(513, 2) is kt.ONLINE_FUSED and topk.choose(64, 9) is kt.ONLINE_FUSED
+
+
+def test_the_warp_kernel_refuses_what_it_cannot_hold():
+    with pytest.raises(ValueError, match="k <= 8"):
+        osm.softmax_topk(np.ones((2, 100), np.float32), 9, variant="warp_rows")
+    with pytest.raises(ValueError, match="at most 1024"):
+        osm.softmax_topk(np.ones((2, 1025), np.float32), 2, variant="warp_rows")

@@ -15,68 +15,21 @@
 // Launch:       grid = (n_rows), block = (256), static shared memory 32 states + 2 x 32
 //               candidates (512 B).
 // Traffic:      1 read per element + 12 B per kept (value, column) pair; the ideal is the read.
+// Helpers:      the order, the register list (TopList) and warp_best are in common/top_list.cuh.
 // Limits:       x float32, float16 or bfloat16 (entries _f32 / _f16 / _bf16 per K bucket:
 //               softmax_topk_01_online_<tag>_k<K>); probabilities in x's dtype, columns int64;
 //               1 <= k <= K <= 32, k <= n_cols; rows strided (unit column stride), scalar loads.
 #include "online_rows.cuh"
-
-// Is (a, ia) ahead of (b, ib) in the order: NaN first, then larger, then the lower column?
-__device__ __forceinline__ bool ahead(float a, long long ia, float b, long long ib) {
-    const bool a_nan = a != a, b_nan = b != b;
-    if (a_nan != b_nan) return a_nan;
-    if (!a_nan && a != b) return a > b;
-    return ia < ib;
-}
-
-template <int K>
-struct TopList {   // sorted, best first; empty slots hold (-inf, column -1) and rank last
-    float value[K];
-    long long column[K];
-    __device__ __forceinline__ void clear() {
-#pragma unroll
-        for (int i = 0; i < K; ++i) { value[i] = neg_inf(); column[i] = -1; }
-    }
-    __device__ __forceinline__ bool holds(int i) const { return column[i] >= 0; }
-    // Insert (v, c) when it is ahead of the last entry or a slot is free: a chain of
-    // compare-and-swap steps down the list (no early exit, so it unrolls and stays in registers).
-    __device__ __forceinline__ void push(float v, long long c) {
-        if (holds(K - 1) && !ahead(v, c, value[K - 1], column[K - 1])) return;
-#pragma unroll
-        for (int i = 0; i < K; ++i) {
-            if (c >= 0 && (!holds(i) || ahead(v, c, value[i], column[i]))) {
-                const float tv = value[i];
-                const long long tc = column[i];
-                value[i] = v; column[i] = c;
-                v = tv; c = tc;
-            }
-        }
-    }
-    __device__ __forceinline__ void pop() {
-#pragma unroll
-        for (int i = 0; i < K - 1; ++i) { value[i] = value[i + 1]; column[i] = column[i + 1]; }
-        value[K - 1] = neg_inf(); column[K - 1] = -1;
-    }
-};
-
-struct Candidate { float value; long long column; };
+#include "top_list.cuh"
 
 // The candidate ahead of all others in the block (column -1: none left).
 __device__ __forceinline__ Candidate block_best(Candidate c, Candidate* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        Candidate o{__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.column, offset)};
-        if (o.column >= 0 && (c.column < 0 || ahead(o.value, o.column, c.value, c.column))) c = o;
-    }
+    c = warp_best(c);
     if (lane == 0) scratch[warp] = c;
     __syncthreads();
     if (warp == 0) {
-        c = lane < n_warps ? scratch[lane] : Candidate{neg_inf(), -1};
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            Candidate o{__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.column, offset)};
-            if (o.column >= 0 && (c.column < 0 || ahead(o.value, o.column, c.value, c.column))) c = o;
-        }
+        c = warp_best(lane < n_warps ? scratch[lane] : Candidate{neg_inf(), -1});
         if (lane == 0) scratch[32] = c;
     }
     __syncthreads();
