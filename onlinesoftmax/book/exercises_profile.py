@@ -1,0 +1,213 @@
+"""Graders for two exercises that read what a GPU did rather than compute a softmax.
+
+- Which kernel does `torch.softmax` launch for a row of N elements? `check_torch_dispatch(fn)`
+  grades a prediction against the dispatch in PyTorch's aten/src/ATen/native/cuda/SoftMax.cu
+  (`host_softmax`), and `kernels_launched(n_cols)` asks torch.profiler on a GPU.
+- What fraction of the copy ceiling does `softmax_08_registers` reach at a given shape?
+  `check_copy_fraction(fn)` grades a computation from the recorded softmax-fast data
+  (onlinesoftmax.measure.results), with the derived fields taken out so the bytes are counted.
+
+Each check prints "passed" or the first problem with a hint, and returns True or False.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from onlinesoftmax.book.grading import Case, Tolerance, grade
+
+# ---- which kernel torch.softmax launches ------------------------------------------------------
+
+PERSISTENT, SHARED, BLOCK = "softmax_warp_forward", "cunn_SoftMaxForwardSmem", "cunn_SoftMaxForward"
+TORCH_KERNELS = (PERSISTENT, SHARED, BLOCK)
+SHARED_PER_BLOCK_BYTES = 48 * 1024   # cudaDeviceProp::sharedMemPerBlock, without an opt-in
+WARP, MAX_THREADS = 32, 1024
+
+
+def torch_softmax_kernel_reference(n_cols: int, element_bytes: int) -> str:
+    """The kernel host_softmax (SoftMax.cu) picks for a contiguous softmax over the last axis of
+    rows of n_cols elements, with 16-byte aligned input and output."""
+    if n_cols <= 1024 and n_cols * element_bytes <= 4096:
+        return PERSISTENT                      # dispatch_softmax_forward, PersistentSoftmax.cuh
+    block = min(n_cols, MAX_THREADS)
+    block = block if block % WARP == 0 else (block // WARP + 1) * WARP   # SoftMaxForward_getBlockSize
+    accumulator_bytes = 4                      # float for fp32, fp16 and bf16
+    max_elements = (SHARED_PER_BLOCK_BYTES - (block // WARP) * accumulator_bytes) // element_bytes
+    vector = 16 // element_bytes               # ILP = sizeof(float4) / sizeof(scalar_t)
+    if n_cols < max_elements and n_cols % vector == 0:
+        return SHARED                          # the row is kept in shared memory: read once
+    return BLOCK                               # a block per row that reads it from global memory
+
+
+def solution_torch_softmax_kernel(n_cols, element_bytes):
+    """The solution, in the order SoftMax.cu tests: registers of one warp, then shared memory."""
+    if n_cols <= 1024 and n_cols * element_bytes <= 4096:
+        return "softmax_warp_forward"
+    threads = min(n_cols, 1024)
+    threads = -(-threads // 32) * 32
+    fits = n_cols < (48 * 1024 - (threads // 32) * 4) // element_bytes
+    if fits and n_cols % (16 // element_bytes) == 0:
+        return "cunn_SoftMaxForwardSmem"
+    return "cunn_SoftMaxForward"
+
+
+def torch_dispatch_cases():
+    pairs = [(1024, 4), (4096, 4), (65536, 4), (1025, 4), (2048, 2), (1024, 2), (4097, 4),
+             (12288, 4), (16384, 2), (100, 4)]
+    return [Case(f"N = {n_cols}, {element_bytes}-byte elements", (n_cols, element_bytes), rows_arg=None)
+            for n_cols, element_bytes in pairs]
+
+
+def _not_answered(exercise: str, fn, case: Case, quiet: bool) -> bool:
+    """True (and says so) when fn is still the stub: it returns None on the first case."""
+    try:
+        with np.errstate(all="ignore"):
+            answer = fn(*case.args)
+    except Exception:   # graded, and reported, by the check
+        return False
+    if answer is None and not quiet:
+        print(f"{exercise}: not answered yet (your function returns None: write its body and `return` the answer)")
+    return answer is None
+
+
+def check_torch_dispatch(fn, quiet: bool = False) -> bool:
+    """fn(n_cols, element_bytes) -> the name of the kernel torch.softmax launches, one of
+    TORCH_KERNELS, for a contiguous last-axis softmax of 16-byte aligned rows."""
+    def say(text):
+        if not quiet:
+            print(text)
+
+    exercise, cases = "torch_dispatch", torch_dispatch_cases()
+    if _not_answered(exercise, fn, cases[0], quiet):
+        return False
+    for case in cases:
+        expected = torch_softmax_kernel_reference(*case.args)
+        try:
+            yours = fn(*case.args)
+        except Exception as error:
+            say(f"{exercise}: FAILED on {case.name}: your function raised {type(error).__name__}: {error}")
+            return False
+        if not isinstance(yours, str):
+            say(f"{exercise}: FAILED on {case.name}: expected a kernel name (a str), got {type(yours).__name__}")
+            return False
+        if yours not in TORCH_KERNELS:
+            say(f"{exercise}: FAILED on {case.name}: {yours!r} is none of {', '.join(TORCH_KERNELS)}")
+            return False
+        if yours != expected:
+            say(f"{exercise}: FAILED on {case.name}: yours is {yours}, SoftMax.cu launches {expected}")
+            return False
+    say(f"{exercise}: passed")
+    return True
+
+
+def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32") -> list[str] | None:
+    """The names of the GPU kernels one torch.softmax(x, dim=-1) launches on an (n_rows, n_cols)
+    tensor, from torch.profiler; None (and a message) without torch or without a GPU."""
+    try:
+        import torch
+    except ImportError:
+        print("kernels_launched: needs torch and a GPU (torch is not installed here)")
+        return None
+    if not torch.cuda.is_available():
+        print("kernels_launched: needs torch and a GPU (torch sees no CUDA device here)")
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(n_rows, n_cols, device="cuda", dtype=getattr(torch, dtype))
+    torch.softmax(x, dim=-1)                   # warm-up: the first call may load modules
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.softmax(x, dim=-1)
+        torch.cuda.synchronize()
+    names = [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    return list(dict.fromkeys(names))          # in launch order, each once
+
+
+def short_kernel_name(full_name: str) -> str | None:
+    """Which of TORCH_KERNELS a profiler's (demangled, templated) kernel name is."""
+    for name in (SHARED, PERSISTENT, BLOCK):   # cunn_SoftMaxForward is a prefix of ...Smem
+        if name + "<" in full_name or full_name.endswith(name) or name + "(" in full_name:
+            return name
+    return None
+
+
+# ---- the fraction of the copy ceiling, from the recorded data ---------------------------------
+
+COPY_KERNEL = "softmax_08_registers"
+DERIVED_FIELDS = ("GBps", "fraction_of_copy", "bytes", "model_bytes")
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def load_softmax_fast() -> dict:
+    """The newest recorded softmax-fast suite (data/h200), as the chapter reads it."""
+    from onlinesoftmax.measure import results
+
+    return results.load_recorded("softmax-fast")
+
+
+def copy_fraction_reference(data: dict, dtype: str, n_rows: int, n_cols: int) -> float:
+    """Bytes moved (each element read once and written once) per second by softmax_08_registers
+    at this shape, over the bandwidth of the copy recorded in the same run."""
+    row = next(r for r in data["rows"] if r.get("kernel") == COPY_KERNEL and r.get("dtype") == dtype
+               and r.get("n_rows") == n_rows and r.get("n_cols") == n_cols and "ms" in r)
+    copy_GBps = float(np.median([r["GBps"] for r in data["rows"] if r.get("kernel") == "copy"]))
+    moved_bytes = 2 * n_rows * n_cols * ELEMENT_BYTES[dtype]
+    return moved_bytes / (row["ms"] * 1e-3) / 1e9 / copy_GBps
+
+
+def solution_copy_fraction(data, dtype, n_rows, n_cols):
+    """The solution: count the bytes, divide by the time, compare with the recorded copy."""
+    element_bytes = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    row = [r for r in data["rows"] if r.get("kernel") == "softmax_08_registers" and r.get("dtype") == dtype
+           and r.get("n_rows") == n_rows and r.get("n_cols") == n_cols][0]
+    copy_row = [r for r in data["rows"] if r.get("kernel") == "copy"][0]
+    GBps = 2 * n_rows * n_cols * element_bytes / (row["ms"] * 1e-3) / 1e9   # read once, written once
+    return GBps / copy_row["GBps"]
+
+
+def without_derived_fields(data: dict) -> dict:
+    """A copy of the recorded data whose kernel rows keep their shape and time but not the bytes,
+    bandwidth or fraction worked out from them (the copy's own row keeps its bandwidth)."""
+    stripped = copy.deepcopy(data)
+    for row in stripped["rows"]:
+        if row.get("kernel") != "copy":
+            for field in DERIVED_FIELDS:
+                row.pop(field, None)
+    return stripped
+
+
+def copy_fraction_cases(data: dict):
+    stripped = without_derived_fields(data)
+    shapes = [("float32", 4000, 4096), ("bfloat16", 4000, 1024), ("float16", 64, 16384), ("float32", 10, 1024)]
+    return [Case(f"{dtype}, {n_rows} x {n_cols}", (stripped, dtype, n_rows, n_cols), rows_arg=None)
+            for dtype, n_rows, n_cols in shapes]
+
+
+def _copy_fraction_hint(ratio: float) -> str:
+    for factor, text in ((0.5, "counted only the bytes read (or only those written); a softmax moves both"),
+                         (2.0, "counted each element's bytes twice over, or the copy's bytes once"),
+                         (1e-3, "a time in ms used as seconds"), (1e3, "a time in seconds used as ms")):
+        if np.isclose(ratio, factor, rtol=0.02):
+            return f"hint: yours is {ratio:.3g} times the expected fraction: {text}"
+    return ""
+
+
+def check_copy_fraction(fn, data: dict | None = None, quiet: bool = False) -> bool:
+    """fn(data, dtype, n_rows, n_cols) -> the fraction of the copy bandwidth that
+    softmax_08_registers reached at that shape in the recorded run, from the rows' times alone."""
+    data = load_softmax_fast() if data is None else data
+    cases = copy_fraction_cases(data)
+    if _not_answered("copy_fraction", fn, cases[0], quiet):
+        return False
+    passed = grade("copy_fraction", fn, cases, lambda d, *shape: copy_fraction_reference(data, *shape),
+                   ("fraction",), Tolerance(rtol=1e-3, atol=0.0), copy_args=False, quiet=quiet)
+    if not passed and not quiet:
+        try:
+            ratio = float(fn(*cases[0].args)) / copy_fraction_reference(data, *cases[0].args[1:])
+            hint = _copy_fraction_hint(ratio)
+        except Exception:   # the failure was reported already
+            hint = ""
+        if hint:
+            print(f"  {hint}")
+    return passed
