@@ -1,9 +1,19 @@
 # Online Softmax: from a recurrence to the kernel.
 #
-#   make book      set up (once), then build the book into _build/html, executing every chapter
+#   make help      list the entry points
+#   make book      set up (once), then build the book into _build/html (the default goal)
 #   make test      set up, CPU test tier (pytest -m "not gpu"), build the book, browser check
+#   make serve     serve _build/html on http://127.0.0.1:$(PORT)/ (python -m http.server)
+#   make lab       JupyterLab from the venv; chapters/*.md open as notebooks through jupytext
 #   make gpu-test  the GPU tier (pytest -m gpu), on a machine with a CUDA GPU; it fails where CuPy
 #                  sees none (ONLINESOFTMAX_ALLOW_NO_GPU=1: skip the GPU tests instead)
+#   make clean     remove _build/, build/ and the jupyter cache (keeps .venv/ and node_modules/)
+#   make distclean clean, and remove .venv/ and node_modules/ too
+#
+# Execution: under CI=true (and `make test`) every chapter is executed on every build
+# (execute_notebooks: force in _config.yml). A local `make book` uses jupyter-cache instead: it
+# re-executes only the chapters whose code cells changed (jupyter-cache keys on cell source, so
+# after editing only a kernel .cu or the package, use `make book FORCE=1`).
 #
 # Set-up is done once and redone only when its inputs change: .venv/ from requirements.txt
 # (stamp .venv/.requirements-installed), node_modules/ from package-lock.json (npm ci).
@@ -19,11 +29,37 @@ VENV := .venv
 VENV_BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.requirements-installed
 NODE_STAMP := node_modules/.npm-ci-done
+PORT ?= 8000
+LAB_PORT ?= 8888
+
+# force: execute every chapter (CI, `make test`, FORCE=1); cache: only chapters whose cells changed.
+ifneq ($(filter true 1 yes,$(CI) $(FORCE)),)
+EXECUTE ?= force
+else
+EXECUTE ?= cache
+endif
+# The cache build reads a copy of _config.yml with execute_notebooks: cache (jupyter-book 1.x has
+# no command-line override); the copy names _ext/ by absolute path, since paths in a config file
+# resolve against the file's folder.
+CACHE_CONFIG := _build/.config-cache.yml
 
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
 RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: book test gpu-test _setup _chromium _pytest-cpu _book-build _browser-check
+.PHONY: help book test gpu-test serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
+
+help:
+	@echo "Online Softmax: from a recurrence to the kernel"
+	@echo ""
+	@echo "  make book       set up .venv/ and node_modules/ (once), build the book into _build/html"
+	@echo "                  (re-executes only changed chapters; FORCE=1 or CI=true: every chapter)"
+	@echo "  make test       CPU tests (pytest -m 'not gpu'), the strict book build, the browser check"
+	@echo "  make serve      serve the built book on http://127.0.0.1:$(PORT)/ (PORT=...)"
+	@echo "  make lab        JupyterLab with the chapters as notebooks (installs jupyterlab on first use)"
+	@echo "  make gpu-test   the GPU test tier (pytest -m gpu) on a machine with a CUDA GPU"
+	@echo "  make clean      remove _build/, build/ and the jupyter cache (keeps .venv/, node_modules/)"
+	@echo "  make distclean  clean, and remove .venv/ and node_modules/"
+	@echo "  make help       this list"
 
 book: _setup
 	@$(MAKE) --no-print-directory _book-build
@@ -31,7 +67,7 @@ book: _setup
 test: _setup _chromium
 	@status=0; \
 	$(MAKE) --no-print-directory _pytest-cpu || status=1; \
-	if $(MAKE) --no-print-directory _book-build; then \
+	if $(MAKE) --no-print-directory _book-build EXECUTE=force; then \
 	  $(MAKE) --no-print-directory _browser-check || status=1; \
 	else \
 	  status=1; echo "make test: the book build failed, so the browser check did not run"; \
@@ -41,6 +77,37 @@ test: _setup _chromium
 
 gpu-test: $(PY_STAMP)
 	$(RUN) $(VENV_BIN)/python -m pytest -m gpu
+
+serve:
+	@if [ ! -f _build/html/index.html ]; then \
+	  echo "_build/html/index.html does not exist yet: run 'make book' first"; exit 1; \
+	fi
+	@echo "Serving the book at http://127.0.0.1:$(PORT)/ (Ctrl-C stops it)"
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+# JupyterLab is not in requirements.txt (CI does not need it): installed into .venv on first use.
+# jupytext (pinned in requirements.txt) registers its contents manager with the server, so
+# chapters/*.md open as notebooks; LAB_OVERRIDES makes "Jupytext Notebook" the default viewer
+# for Markdown files in this venv's JupyterLab (written once, never over an existing file).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+lab: $(PY_STAMP)
+	@if ! $(VENV_BIN)/python -c "import jupyterlab, jupytext" 2>/dev/null; then \
+	  echo "--- JupyterLab is not installed in $(VENV) yet (it is not in requirements.txt):"; \
+	  echo "--- installing it once with: $(VENV_BIN)/python -m pip install jupyterlab jupytext"; \
+	  $(RUN) $(VENV_BIN)/python -m pip install jupyterlab jupytext; \
+	fi
+	@if [ ! -f $(LAB_OVERRIDES) ]; then \
+	  mkdir -p $(dir $(LAB_OVERRIDES)); \
+	  echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $(LAB_OVERRIDES); \
+	fi
+	@echo "--- JupyterLab: open chapters/*.md; they open as notebooks (Open With > Editor shows the text)"
+	$(RUN) $(VENV_BIN)/jupyter lab --port $(LAB_PORT) --notebook-dir=.
+
+clean:
+	rm -rf _build build .jupyter_cache
+
+distclean: clean
+	rm -rf $(VENV) node_modules
 
 # --- set-up -----------------------------------------------------------------------------------
 
@@ -78,12 +145,26 @@ _pytest-cpu: _setup
 	if [ $$status -eq 5 ]; then echo "WARNING: pytest collected no tests (exit 5)"; status=0; fi; \
 	exit $$status
 
-# Strict: any warning or failing cell fails the build (-W --keep-going; raise_on_error and
-# execute_notebooks: force in _config.yml). --all re-reads every page, so every chapter
-# executes on every build and warnings from unchanged pages are not skipped.
+# Strict: any warning or failing cell fails the build (-W --keep-going; raise_on_error in
+# _config.yml). --all re-reads every page, so warnings from unchanged pages are not skipped.
+# EXECUTE=force (CI): _config.yml as it is, every chapter executed. EXECUTE=cache: the copy of
+# _config.yml with execute_notebooks: cache; unchanged chapters take their outputs from
+# _build/.jupyter_cache.
 _book-build: _setup
+ifeq ($(EXECUTE),force)
 	@echo "--- Building the book: jupyter-book build (strict, every chapter executed)"
 	$(RUN) $(VENV_BIN)/jupyter-book build --warningiserror --keep-going --all .
+else
+	@echo "--- Building the book: jupyter-book build (strict; only chapters whose cells changed are executed)"
+	@mkdir -p _build
+	$(VENV_BIN)/python -c 'import sys, yaml, pathlib; \
+	c = yaml.safe_load(open("_config.yml")); \
+	c.setdefault("execute", {})["execute_notebooks"] = "cache"; \
+	ext = c.get("sphinx", {}).get("local_extensions") or {}; \
+	[ext.__setitem__(k, str(pathlib.Path(v).resolve())) for k, v in ext.items()]; \
+	yaml.safe_dump(c, open(sys.argv[1], "w"), sort_keys=False)' $(CACHE_CONFIG)
+	$(RUN) $(VENV_BIN)/jupyter-book build --warningiserror --keep-going --all --config $(CACHE_CONFIG) .
+endif
 
 _browser-check: _setup
 	@echo "--- Browser check: every page in headless chromium, offline"

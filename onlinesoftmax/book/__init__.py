@@ -22,6 +22,9 @@ def execution_mode() -> str:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         return f"executed on {name}: kernel outputs and timings come from the real CUDA kernels"
+    diagnosis = device.gpu_diagnosis()   # a GPU is there but CuPy cannot use it: say so loudly
+    if diagnosis:
+        print(diagnosis)
     return ("executed without a GPU: kernel outputs come from the kernels' NumPy models, "
             "throughput figures from recorded GPU data")
 

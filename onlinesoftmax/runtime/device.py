@@ -4,14 +4,108 @@ from __future__ import annotations
 from functools import lru_cache
 
 
+_no_gpu_reason: str | None = None   # why has_gpu() said False (the error CuPy raised), else None
+
+
 @lru_cache(maxsize=None)
 def has_gpu() -> bool:
+    """True when CuPy can use a CUDA device; when not, `no_gpu_reason()` says why."""
+    global _no_gpu_reason
     try:
         import cupy
 
-        return bool(cupy.is_available())
-    except Exception:  # no cupy, no driver, no device
+        if cupy.is_available():
+            return True
+        cupy.cuda.runtime.getDeviceCount()   # is_available() hides the error: raise it to keep it
+        _no_gpu_reason = "CuPy finds no CUDA device"
+    except Exception as error:  # no cupy, no driver, a driver too old for cupy's CUDA, no device
+        _no_gpu_reason = f"{type(error).__name__}: {error}".strip()
+    return False
+
+
+def no_gpu_reason() -> str | None:
+    """Why has_gpu() is False (CuPy's error), None when it is True or was not asked yet."""
+    return None if has_gpu() else _no_gpu_reason
+
+
+def _nvidia_gpu_present() -> bool:
+    """An NVIDIA GPU is installed (a device node, or `nvidia-smi -L` lists one), usable or not."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.path.exists("/dev/nvidia0"):
+        return True
+    if shutil.which("nvidia-smi") is None:
         return False
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except Exception:
+        return False
+    return "GPU " in listing
+
+
+def _driver_cuda_version() -> str | None:
+    """The newest CUDA the installed driver supports, e.g. "12.4": from `nvidia-smi`, else from
+    cudaDriverGetVersion (which answers even when the driver is too old); None if neither can."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is not None:
+        try:
+            banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+            found = re.search(r"CUDA Version:\s*([0-9]+(?:\.[0-9]+)?)", banner)
+            if found:
+                return found.group(1)
+        except Exception:
+            pass
+    try:
+        import cupy
+
+        version = cupy.cuda.runtime.driverGetVersion()   # 12040 for CUDA 12.4, 0 without a driver
+    except Exception:
+        return None
+    return f"{version // 1000}.{version % 1000 // 10}" if version > 0 else None
+
+
+def _cupy_cuda_major() -> int | None:
+    """The CUDA major version the installed CuPy was built for (13 for cupy-cuda13x)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.runtimeGetVersion() // 1000
+    except Exception:
+        return None
+
+
+def gpu_diagnosis() -> str | None:
+    """None when CuPy uses the GPU or the machine has no NVIDIA GPU; else a multi-line message
+    saying why CuPy cannot use the GPU that is there, and how to install a matching CuPy."""
+    if has_gpu() or not _nvidia_gpu_present():
+        return None
+    driver, cupy_major = _driver_cuda_version(), _cupy_cuda_major()
+    lines = ["!" * 88,
+             "An NVIDIA GPU is installed, but CuPy cannot use it, so this page runs WITHOUT the GPU.",
+             f"CuPy's error: {no_gpu_reason() or 'unknown'}"]
+    if cupy_major is not None:
+        lines.append(f"The installed CuPy is built for CUDA {cupy_major} (cupy-cuda{cupy_major}x).")
+    if driver is not None:
+        lines.append(f"The NVIDIA driver supports CUDA up to {driver} (nvidia-smi).")
+        major = int(driver.split(".")[0])
+        if cupy_major is not None and major < cupy_major:
+            lines += [f"The driver is too old for cupy-cuda{cupy_major}x. Either update the driver to one for "
+                      f"CUDA {cupy_major}, or install the CuPy for CUDA {major}:",
+                      f"    pip uninstall -y cupy-cuda{cupy_major}x && pip install cupy-cuda{major}x"]
+        else:
+            lines.append("The versions match: check CUDA_VISIBLE_DEVICES and that the GPU is not in use "
+                         "by another process (nvidia-smi).")
+    else:
+        lines += ["The driver's CUDA version could not be read (nvidia-smi prints it as 'CUDA Version').",
+                  "Install the CuPy that matches it, e.g. for a CUDA 12 driver:",
+                  "    pip uninstall -y cupy-cuda13x && pip install cupy-cuda12x"]
+    lines.append("!" * 88)
+    return "\n".join(lines)
 
 
 def is_cupy_array(x) -> bool:
