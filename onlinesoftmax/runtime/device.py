@@ -91,19 +91,22 @@ def gpu_diagnosis() -> str | None:
     if cupy_major is not None:
         lines.append(f"The installed CuPy is built for CUDA {cupy_major} (cupy-cuda{cupy_major}x).")
     if driver is not None:
-        lines.append(f"The NVIDIA driver supports CUDA up to {driver} (nvidia-smi).")
+        lines.append(f"The NVIDIA driver supports CUDA up to {driver}.")
         major = int(driver.split(".")[0])
         if cupy_major is not None and major < cupy_major:
             lines += [f"The driver is too old for cupy-cuda{cupy_major}x. Either update the driver to one for "
                       f"CUDA {cupy_major}, or install the CuPy for CUDA {major}:",
-                      f"    pip uninstall -y cupy-cuda{cupy_major}x && pip install cupy-cuda{major}x"]
+                      f"    pip uninstall -y cupy-cuda{cupy_major}x && pip install cupy-cuda{major}x",
+                      f"(without a CUDA {major} toolkit, pip install \"cupy-cuda{major}x[ctk]\" also brings its "
+                      "NVRTC and libraries)"]
         else:
             lines.append("The versions match: check CUDA_VISIBLE_DEVICES and that the GPU is not in use "
                          "by another process (nvidia-smi).")
     else:
         lines += ["The driver's CUDA version could not be read (nvidia-smi prints it as 'CUDA Version').",
                   "Install the CuPy that matches it, e.g. for a CUDA 12 driver:",
-                  "    pip uninstall -y cupy-cuda13x && pip install cupy-cuda12x"]
+                  "    pip uninstall -y cupy-cuda13x && pip install cupy-cuda12x",
+                  "(without a CUDA 12 toolkit, pip install \"cupy-cuda12x[ctk]\" also brings its NVRTC and libraries)"]
     lines.append("!" * 88)
     return "\n".join(lines)
 
