@@ -35,6 +35,7 @@ PALETTE = {
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
     "softmax_topk_01_online": "#393b79",
+    "softmax_topk_02_warp_rows": "#6b6ecf",
     "attention_01_blocked": "#637939",
     "attention_02_decode_split": "#843c39",
     "fast": "#000000",
