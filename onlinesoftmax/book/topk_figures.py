@@ -173,7 +173,8 @@ def show_choice(n_cols: int = 1000, k: int = 5, dtype: str = "float32", renormal
     if device.has_gpu():
         import cupy
 
-        probs, columns = (a.get() for a in onlinesoftmax.softmax_topk(cupy.asarray(x), k, renormalize=renormalize))
+        probs, columns = onlinesoftmax.softmax_topk(checks.on_device(cupy, x), k, renormalize=renormalize)
+        probs, columns = cupy.asnumpy(checks.as_float64(probs)), columns.get()
     else:
         probs, columns = onlinesoftmax.softmax_topk(x, k, renormalize=renormalize)
     probs = np.asarray(checks.as_float64(probs))[0]
