@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 import onlinesoftmax as osm
+from onlinesoftmax import checks
 from onlinesoftmax.kernels import attention_blocked as ab
 from onlinesoftmax.measure import results, timer
 
@@ -56,21 +57,12 @@ def random(shape, dtype, seed):
 
 
 def check_first_batch(out, q, k, v, causal=False, tol_scale=1.0):
-    """float64 reference of batch element 0 (GQA expanded); a wrong answer stops the run."""
+    """Batch element 0 against the float64 reference (on the GPU); a wrong answer stops the run."""
     import cupy
 
-    q64, k64, v64 = (a[:1].astype(cupy.float64) for a in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k64, v64 = cupy.repeat(k64, group, axis=1), cupy.repeat(v64, group, axis=1)
-    s = cupy.einsum("bhqd,bhkd->bhqk", q64, k64) / math.sqrt(q.shape[-1])
-    if causal:
-        n_q, n_k = q.shape[2], k.shape[2]
-        s = cupy.where(cupy.arange(n_k)[None, :] < (cupy.arange(n_q) + 1 + n_k - n_q)[:, None], s, -cupy.inf)
-    p = cupy.exp(s - s.max(axis=-1, keepdims=True))
-    ref = cupy.einsum("bhqk,bhkd->bhqd", p / p.sum(axis=-1, keepdims=True), v64)
+    ref, _ = ab.reference(q[:1], k[:1], v[:1], causal=causal)
     err = float(cupy.abs(out[:1].astype(cupy.float64) - ref).max())
-    eps = {"float32": 2**-23, "float16": 2**-10, "bfloat16": 2**-7}[q.dtype.name]
-    limit = tol_scale * 8 * eps * max(1.0, float(cupy.abs(ref).max()))
+    limit = tol_scale * 8 * checks.EPS[q.dtype.name] * max(1.0, float(cupy.abs(ref).max()))
     if not err <= limit:
         raise AssertionError(f"attention {q.dtype} {q.shape} {k.shape}: wrong answer, not timed: error {err:.3e} > {limit:.3e}")
     return err

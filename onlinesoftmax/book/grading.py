@@ -104,16 +104,22 @@ def _fmt(a) -> str:
     return np.array2string(np.asarray(a, dtype=np.float64), precision=7, threshold=10, edgeitems=3)
 
 
+def not_answered(exercise: str) -> str:
+    """The message for a stub the reader has not filled in yet (it returns None)."""
+    return f"{exercise}: not answered yet (your function returns None: write its body and `return` the answer)"
+
+
 def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tuple[str, ...],
           tolerance=Tolerance(), copy_args: bool = True, quiet: bool = False) -> bool:
     """Run `fn(*case.args)` on every case and compare with `expected_of(*case.args)` (a tuple, one
     value per name). `tolerance`: a Tolerance, or a function of the case's arguments returning one.
-    Prints "<exercise>: passed" or the first problem; returns True or False."""
+    Prints "<exercise>: passed" or the first problem; returns True or False. A function that
+    returns None on the first case is the reader's untouched stub: "not answered yet"."""
     def say(text):
         if not quiet:
             print(text)
 
-    for case in cases:
+    for number, case in enumerate(cases):
         args = tuple(np.array(a, copy=True) if copy_args and isinstance(a, np.ndarray) else a for a in case.args)
         expected = expected_of(*case.args)
         expected = expected if isinstance(expected, tuple) else (expected,)
@@ -124,6 +130,9 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
             shapes = ", ".join(str(np.shape(a)) if hasattr(a, "shape") else type(a).__name__ for a in case.args)
             say(f"{exercise}: FAILED on {case.name}: your function raised "
                 f"{type(error).__name__}: {error} (arguments of shape {shapes})")
+            return False
+        if yours is None and number == 0:
+            say(not_answered(exercise))
             return False
         problem = form_problem(yours, expected, names)
         if problem is not None:

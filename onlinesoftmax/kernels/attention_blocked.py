@@ -181,8 +181,10 @@ def geometry_blocked(n_q: int, n_k: int) -> Launch:
 
 
 def geometry_decode(n_q: int, n_k: int) -> Launch:
-    """One (batch, kv head) of attention_02_decode_split, on a GPU of 132 SMs."""
-    splits, _ = decode_splits(1, 1, 1, n_k, 132)
+    """One (batch, kv head) of attention_02_decode_split on this GPU (the H200's SM count without one)."""
+    from onlinesoftmax.runtime import device
+
+    splits, _ = decode_splits(1, 1, 1, n_k, device.sm_count())
     return Launch(grid=(splits,), block=(128,))
 
 

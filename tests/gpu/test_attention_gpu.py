@@ -42,7 +42,7 @@ def on_gpu(host32, dtype):
 
 
 def to_host64(a):
-    return checks.as_float64(a).get() if isinstance(checks.as_float64(a), cp.ndarray) else checks.as_float64(a)
+    return cp.asnumpy(checks.as_float64(a))
 
 
 def visible(n_q, n_k, causal):
