@@ -34,6 +34,7 @@ PALETTE = {
     "softmax_13_cooperative": "#ff9896",
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
+    "logsumexp_02_state": "#e7ba52",
     "softmax_topk_01_online": "#393b79",
     "softmax_topk_02_warp_rows": "#6b6ecf",
     "attention_01_blocked": "#637939",
