@@ -7,6 +7,8 @@
 #   make lab       JupyterLab from the venv; chapters/*.md open as notebooks through jupytext
 #   make gpu-test  the GPU tier (pytest -m gpu), on a machine with a CUDA GPU; it fails where CuPy
 #                  sees none (ONLINESOFTMAX_ALLOW_NO_GPU=1: skip the GPU tests instead)
+#   make torch-cpu torch's CPU wheel into .venv/torch-cpu (not on the venv's path: the chapters never
+#                  see it), for the two-process gloo test of onlinesoftmax.distributed; `make test` runs it
 #   make clean     remove _build/, build/ and the jupyter cache (keeps .venv/ and node_modules/)
 #   make distclean clean, and remove .venv/ and node_modules/ too
 #
@@ -28,6 +30,11 @@ CHROMIUM ?= /usr/bin/chromium
 VENV := .venv
 VENV_BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.requirements-installed
+# torch for the CPU tier's two-process test (tests/test_distributed_ranks.py), kept outside the venv's
+# site-packages so that no chapter or other test sees torch; 2.13.0 is the CPU build pip finds here.
+TORCH_CPU := $(VENV)/torch-cpu
+TORCH_STAMP := $(TORCH_CPU)/.installed
+TORCH_VERSION ?= 2.13.0
 NODE_STAMP := node_modules/.npm-ci-done
 PORT ?= 8000
 LAB_PORT ?= 8888
@@ -46,7 +53,7 @@ CACHE_CONFIG := _build/.config-cache.yml
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
 RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: help book test gpu-test serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
+.PHONY: help book test gpu-test torch-cpu serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
 
 help:
 	@echo "Online Softmax: from a recurrence to the kernel"
@@ -57,6 +64,7 @@ help:
 	@echo "  make serve      serve the built book on http://127.0.0.1:$(PORT)/ (PORT=...)"
 	@echo "  make lab        JupyterLab with the chapters as notebooks (installs jupyterlab on first use)"
 	@echo "  make gpu-test   the GPU test tier (pytest -m gpu) on a machine with a CUDA GPU"
+	@echo "  make torch-cpu  torch's CPU wheel into .venv/torch-cpu, for the two-process gloo test (make test does it)"
 	@echo "  make clean      remove _build/, build/ and the jupyter cache (keeps .venv/, node_modules/)"
 	@echo "  make distclean  clean, and remove .venv/ and node_modules/"
 	@echo "  make help       this list"
@@ -64,7 +72,7 @@ help:
 book: _setup
 	@$(MAKE) --no-print-directory _book-build
 
-test: _setup _chromium
+test: _setup _chromium $(TORCH_STAMP)
 	@status=0; \
 	$(MAKE) --no-print-directory _pytest-cpu || status=1; \
 	if $(MAKE) --no-print-directory _book-build EXECUTE=force; then \
@@ -117,6 +125,13 @@ $(PY_STAMP): requirements.txt pyproject.toml
 	@echo "--- Python environment: $(VENV) from requirements.txt"
 	test -x $(VENV_BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(RUN) $(VENV_BIN)/python -m pip install -r requirements.txt
+	touch $@
+
+torch-cpu: $(TORCH_STAMP)
+
+$(TORCH_STAMP): | $(PY_STAMP)
+	@echo "--- torch $(TORCH_VERSION) (CPU) into $(TORCH_CPU), outside the venv's path (the gloo test of onlinesoftmax.distributed)"
+	$(RUN) $(VENV_BIN)/python -m pip install --quiet --target $(TORCH_CPU) torch==$(TORCH_VERSION)
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json

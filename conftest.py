@@ -10,6 +10,10 @@ tests instead (each with the reason). A run without `-m` (plain `pytest`) skips 
 reason, as does any run with the variable set; a CPU run (`-m "not gpu"`) selects none.
 This is the only place a GPU test is skipped for want of a GPU: the test files import cupy
 (a requirement, which imports without a GPU) and carry no skip of their own.
+
+Tests marked `multi_gpu` (also marked `gpu`) need two GPUs: with fewer they are skipped with the
+reason, except when `-m` names `multi_gpu` itself (`pytest -m multi_gpu` on the two-GPU machine),
+where the run stops with exit status 4 as above.
 """
 
 from __future__ import annotations
@@ -20,6 +24,16 @@ import os
 import pytest
 
 ALLOW_NO_GPU = "ONLINESOFTMAX_ALLOW_NO_GPU"
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_count() -> int:
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount()) if cupy.is_available() else 0
+    except Exception:
+        return 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,10 +62,11 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
+    markexpr = config.getoption("markexpr", default="") or ""
     why = _why_no_gpu()
     if why is None:
+        _skip_multi_gpu(items, markexpr)
         return
-    markexpr = config.getoption("markexpr", default="") or ""
     if markexpr.strip() and not _allowed():
         message = (
             f"-m {markexpr!r} selects {len(gpu_items)} GPU tests, but no CUDA GPU is visible: {why}.\n"
@@ -61,4 +76,19 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(message)  # exit status 4, "ERROR: <message>"
     skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {why}")
     for item in gpu_items:
+        item.add_marker(skip)
+
+
+def _skip_multi_gpu(items, markexpr: str) -> None:
+    """Tests marked multi_gpu on a machine with fewer than two GPUs: skipped, or a usage error when
+    `-m` asks for them by name."""
+    multi = [item for item in items if item.get_closest_marker("multi_gpu") is not None]
+    count = _gpu_count()
+    if not multi or count >= 2:
+        return
+    if "multi_gpu" in markexpr and not _allowed():
+        raise pytest.UsageError(f"-m {markexpr!r} selects {len(multi)} tests that need two GPUs, but {count} is visible; "
+                                f"set {ALLOW_NO_GPU}=1 to skip them instead")
+    skip = pytest.mark.skip(reason=f"needs two GPUs, {count} visible")
+    for item in multi:
         item.add_marker(skip)

@@ -110,4 +110,5 @@ class TorchComm(Communicator):
 
     def _all_gather(self, buffer, out) -> None:
         # a gather moves bytes: as uint8 every dtype travels exactly (NCCL knows no bfloat16 of cupy's)
-        self._gather(self._tensor(out.view(np.uint8)), self._tensor(buffer.view(np.uint8)), group=self.group)
+        self._gather(self._tensor(out.reshape(-1).view(np.uint8)), self._tensor(buffer.reshape(-1).view(np.uint8)),
+                     group=self.group)   # flat: the concatenation form, which gloo and NCCL both take
