@@ -5,7 +5,7 @@ import re
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax.measure.results import DATA_DIR, META_KEYS, RETIRED_NAMES, provenance
+from onlinesoftmax.measure.results import DATA_DIR, META_KEYS, RETIRED_NAMES, host_slug, provenance
 
 FILES = sorted(DATA_DIR.glob("*/*.json"))
 BASELINE = re.compile(r"^(copy|copy_\w+|read|cupy_\w+|torch_\w+|fast|(torch|cupyx?)\.[\w.]+)$")  # library calls by their Python path too
@@ -44,7 +44,7 @@ def test_result_file(path):
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.json", path.name)
     assert path.name.startswith(meta["date"]) and path.name[11:-5] == meta["suite"]
     assert re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", meta["git_commit"]), "a real commit"
-    assert path.parent.name in meta["gpu"].lower()
+    assert path.parent.name == host_slug(meta), "data/<gpu>/ for one GPU, data/<gpu>x<n>/ for n GPUs"
     assert rows and provenance(meta)
     for row in rows:
         name = row.get("kernel")
@@ -53,3 +53,8 @@ def test_result_file(path):
             assert row["ms"] > 0
         if "GBps" in row:
             assert 0 < row["GBps"] < 10_000, "GB/s beyond any HBM"
+
+
+def test_the_folder_of_a_multi_gpu_run():
+    assert host_slug({"gpu": "NVIDIA H200"}) == "h200"
+    assert host_slug({"gpu": "NVIDIA H200", "gpu_count": 2}) == "h200x2"

@@ -41,8 +41,14 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def gpu_meta(method: str = METHOD) -> dict:
-    """Provenance of a measurement made now on the current GPU."""
+def host_slug(meta: dict) -> str:
+    """The data folder of a result: 'h200' for one GPU, 'h200x2' for a run across two GPUs of one host."""
+    count = int(meta.get("gpu_count", 1))
+    return gpu_slug(meta["gpu"]) + (f"x{count}" if count > 1 else "")
+
+
+def gpu_meta(method: str = METHOD, gpu_count: int = 1) -> dict:
+    """Provenance of a measurement made now on the current GPU (`gpu_count` GPUs of this host took part)."""
     import cupy
 
     device = cupy.cuda.Device()
@@ -61,6 +67,8 @@ def gpu_meta(method: str = METHOD) -> dict:
         "git_commit": git_commit(),
         "method": method,
     }
+    if gpu_count > 1:
+        meta["gpu_count"] = int(gpu_count)
     try:
         import torch
 
@@ -78,9 +86,9 @@ def gpu_meta(method: str = METHOD) -> dict:
 
 
 def write_results(suite: str, rows: list[dict], meta: dict | None = None, folder: Path | None = None) -> Path:
-    """Write {"meta", "rows"} to data/<gpu>/<date>-<suite>.json and return the path."""
+    """Write {"meta", "rows"} to data/<gpu>/<date>-<suite>.json (data/<gpu>x<n>/ for n GPUs) and return the path."""
     meta = meta or gpu_meta()
-    folder = folder or DATA_DIR / gpu_slug(meta["gpu"])
+    folder = folder or DATA_DIR / host_slug(meta)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{meta['date']}-{suite}.json"
     path.write_text(json.dumps({"meta": {**meta, "suite": suite}, "rows": rows}, indent=1) + "\n")

@@ -96,10 +96,14 @@ def l2_bytes() -> int:
     return int(cupy.cuda.Device().attributes.get("L2CacheSize", L2_BYTES_H200))
 
 
-def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30) -> dict:
+def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30, sync=None, samples: bool = False) -> dict:
     """Median device time of `fn(*args)` in ms (see METHOD), cycling over `arg_sets`.
 
-    Returns {"ms": median, "ms_p10": ..., "ms_p90": ..., "reps": reps}.
+    `sync`: a call made after the spin and before the start event of every timed call (and with
+    each warm-up call, so the spin covers its host time too): across GPUs, a small collective
+    that lines the ranks' timelines up, so that each rank's events time the same step.
+    Returns {"ms": median, "ms_p10": ..., "ms_p90": ..., "reps": reps} (and "ms_all", every time,
+    with samples=True).
     """
     import cupy
 
@@ -108,6 +112,8 @@ def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30) -> dict:
     for i in range(warmup):
         cupy.cuda.Device().synchronize()
         began = time.perf_counter()
+        if sync is not None:
+            sync()
         fn(*arg_sets[i % len(arg_sets)])
         host_us.append((time.perf_counter() - began) * 1e6)
     cupy.cuda.Device().synchronize()
@@ -118,13 +124,18 @@ def time_gpu(fn, arg_sets, *, warmup: int = 5, reps: int = 30) -> dict:
     ends = [cupy.cuda.Event() for _ in range(reps)]
     for i in range(reps):
         _evict_and_spin(spin_us)
+        if sync is not None:
+            sync()
         starts[i].record()
         fn(*arg_sets[i % len(arg_sets)])
         ends[i].record()
     ends[-1].synchronize()
     times = np.array([cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)])
-    return {"ms": float(np.median(times)), "ms_p10": float(np.percentile(times, 10)),
-            "ms_p90": float(np.percentile(times, 90)), "reps": reps, "spin_us": spin_us}
+    result = {"ms": float(np.median(times)), "ms_p10": float(np.percentile(times, 10)),
+              "ms_p90": float(np.percentile(times, 90)), "reps": reps, "spin_us": spin_us}
+    if samples:
+        result["ms_all"] = [float(t) for t in times]
+    return result
 
 
 def _percentiles(values, key: str) -> dict:
