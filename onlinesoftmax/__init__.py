@@ -10,7 +10,7 @@
 The package's rooms: `runtime/` (build, launch plans, driver calls, device), `kernels/` (one
 module per kernel family: plan builder, NumPy model, registration; `dispatch` is variant="auto"),
 `measure/` (timer, results, benchmark helpers), `book/` (the chapters' helpers, widgets and
-graders); beside them the registry, the float64 reference, the schedule simulator and the checks.
+graders), `distributed/` (the merge across GPUs, on simulated or real ranks); beside them the registry, the float64 reference, the schedule simulator and the checks.
 """
 from onlinesoftmax.kernels import softmax_teaching  # noqa: F401  (registers softmax_00 .. 02)
 from onlinesoftmax.kernels import softmax_masked  # noqa: F401  (softmax_03_online_masked)

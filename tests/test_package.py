@@ -8,7 +8,7 @@ import onlinesoftmax as osm
 from onlinesoftmax.runtime.loader import KERNELS_DIR, REPO_ROOT
 
 PACKAGE = REPO_ROOT / "onlinesoftmax"
-ROOMS = {"runtime", "kernels", "measure", "book"}
+ROOMS = {"runtime", "kernels", "measure", "book", "distributed"}
 
 
 def module_name(path: Path) -> str:
