@@ -56,7 +56,7 @@ def logits(cupy, tokens: int, vocab: int, columns: slice, seed: int = 0):
         rng = cupy.random.default_rng(seed + first)
         rows = min(block, tokens - first)
         x = rng.standard_normal((rows, vocab), dtype=cupy.float32) * 4
-        x += rng.uniform(-20, 20, size=(rows, 1), dtype=cupy.float32)
+        x += rng.uniform(-20, 20, size=(rows, 1)).astype(cupy.float32)
         bits = checks.from_float32(cupy.ascontiguousarray(x[:, columns]), "bfloat16").view(cupy.uint16)
         out.view(cupy.uint16)[first:first + rows] = bits          # copied as 16-bit words
     return out
@@ -218,6 +218,11 @@ def decode_rows(comm, cupy, timer, config, say):
     return rows
 
 
+def _version_text(version) -> str:
+    """torch.cuda.nccl.version(): a tuple (2, 27, 5) in recent torch, an int 22705 in older ones."""
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller shapes, suite multi-gpu-quick (about 40 s)")
@@ -241,7 +246,7 @@ def main(argv=None) -> int:
         names = [cupy.cuda.runtime.getDeviceProperties(i)["name"] for i in range(comm.size)]
         meta = results.gpu_meta(timer.METHOD, gpu_count=comm.size)
         meta.update({"gpus": [n.decode() if isinstance(n, bytes) else n for n in names], "backend": "nccl",
-                     "nccl": ".".join(map(str, torch.cuda.nccl.version())), "methods": {
+                     "nccl": _version_text(torch.cuda.nccl.version()), "methods": {
                          "device": timer.METHOD, "across_ranks": METHOD_RANKS, "end_to_end": timer.METHOD_END_TO_END}})
         path = results.write_results(SUITE + ("-quick" if args.quick else ""), rows, meta)
         say(f"wrote {path}")
