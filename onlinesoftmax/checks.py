@@ -120,6 +120,19 @@ def peaked_rows(xp, n_cols: int, peaks=PEAKS, seed: int = 0):
     return on_device(xp, x.astype(np.float32))
 
 
+def peaked_row_with_a_masked_run(n_cols: int = LONG_PEAKED_COLS[0], first: int = 100_000, length: int = 10_000):
+    """One long peaked row (the first of peaked_rows) with columns [first, first + length) set to -inf,
+    the peak kept outside them. The run spans whole chunks of thread_fold.cuh (4096 columns at 256
+    threads), so every thread starts a fresh state on -inf there: without the -inf guard the row is
+    NaN, although no thread's slice starts with -inf."""
+    x = peaked_rows(np, n_cols)[:1].copy()
+    peak = int(np.argmax(x[0]))
+    if first <= peak < first + length:   # move the peak out of the run
+        x[0, first - 1] = x[0, peak]
+    x[0, first:first + length] = -np.inf
+    return x
+
+
 def special_rows(xp, n_cols: int, dtype="float32", seed: int = 1):
     """Rows with -inf entries, all -inf, one +inf, one NaN, and a normal row.
 
@@ -204,6 +217,12 @@ def compare(y, ref, baseline, dtype) -> tuple[bool, str]:
     tol = tolerance(base_err, ref, dtype)
     passed = bool(err <= tol)
     return passed, f"error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+
+
+def compare_each_row(y, ref, baseline, dtype) -> list[tuple[bool, str]]:
+    """`compare` row by row: each row of y against its float64 reference with its own baseline's error
+    (a long row's verdict is not covered by another row's larger baseline error)."""
+    return [compare(y[r:r + 1], ref[r:r + 1], baseline[r:r + 1], dtype) for r in range(y.shape[0])]
 
 
 def unwritten(y) -> int:
