@@ -92,6 +92,7 @@ def recorded_times(rows) -> list[dict]:
 def commit_has_file(commit: str, path: str) -> bool | None:
     """Whether the git commit a recording names holds `path` (None when git cannot tell: no git, a
     shallow clone, a commit not in this clone)."""
+    commit = str(commit).split("+")[0]   # "abc123+dirty": the commit the tree was based on
     try:
         def git(*args):
             return subprocess.run(["git", *args], capture_output=True, timeout=20, cwd=REPO_ROOT)
