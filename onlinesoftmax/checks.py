@@ -19,6 +19,8 @@ from onlinesoftmax.registry import DTYPES
 EDGE_COLS = (1, 2, 3, 31, 33, 100, 255, 256, 257, 1000, 4096, 4097, 65536)
 EDGE_ROWS = (1, 7, 4000)
 HUGE_COLS = (1_048_576, 1_000_003)   # "a few rows of 1M"
+LONG_PEAKED_COLS = (262_145, 1_048_577)   # long rows, one past a power of two
+PEAKS = (12.0, 13.0, 14.0, 15.0)          # how far the peak stands above the row's other maxima
 EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 # finite in each dtype and > 1: an unwritten element cannot pass as NaN or as a probability
 POISON = {"float32": 1.2345e30, "float16": 4321.0, "bfloat16": 1.0e30}
@@ -102,6 +104,33 @@ def random_rows(xp, n_rows: int, n_cols: int, dtype="float32", seed: int = 0, ou
         hits = rng.random((n_rows, n_cols), dtype=xp.float32) < 0.002
         x = xp.where(hits, x + 15 * scale, x)
     return from_float32(x, dtype)
+
+
+def peaked_rows(xp, n_cols: int, peaks=PEAKS, seed: int = 0):
+    """Long peaked rows, the shape of a confident next-token distribution: standard normal logits
+    and, in row r, one logit `peaks[r]` above the row's largest other logit, at a random column.
+    The peak's probability is close to 1 and the other N - 1 terms are each far below one ulp of it,
+    so a sum that adds them one at a time to the peak's term rounds most of them away (the
+    teaching kernels' accuracy check, chapter 04). float32, made on the host."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((len(peaks), n_cols))
+    columns = rng.integers(0, n_cols, size=len(peaks))
+    rows = np.arange(len(peaks))
+    x[rows, columns] = x.max(axis=1) + np.asarray(peaks, dtype=np.float64)
+    return on_device(xp, x.astype(np.float32))
+
+
+def peaked_row_with_a_masked_run(n_cols: int = LONG_PEAKED_COLS[0], first: int = 100_000, length: int = 10_000):
+    """One long peaked row (the first of peaked_rows) with columns [first, first + length) set to -inf,
+    the peak kept outside them. The run spans whole chunks of thread_fold.cuh (4096 columns at 256
+    threads), so every thread starts a fresh state on -inf there: without the -inf guard the row is
+    NaN, although no thread's slice starts with -inf."""
+    x = peaked_rows(np, n_cols)[:1].copy()
+    peak = int(np.argmax(x[0]))
+    if first <= peak < first + length:   # move the peak out of the run
+        x[0, first - 1] = x[0, peak]
+    x[0, first:first + length] = -np.inf
+    return x
 
 
 def special_rows(xp, n_cols: int, dtype="float32", seed: int = 1):
@@ -188,6 +217,12 @@ def compare(y, ref, baseline, dtype) -> tuple[bool, str]:
     tol = tolerance(base_err, ref, dtype)
     passed = bool(err <= tol)
     return passed, f"error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
+
+
+def compare_each_row(y, ref, baseline, dtype) -> list[tuple[bool, str]]:
+    """`compare` row by row: each row of y against its float64 reference with its own baseline's error
+    (a long row's verdict is not covered by another row's larger baseline error)."""
+    return [compare(y[r:r + 1], ref[r:r + 1], baseline[r:r + 1], dtype) for r in range(y.shape[0])]
 
 
 def unwritten(y) -> int:

@@ -7,6 +7,11 @@ of every warp writes shared memory; warp 0 reads one value per warp, the identit
 the other lanes, and runs the butterfly again over the offsets below the warp count. Arithmetic is float32, like the kernel
 (NumPy's exp is not CUDA's expf, so the last bit can differ; the order cannot).
 
+`thread_fold` replays kernels/common/thread_fold.cuh, the teaching kernels' per-thread schedule:
+each thread folds its strided columns in chunks of THREAD_FOLD_CHUNK, each into a fresh state,
+and merges the chunks' states pairwise; `sequential=True` replays the one running state that
+`strided_scan` models (the kernels built with -DTHREAD_FOLD_SEQUENTIAL=1).
+
 Per-thread values are arrays of shape (rows, T): every row of a batch is simulated
 at once, as a grid of blocks would run them.
 """
@@ -17,6 +22,8 @@ import numpy as np
 WARP = 32
 F32 = np.float32
 NEG_INF = F32(-np.inf)
+THREAD_FOLD_CHUNK = 16    # kernels/common/thread_fold.cuh
+THREAD_FOLD_LEVELS = 8
 
 
 def strided_scan(x: np.ndarray, n_threads: int, init, step):
@@ -36,6 +43,61 @@ def strided_scan(x: np.ndarray, n_threads: int, init, step):
         values[:, ~valid] = 0
         state = step(state, values, valid)
     return state
+
+
+def thread_fold(x: np.ndarray, n_threads: int, identity, push, merge, sequential: bool = False):
+    """Every thread's state over its strided columns, folded as kernels/common/thread_fold.cuh does.
+
+    `identity` holds one value per field; a state is a tuple of (rows, T) float32 arrays.
+    `push(state, values)` folds the (rows, T) column values into a state (only threads that own
+    the column keep the result, as in strided_scan); `merge(a, b)` merges two states, a holding
+    the earlier columns. Chunk c of thread t is its columns t + (c * CHUNK + k) * T, k < CHUNK,
+    folded into a fresh state; the chunks' states are merged as a binary counter (level k holds
+    2^k chunks while bit k of the count is set; the top level merges on), and the levels from the
+    top down at the end. Every thread runs ceil(N / (CHUNK T)) chunks. `sequential`: one running
+    state for every column, the schedule of -DTHREAD_FOLD_SEQUENTIAL=1.
+    """
+    n_rows, n_cols = x.shape
+    threads = np.arange(n_threads)
+
+    def fresh():
+        return tuple(np.full((n_rows, n_threads), value, F32) for value in identity)
+
+    def push_columns(state, cols):
+        valid = cols < n_cols
+        values = np.zeros((n_rows, n_threads), dtype=x.dtype)
+        values[:, valid] = x[:, cols[valid]]
+        pushed = push(state, values)
+        return tuple(np.where(valid, p, s) for p, s in zip(pushed, state))
+
+    if sequential:
+        state = fresh()
+        for start in range(0, n_cols, n_threads):
+            state = push_columns(state, start + threads)
+        return state
+    chunk_cols = THREAD_FOLD_CHUNK * n_threads
+    n_chunks = -(-n_cols // chunk_cols)
+    top = THREAD_FOLD_LEVELS - 1
+    level = [None] * THREAD_FOLD_LEVELS
+    for c in range(n_chunks):
+        s = fresh()
+        for k in range(THREAD_FOLD_CHUNK):
+            first = c * chunk_cols + k * n_threads
+            if first < n_cols:                 # a step where no thread owns a column pushes nothing
+                s = push_columns(s, first + threads)
+        for k in range(THREAD_FOLD_LEVELS):    # the binary carry
+            occupied = (c >> k) != 0 if k == top else (c >> k) & 1
+            if occupied:
+                s = merge(level[k], s)
+            if not occupied or k == top:
+                level[k] = s
+                break
+    total = None
+    for k in range(top, -1, -1):               # oldest level first, the first present one as it is
+        present = (n_chunks >> k) != 0 if k == top else (n_chunks >> k) & 1
+        if present:
+            total = level[k] if total is None else merge(total, level[k])
+    return total
 
 
 def warp_butterfly(state, combine, width: int = WARP):
@@ -83,19 +145,19 @@ def online_combine(a, b, guards: bool = True):
     return m, (l1 * np.exp(m1 - base) + l2 * np.exp(m2 - base)).astype(F32)
 
 
-def online_row_state(x: np.ndarray, n_threads: int = 256, guards: bool = True):
-    """(m, l) per row exactly as the online kernels compute them."""
+def online_row_state(x: np.ndarray, n_threads: int = 256, guards: bool = True, chunked: bool = False):
+    """(m, l) per row exactly as the online kernels compute them: each thread's strided slice, then
+    the block reduction. `chunked`: the slice folded as thread_fold does (softmax_02_online,
+    softmax_03_online_masked); otherwise one running state per thread (the other kernels' loop)."""
     x = np.asarray(x, dtype=F32)
-    n_rows = x.shape[0]
-    init = (np.full((n_rows, n_threads), NEG_INF, F32), np.zeros((n_rows, n_threads), F32))
 
-    def step(state, values, valid):
-        pushed = online_push(state, values, guards)
-        return tuple(np.where(valid, p, s) for p, s in zip(pushed, state))
+    def combine(a, b):
+        return online_combine(a, b, guards)
 
     with np.errstate(all="ignore"):
-        state = strided_scan(x, n_threads, init, step)
-        return block_reduce(state, lambda a, b: online_combine(a, b, guards), (NEG_INF, F32(0)))
+        state = thread_fold(x, n_threads, (NEG_INF, F32(0)), lambda s, v: online_push(s, v, guards),
+                            combine, sequential=not chunked)
+        return block_reduce(state, combine, (NEG_INF, F32(0)))
 
 
 def block_max(per_thread: np.ndarray) -> np.ndarray:

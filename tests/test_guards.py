@@ -21,7 +21,7 @@ def test_without_guards_the_row_is_all_nan(make):
     x = make()
     assert np.isnan(simulate_online(x, guards=False)).all()
     assert np.isnan(osm.softmax(x, variant="softmax_02_online_unguarded")).all()
-    m, l = simulate.online_row_state(x, guards=False)
+    m, l = simulate.online_row_state(x, guards=False, chunked=True)
     assert np.isnan(l).all()
 
 
@@ -86,3 +86,16 @@ def test_causal_mask_needs_the_guards_sentinel_hides_the_need():
     guarded = simulate_masked(x, causal=True)
     assert not np.isnan(guarded).any()
     assert not np.isnan(simulate_masked(x, causal=True, fill=-1e6, guards=False)).any()
+
+
+def test_a_masked_run_inside_a_long_row_needs_the_guard_in_every_chunk():
+    """Each chunk of thread_fold.cuh starts a fresh (-inf, 0) state: a run of -inf covering whole chunks
+    in the middle of a row makes the unguarded build NaN, although every thread's slice starts finite.
+    The schedule with one running state per thread (-DTHREAD_FOLD_SEQUENTIAL=1) never meets it."""
+    x = checks.peaked_row_with_a_masked_run()
+    assert np.isfinite(x[0, :256]).all()
+    assert np.isnan(simulate_online(x, guards=False)).all()
+    assert not np.isnan(simulate_online(x, guards=False, sequential=True)).any()
+    y = simulate_online(x)
+    passed, message = checks.compare(y, reference.softmax(x), reference.softmax_same_dtype(x), np.float32)
+    assert passed, message

@@ -103,7 +103,7 @@ BUILDS = kernel_builds()
 
 def _variant(name: str):
     registry = importlib.import_module("onlinesoftmax.registry") if importlib.util.find_spec("onlinesoftmax") else None
-    return getattr(registry, "REGISTRY", {}).get(name)
+    return getattr(registry, "REGISTRY", {}).get(name) or getattr(registry, "EXTRA_BUILDS", {}).get(name)
 
 
 def launched_entries(name: str) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 The rule this test enforces on every page listed in _toc.yml: outside code, math, inline code and
 glue roles, a sentence may not hold a measured-looking number — a decimal fraction (0.74, 33.9),
 a number with a unit of time, rate or frequency (µs, GB/s, GHz), a percentage, a speed-up
-("36 times", "1.5x"), a count of SMs or an L2 size. Integers that define a shape or a parameter
+("36 times", "1.5x"), a count of SMs, an L2 size, or an approximate value ("about 10M"). Integers that define a shape or a parameter
 (N = 1024, 16-byte loads, a batch of 4000, 32 lanes) are not measurements and stay typed.
 ALLOWED lists the few typed exceptions, each a definition or a source's own figure that the
 page labels as such.
@@ -35,6 +35,7 @@ MEASURED = re.compile(
     r"|(?<![\w.])\d[\d,.]*\s?(µs|us|ms|ns|GB/s|TB/s|GHz|MHz|%)(?!\w)"   # time, rate, frequency, percent
     r"|(?<![\w.])\d[\d,.]*\s?(times|×)(?!\w)"                           # a speed-up
     r"|(?<![\w.])\d+ SMs\b|\b\d+ (MB|MiB) (of )?L2\b|\bL2 of \d+"       # SM counts, L2 size
+    r"|\b(?:about|roughly|nearly|approximately|around)\s+~?\d[\d,.]*\w*"    # an approximate value
 )
 
 
@@ -84,9 +85,9 @@ def typed_measurements(text: str, page: str = "") -> list[tuple[int, str, str]]:
 
 def test_the_rule_catches_typed_measurements():
     bad = ("The kernel reaches 0.74 of the copy.\nIt takes 11.4 µs, 36 times faster, at 3350 GB/s.\n"
-           "Ten rows leave 122 of 132 SMs idle; the 60 MB L2 holds it.\n")
+           "Ten rows leave 122 of 132 SMs idle; the 60 MB L2 holds it.\nRows of about 10M elements.\n")
     assert [value for _, value, _ in typed_measurements(bad)] == [
-        "0.74", "11.4", "36 times", "3350 GB/s", "132 SMs", "60 MB L2"]
+        "0.74", "11.4", "36 times", "3350 GB/s", "132 SMs", "60 MB L2", "about 10M"]
     good = ("At N = 1024 a row is 4 KB; a batch of 4000 rows, 16-byte loads, 32 lanes.\n"
             "It reaches {glue:text}`frac:.2f` of the copy, $e^{0.5}$, `y = 0.5 * x`.\n"
             "```python\nratio = 0.74\n```\n$$\nl = 1.5\n$$\n")

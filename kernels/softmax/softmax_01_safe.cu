@@ -2,15 +2,22 @@
 //
 // Changed from softmax_00_naive: a first pass finds m = max_j x_j, and every
 //               exponent becomes e^(x_i - m) <= 1, so nothing overflows.
-// Launch:       grid = (n_rows), block = (256), static shared memory 32 floats.
+//               Each thread adds its exponentials in chunks of 16 columns, each chunk into a
+//               fresh partial sum, and merges the chunks' sums pairwise (thread_fold.cuh): a
+//               sum passes through at most 16 + log2(N / 4096) additions before the block's
+//               tree, where one running sum would take N / 256 (the book's accuracy rule fails
+//               on long peaked rows without it; -DTHREAD_FOLD_SEQUENTIAL=1 builds that schedule).
+// Launch:       grid = (n_rows), block = (256), at most 32 registers (__launch_bounds__(256, 8):
+//               8 blocks share an SM; the fold's states would otherwise take up to 40), static shared memory 32 floats.
 // Traffic:      3 reads + 1 write per element (16 B for fp32) vs the ideal 8 B.
 // Limits:       fp32 only; 1 <= n_cols <= 2^31 - 2^16; rows may be strided (unit column stride).
 //               A row of all -inf gives NaN (e^(-inf - -inf)), as torch.softmax does.
 #include "numeric.cuh"
+#include "thread_fold.cuh"
 
-extern "C" __global__ void softmax_01_safe(const float* __restrict__ x, float* __restrict__ y,
-                                           int n_cols, long long x_row_stride,
-                                           long long y_row_stride) {
+extern "C" __global__ void __launch_bounds__(256, 8)
+softmax_01_safe(const float* __restrict__ x, float* __restrict__ y,
+                int n_cols, long long x_row_stride, long long y_row_stride) {
     __shared__ float scratch[32];
     const float* row_x = x + blockIdx.x * x_row_stride;
     float* row_y = y + blockIdx.x * y_row_stride;
@@ -19,8 +26,9 @@ extern "C" __global__ void softmax_01_safe(const float* __restrict__ x, float* _
     for (int i = threadIdx.x; i < n_cols; i += blockDim.x) m = fmaxf(m, row_x[i]);
     m = block_max(m, scratch);
 
-    float sum = 0.0f;  // pass 2: the denominator, re-based on m
-    for (int i = threadIdx.x; i < n_cols; i += blockDim.x) sum += expf(row_x[i] - m);
+    float sum = thread_fold(  // pass 2: the denominator, re-based on m
+        n_cols, 0.0f, [&](float& partial, int i) { partial += expf(row_x[i] - m); },
+        [](float a, float b) { return a + b; });
     sum = block_sum(sum, scratch);
 
     for (int i = threadIdx.x; i < n_cols; i += blockDim.x)  // pass 3: the output

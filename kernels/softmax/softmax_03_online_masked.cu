@@ -17,6 +17,9 @@
 //               _bf16. Each x_ij is widened to fp32 as it is loaded (exact), the mask added
 //               and everything computed in fp32 exactly as in the fp32 entry, and y_ij
 //               rounded once to x's dtype as it is stored (round to nearest even).
+//               Pass 1 folds each thread's columns in chunks merged pairwise, as
+//               softmax_02_online does (thread_fold.cuh; -DTHREAD_FOLD_SEQUENTIAL=1: one
+//               running state).
 // Launch:       grid = (n_rows), block = (T), T the power of two >= N / 4 between 64 and 256
 //               (256, softmax_02's block, from N = 513 on; a short row gets 64 or 128 threads,
 //               four or more columns each, and 32 blocks fill an SM), static shared memory 32
@@ -37,6 +40,7 @@
 //               masked row gives NaN (0/0), as torch.softmax does; with a finite fill
 //               (-1e6, -FLT_MAX) it gives the uniform distribution 1/N.
 #include "online_rows.cuh"
+#include "thread_fold.cuh"
 
 // The logit column j of one row sees, after masking (in fp32, whatever x's dtype).
 template <class Row>
@@ -70,9 +74,10 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
     }
     if (valid_lengths != nullptr && valid_lengths[row] < limit) limit = valid_lengths[row];
 
-    OnlineState s = online_identity();  // pass 1: statistics of the masked row
-    for (int j = threadIdx.x; j < n_cols; j += blockDim.x)
-        online_push(s, masked_logit<Row>(row_x, row_mask, j, limit, fill));
+    const OnlineState s = thread_fold(  // pass 1: statistics of the masked row
+        n_cols, online_identity(),
+        [&](OnlineState& state, int j) { online_push(state, masked_logit<Row>(row_x, row_mask, j, limit, fill)); },
+        [](OnlineState a, OnlineState b) { return online_combine(a, b); });
     const OnlineState stats = online_block_reduce(s, scratch);
 
     const float inv_l = 1.0f / stats.l;  // pass 2: the output, same logits again

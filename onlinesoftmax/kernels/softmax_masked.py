@@ -20,7 +20,7 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS
+from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, sequential_build
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import DTYPES, Launch, Variant, dtype_entries, register
 from onlinesoftmax.runtime import driver
@@ -165,13 +165,15 @@ def reference_masked(x, **options):
 
 
 def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True,
-                    causal_rows=None) -> np.ndarray:
-    """NumPy model of softmax_03_online_masked: same masking, same thread schedule (block_threads).
+                    causal_rows=None, sequential=False) -> np.ndarray:
+    """NumPy model of softmax_03_online_masked: same masking, same thread schedule (block_threads,
+    each thread's columns folded in chunks merged pairwise; `sequential`: one running state, the
+    -DTHREAD_FOLD_SEQUENTIAL=1 build).
 
     x float32, float16 or bfloat16 (ml_dtypes): the logits are formed in float32 (x widened
     exactly), the result computed in float32 and rounded once to x's dtype."""
     v = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
-    m, l = sim.online_row_state(v, block_threads(v.shape[1]), guards)
+    m, l = sim.online_row_state(v, block_threads(v.shape[1]), guards, chunked=not sequential)
     with np.errstate(all="ignore"):
         inv_l = np.float32(1) / l
         y = (np.exp(v - m[:, None]) * inv_l[:, None]).astype(np.float32)
@@ -213,3 +215,5 @@ MASKED = register(Variant(
     reads_per_element=2, writes_per_element=1,
     features=frozenset({"mask", "causal", "valid_lengths"}),
     dtypes=DTYPES, entry="softmax_03_online_masked_f32", entries=dtype_entries))
+# the schedule before the accuracy fix (softmax_teaching.sequential_build)
+sequential_build(MASKED, lambda x, **options: simulate_masked(x, sequential=True, **options))

@@ -141,8 +141,9 @@ def tree_warp(x: np.ndarray):
 
 
 def tree_block(x: np.ndarray):
-    """softmax_02_online's layout: 256 strided lanes, a butterfly per warp, then warp 0."""
-    return sim.online_row_state(x, n_threads=BLOCK_THREADS)
+    """softmax_02_online's layout: 256 strided lanes (each folding chunks of 16 columns, merged
+    pairwise), a butterfly per warp, then warp 0."""
+    return sim.online_row_state(x, n_threads=BLOCK_THREADS, chunked=True)
 
 
 def tree_split(x: np.ndarray, blocks_per_row: int = 4):

@@ -3,15 +3,23 @@
 Each variant pairs its `.cu` file with a NumPy model that follows the same schedule
 (`onlinesoftmax.simulate`). The models are what the book runs on a machine without
 a GPU; the GPU tier checks both against the float64 reference.
+
+softmax_01_safe's sum and softmax_02_online's statistics are folded per thread in chunks merged
+pairwise (kernels/common/thread_fold.cuh). `sequential=True` models the schedule before that,
+one running value per thread, which `sequential_build` compiles (-DTHREAD_FOLD_SEQUENTIAL=1):
+the book's before/after comparison of their accuracy on long peaked rows.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.registry import Launch, Variant, register
+from onlinesoftmax.registry import EXTRA_BUILDS, REGISTRY, Launch, Variant, register, register_build
 
 BLOCK_THREADS = 256
+SEQUENTIAL_DEFINE = "THREAD_FOLD_SEQUENTIAL=1"
 
 
 def block_per_row(n_rows: int, n_cols: int) -> Launch:
@@ -38,21 +46,45 @@ def simulate_naive(x: np.ndarray) -> np.ndarray:
         return (np.exp(x) / total[:, None]).astype(np.float32)
 
 
-def simulate_safe(x: np.ndarray) -> np.ndarray:
+def _add(a, b):
+    return ((a[0] + b[0]).astype(np.float32),)
+
+
+def simulate_safe(x: np.ndarray, sequential: bool = False) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     with np.errstate(all="ignore"):
         m = sim.block_max(sim.thread_partials(x, BLOCK_THREADS, lambda v: v, np.fmax, -np.inf))
-        partial = sim.thread_partials(x - m[:, None], BLOCK_THREADS, np.exp, np.add, 0.0)
+        shifted = (x - m[:, None]).astype(np.float32)
+        partial = sim.thread_fold(shifted, BLOCK_THREADS, (0.0,), lambda s, v: _add(s, (np.exp(v),)), _add,
+                                  sequential=sequential)[0]
         total = sim.block_sum(partial)
         return (np.exp(x - m[:, None]) / total[:, None]).astype(np.float32)
 
 
-def simulate_online(x: np.ndarray, guards: bool = True) -> np.ndarray:
+def simulate_online(x: np.ndarray, guards: bool = True, sequential: bool = False) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
-    m, l = sim.online_row_state(x, BLOCK_THREADS, guards)
+    m, l = sim.online_row_state(x, BLOCK_THREADS, guards, chunked=not sequential)
     with np.errstate(all="ignore"):
         inv_l = np.float32(1) / l
         return (np.exp(x - m[:, None]) * inv_l[:, None]).astype(np.float32)
+
+
+def sequential_build(variant: Variant, simulate) -> Variant:
+    """`variant` built with one running value per thread (-DTHREAD_FOLD_SEQUENTIAL=1), `simulate` the
+    model of that schedule: the "before" of the accuracy fix of softmax_01_safe, softmax_02_online
+    and softmax_03_online_masked, for the comparison in the book and the teaching-accuracy suite.
+    Not registered: the API never runs it; the compile check builds it (registry.EXTRA_BUILDS)."""
+    return register_build(dataclasses.replace(variant, name=f"{variant.name}_sequential",
+                                              defines=(*variant.defines, SEQUENTIAL_DEFINE), simulate=simulate))
+
+
+def sequential_of(name: str) -> Variant:
+    """The sequential build of a teaching kernel, by the kernel's name."""
+    build = EXTRA_BUILDS.get(f"{name}_sequential")
+    if build is None:
+        known = ", ".join(b.removesuffix("_sequential") for b in EXTRA_BUILDS if b.endswith("_sequential"))
+        raise ValueError(f"no sequential build of {name!r}; known: {known}")
+    return build
 
 
 register(Variant(
@@ -79,3 +111,6 @@ register(Variant(
     story="softmax_02_online built without the -inf guards (wrong on purpose)",
     geometry=block_per_row, simulate=lambda x: simulate_online(x, guards=False),
     plan=plan_rows, reads_per_element=2, writes_per_element=1))
+
+sequential_build(REGISTRY["softmax_01_safe"], lambda x: simulate_safe(x, sequential=True))
+sequential_build(REGISTRY["softmax_02_online"], lambda x: simulate_online(x, sequential=True))

@@ -59,6 +59,18 @@ def torch_view(x):
     return torch.from_dlpack(x)
 
 
+def torch_softmax(x):
+    """torch.softmax over the last axis of a cupy array, in x's dtype, as a cupy array (torch's
+    same-dtype error is the baseline of the long-row accuracy rule; needs torch with CUDA)."""
+    import cupy
+    import torch
+
+    with torch.no_grad():
+        y = torch.softmax(torch_view(x), dim=-1)
+    torch.cuda.synchronize()
+    return cupy.from_dlpack(y.contiguous())
+
+
 def dispatcher_choice(n_rows: int, n_cols: int, dtype: str) -> str:
     """The kernel variant="auto" runs for an unmasked softmax of this shape."""
     from onlinesoftmax.kernels import dispatch

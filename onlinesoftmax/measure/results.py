@@ -57,6 +57,7 @@ def gpu_meta(method: str = METHOD, gpu_count: int = 1) -> dict:
         "gpu": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
         "sm_count": device.attributes["MultiProcessorCount"],
         "l2_bytes": device.attributes["L2CacheSize"],
+        "sm_clock_kHz": device.attributes.get("ClockRate"),
         "compute_capability": device.compute_capability,
         "driver": cupy.cuda.runtime.driverGetVersion(),
         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),

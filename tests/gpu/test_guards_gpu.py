@@ -92,3 +92,24 @@ def test_causal_mask_unguarded_gives_nan_rows_exactly_where_the_model_does():
     assert not np.isnan(guarded).any()
     sentinel = softmax_masked.prepare(x, "causal", mask_value=-1e6)
     assert not np.isnan(run_checked(MASKED_UNGUARDED, x, **sentinel)).any()
+
+
+def test_a_masked_run_inside_a_long_row_needs_the_guard_in_every_chunk():
+    """A run of -inf over whole chunks inside a long peaked row: every thread starts a fresh state on
+    -inf there. Unguarded: all NaN on the GPU as in the model; guarded: within the long-row rule
+    (twice torch's float32 error plus two ulps) and equal to the model to a few ulps."""
+    host = checks.peaked_row_with_a_masked_run()
+    unguarded = run_checked("softmax_02_online_unguarded", cp.asarray(host))
+    assert np.isnan(unguarded).all() and np.isnan(simulate_online(host, guards=False)).all()
+    guarded = run_checked("softmax_02_online", cp.asarray(host))
+    assert not np.isnan(guarded).any()
+    np.testing.assert_allclose(guarded, simulate_online(host), rtol=2e-6, atol=1e-12)
+    masked = run_checked("softmax_03_online_masked", cp.asarray(host))
+    np.testing.assert_allclose(masked, simulate_masked(host), rtol=2e-6, atol=1e-12)
+    pytest.importorskip("torch", reason="the long-row rule's baseline is torch.softmax")
+    from onlinesoftmax.measure.bench import torch_softmax
+
+    baseline = torch_softmax(cp.asarray(host)).get()
+    for name, y in (("softmax_02_online", guarded), ("softmax_03_online_masked", masked)):
+        passed, message = checks.compare(y, reference.softmax(host), baseline, np.float32)
+        assert passed, f"{name}: {message}"

@@ -304,3 +304,44 @@ def test_compiled_resources_are_reported():
     for entry in VARIANT.launched_entries:
         report = resources_from_device(get_kernel(VARIANT.path, entry, VARIANT.defines))
         assert 0 < report.registers <= 64 and report.stack_bytes == 0, (entry, report)
+
+
+# ---- long peaked rows: the accuracy rule against torch's float32 error, before and after ------------
+
+def peaked_mask_kwargs(kind, x):
+    """No mask, or an additive 0 / -inf mask of one row (30% removed) that keeps every row's peak."""
+    if kind == "none":
+        return {}
+    keep = cp.random.default_rng(4).random(x.shape[1]) < 0.7
+    keep[cp.argmax(x, axis=1)] = True
+    return {"mask": cp.where(keep, 0.0, -cp.inf).astype(cp.float32)}
+
+
+def long_row_verdicts(variant, x, kwargs):
+    """Per row: (passed, message) of `variant` against torch's float32 softmax of the masked logits."""
+    from onlinesoftmax.measure.bench import torch_softmax
+
+    options = options_of(x, kwargs)
+    y = checks.poisoned_like(x)
+    get_runner(variant, x, y, options)(x, y, **options)
+    cp.cuda.Device().synchronize()
+    assert checks.unwritten(y) == 0, f"{variant.name}: outputs left unwritten"
+    logits = effective_logits(x, **options)
+    ref = reference.softmax(logits.astype(cp.float64).get())
+    return checks.compare_each_row(y.get(), ref, torch_softmax(logits).get(), np.float32)
+
+
+@pytest.mark.parametrize("kind", ("none", "additive N"))
+@pytest.mark.parametrize("n_cols", checks.LONG_PEAKED_COLS)
+def test_long_peaked_rows_pass_the_rule_and_the_sequential_build_fails(n_cols, kind):
+    """checks.peaked_rows within twice torch's float32 error plus two ulps, each row; the build with one
+    running state per thread (-DTHREAD_FOLD_SEQUENTIAL=1, the schedule before the fix) fails it."""
+    pytest.importorskip("torch", reason="the long-row rule's baseline is torch.softmax")
+    from onlinesoftmax.kernels.softmax_teaching import sequential_of
+
+    x = checks.peaked_rows(cp, n_cols)
+    kwargs = peaked_mask_kwargs(kind, x)
+    after = long_row_verdicts(VARIANT, x, kwargs)
+    assert all(passed for passed, _ in after), "; ".join(m for _, m in after)
+    before = long_row_verdicts(sequential_of(MASKED), x, kwargs)
+    assert not all(passed for passed, _ in before), "the sequential build passes: " + "; ".join(m for _, m in before)

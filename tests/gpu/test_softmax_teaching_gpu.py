@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, reference
+from onlinesoftmax import api, checks, reference
 from onlinesoftmax.kernels.softmax_teaching import simulate_online, simulate_naive
 
 pytestmark = pytest.mark.gpu
@@ -122,3 +122,42 @@ def test_compiled_resources_are_reported():
         if variant.name.startswith(ALL_VARIANTS):
             report = variant.resources()
             assert report.registers > 0 and report.stack_bytes == 0
+
+
+# ---- long peaked rows: the accuracy rule against torch's float32 error, before and after ------------
+# The rows of checks.peaked_rows (N = 262145 and 1048577, a peak 12-15 above the rest): each row must
+# be within twice torch.softmax's float32 error (plus two ulps) of the float64 reference. The build of
+# the same kernel with one running value per thread (-DTHREAD_FOLD_SEQUENTIAL=1, the schedule before
+# the fix) must fail that rule: the test can fail, and it proves the fix.
+
+def long_row_verdicts(variant, x):
+    """Per row: (passed, message) of `variant` on x against torch's float32 softmax of x."""
+    from onlinesoftmax.measure.bench import torch_softmax
+
+    y = checks.run_checked(lambda x, out: api.run(variant, x, out=out), x)
+    ref = reference.softmax(x.get())
+    return checks.compare_each_row(y.get(), ref, torch_softmax(x).get(), np.float32)
+
+
+@pytest.mark.parametrize("n_cols", checks.LONG_PEAKED_COLS)
+@pytest.mark.parametrize("variant", SAFE_VARIANTS)
+def test_long_peaked_rows_pass_the_rule_and_the_sequential_build_fails(variant, n_cols):
+    pytest.importorskip("torch", reason="the long-row rule's baseline is torch.softmax")
+    from onlinesoftmax.kernels.softmax_teaching import sequential_of
+
+    x = checks.peaked_rows(cp, n_cols)
+    after = long_row_verdicts(osm.REGISTRY[variant], x)
+    assert all(passed for passed, _ in after), f"{variant} N={n_cols}: " + "; ".join(m for _, m in after)
+    before = long_row_verdicts(sequential_of(variant), x)
+    assert not all(passed for passed, _ in before), \
+        f"{variant} N={n_cols}: the sequential build passes, so this test cannot tell the fix: " + \
+        "; ".join(m for _, m in before)
+
+
+@pytest.mark.parametrize("variant", SAFE_VARIANTS)
+def test_long_rows_match_the_chunked_model(variant):
+    """17 chunks per thread (a binary counter that is not a power of two) and a peaked row: the GPU
+    agrees with the model of the chunked schedule, not only with the reference."""
+    x = np.concatenate([checks.random_rows(np, 2, 70_001, seed=12), checks.peaked_rows(np, 70_001)[:2]])
+    gpu = osm.softmax(cp.asarray(x), variant=variant).get()
+    np.testing.assert_allclose(gpu, osm.softmax(x, variant=variant), rtol=2e-6, atol=1e-12)

@@ -1,0 +1,106 @@
+"""Chapter 04's before/after of the teaching kernels' accuracy fix (kernels/common/thread_fold.cuh).
+
+`model_errors` runs the NumPy models of both schedules (chunks merged pairwise, and one running value
+per thread) on checks.peaked_rows, row by row, against the float64 reference, with the float32 NumPy
+softmax as the same-dtype baseline. `recorded_summary` and `recorded_times` read the suite
+`teaching-accuracy` (benchmarks/record_teaching_accuracy.py), whose baseline is torch's float32 error.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+
+from onlinesoftmax import api, checks, reference
+from onlinesoftmax.kernels.softmax_teaching import sequential_of
+from onlinesoftmax.registry import REGISTRY
+from onlinesoftmax.runtime.loader import REPO_ROOT
+
+KERNELS = ("softmax_01_safe", "softmax_02_online", "softmax_03_online_masked")
+SCHEDULES = ("sequential", "chunked")     # before, after
+
+
+def build(name: str, schedule: str):
+    """The kernel `name` as registered ("chunked") or its -DTHREAD_FOLD_SEQUENTIAL=1 build ("sequential")."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    return REGISTRY[name] if schedule == "chunked" else sequential_of(name)
+
+
+def model_errors(cols=checks.LONG_PEAKED_COLS, kernels=KERNELS, seed: int = 0) -> list[dict]:
+    """One dict per (kernel, schedule, N, row): the model's largest error against float64, the float32
+    NumPy softmax's error (the baseline), the tolerance 2 x baseline + 2 ulps and the verdict."""
+    rows = []
+    for n_cols in cols:
+        x = checks.peaked_rows(np, n_cols, seed=seed)
+        ref = reference.softmax(x)
+        baseline = reference.softmax_same_dtype(x)
+        for name in kernels:
+            for schedule in SCHEDULES:
+                y = api.run(build(name, schedule), x)
+                for r, peak in enumerate(checks.PEAKS):
+                    error = checks.max_abs_error(y[r:r + 1], ref[r:r + 1])
+                    base = checks.max_abs_error(baseline[r:r + 1], ref[r:r + 1])
+                    tolerance = checks.tolerance(base, ref[r:r + 1], np.float32)
+                    rows.append({"kernel": name, "schedule": schedule, "n_cols": n_cols, "row": r, "peak": peak,
+                                 "error": error, "baseline_error": base, "tolerance": tolerance,
+                                 "passed": bool(error <= tolerance)})
+    return rows
+
+
+def summary(rows, error_key: str, baseline_key: str) -> list[dict]:
+    """Per (kernel, schedule, N), in KERNELS and SCHEDULES order: the worst error and the baseline's worst
+    error, both also in float32 ulps of 1 (the peak's probability is close to 1), the worst ratio of
+    the two on one row, and how many rows pass."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "schedule" in r and error_key in r:
+            groups.setdefault((r["kernel"], r["schedule"], r["n_cols"]), []).append(r)
+    order = {name: i for i, name in enumerate(KERNELS)}
+    out = []
+    for (kernel, schedule, n_cols), members in sorted(
+            groups.items(), key=lambda kv: (kv[0][2], order.get(kv[0][0], 99), SCHEDULES.index(kv[0][1]))):
+        out.append({"kernel": kernel, "schedule": schedule, "n_cols": n_cols,
+                    "worst_error": max(m[error_key] for m in members),
+                    "worst_baseline": max(m[baseline_key] for m in members),
+                    "worst_error_ulps": max(m[error_key] for m in members) / checks.EPS["float32"],
+                    "worst_baseline_ulps": max(m[baseline_key] for m in members) / checks.EPS["float32"],
+                    "worst_ratio": max(m[error_key] / max(m[baseline_key], 1e-30) for m in members),
+                    "passed": sum(bool(m["passed"]) for m in members), "rows": len(members)})
+    return out
+
+
+def model_summary(rows) -> list[dict]:
+    return summary(rows, "error", "baseline_error")
+
+
+def recorded_summary(rows) -> list[dict]:
+    """The recorded suite's error rows, summarized as `summary` (baseline: torch's float32 error)."""
+    return summary(rows, "max_abs_error", "torch_error")
+
+
+def recorded_times(rows) -> list[dict]:
+    """(shape, device time of each schedule of softmax_02_online, torch's) from the recorded suite."""
+    shapes: dict[tuple, dict] = {}
+    for r in rows:
+        if "ms" in r and r["kernel"] != "copy":
+            key = r["schedule"] if r["kernel"] == "softmax_02_online" else r["kernel"]
+            shapes.setdefault((r["n_rows"], r["n_cols"]), {})[key] = r["ms"]
+    return [{"n_rows": n, "n_cols": c, **times} for (n, c), times in sorted(shapes.items())]
+
+
+def commit_has_file(commit: str, path: str) -> bool | None:
+    """Whether the git commit a recording names holds `path` (None when git cannot tell: no git, a
+    shallow clone, a commit not in this clone)."""
+    commit = str(commit).split("+")[0]   # "abc123+dirty": the commit the tree was based on
+    try:
+        def git(*args):
+            return subprocess.run(["git", *args], capture_output=True, timeout=20, cwd=REPO_ROOT)
+
+        known = git("cat-file", "-e", f"{commit}^{{commit}}")
+        result = git("cat-file", "-e", f"{commit}:{path}")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if known.returncode != 0:
+        return None
+    return result.returncode == 0
