@@ -236,3 +236,65 @@ def test_vega_is_added_only_to_pages_with_a_figure(tmp_path):
         offline_assets._stage(REPO_ROOT / "node_modules", tmp_path)
         assert all((tmp_path / staged).is_file() for staged, _ in offline_assets.VEGA_FILES)
         assert "vegaEmbed" in (tmp_path / offline_assets.FIGURES_ENTRY).read_text()
+
+
+# --- every widget has its counterpart, and every chapter says how to run it ----------------------
+
+def widget_builders() -> set[str]:
+    """Functions of onlinesoftmax/book/ that build an ipywidgets widget (they import ipywidgets)."""
+    import ast
+
+    names = set()
+    for path in (REPO_ROOT / "onlinesoftmax" / "book").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(n, ast.Import) and any(a.name == "ipywidgets" for a in n.names) for n in ast.walk(node)):
+                names.add(node.name)
+    return names
+
+
+def code_cells(path) -> list[str]:
+    import re
+
+    return re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def widget_cells(cells: list[str], builders: set[str]) -> list[int]:
+    import re
+
+    calls = re.compile(r"\bwidgets\.interact(ive)?\(|\b(" + "|".join(sorted(builders)) + r")\(")
+    return [i for i, cell in enumerate(cells) if calls.search(re.sub(r"def \w+\(", "", cell))]
+
+
+def test_every_widget_cell_is_followed_by_its_interactive_counterpart():
+    builders = widget_builders()
+    assert {"row_steps_box", "scan_stepper", "explorer"} <= builders
+    found = 0
+    for path in sorted((REPO_ROOT / "chapters").glob("[0-9]*.md")):
+        cells = code_cells(path)
+        for i in widget_cells(cells, builders):
+            found += 1
+            following = cells[i + 1] if i + 1 < len(cells) else ""
+            assert "_figure(" in following and ".show()" in following, (
+                f"{path.name}: the widget cell {i} ({cells[i].strip().splitlines()[-1][:60]!r}) has no interactive "
+                "counterpart in the next cell (a counterparts.*_figure(...).show(), see interactive.py)")
+    assert found >= 8
+
+
+def test_the_widget_cell_finder_can_fail():
+    cells = ["x = 1\n", "widgets.interact(f, n=widgets.IntSlider())\n", "print(2)\n", "row_steps_box('1')\n"]
+    assert widget_cells(cells, {"row_steps_box"}) == [1, 3]
+    assert widget_cells(["def row_steps_box(x):\n    pass\n"], {"row_steps_box"}) == []
+
+
+def test_every_chapter_says_at_its_top_how_to_run_it():
+    note = (REPO_ROOT / "chapters" / "_gpu_note.md").read_text()
+    assert "make lab" in note and "jupytext" in note
+    assert "\nlab:" in (REPO_ROOT / "Makefile").read_text()
+    for path in sorted((REPO_ROOT / "chapters").glob("[0-9]*.md")):
+        text = path.read_text()
+        first_cell = text.find("```{code-cell}")
+        assert 0 <= text.find("{include} _gpu_note.md") < first_cell, f"{path.name}: no how-to-run note at its top"
+        assert "execution_mode()" in code_cells(path)[0] + code_cells(path)[1], (
+            f"{path.name}: its first cells do not print book.execution_mode() (where the page ran, and the "
+            "loud message when a GPU is there but CuPy cannot use it)")
