@@ -283,6 +283,7 @@ def build_spec(fig: Figure) -> dict:
                                   "y": {"field": "ly", "type": "quantitative", "scale": None}}})
     return {
         "$schema": SCHEMA_URL,
+        "background": "#ffffff",                           # readable in the theme's dark mode too
         "title": {"text": fig.title, "subtitle": [HOW_TO] + (fig.caption.split("\n") if fig.caption else []),
                   "anchor": "start"},
         "params": [c.param() for c in fig.controls],
