@@ -1,4 +1,4 @@
-"""Serve MathJax, require.js and the Jupyter widget manager from the book itself.
+"""Serve MathJax, require.js, the Jupyter widget manager and Vega-Lite from the book itself.
 
 By default the HTML loads MathJax and the widget manager from CDNs, so an offline reader sees
 raw TeX and no widgets. This extension takes them from ``node_modules/`` (installed by
@@ -8,6 +8,13 @@ raw TeX and no widgets. This extension takes them from ``node_modules/`` (instal
     _static/requirejs/require.js       AMD loader that ``embed-amd.js`` needs
     _static/html-manager/              ``@jupyter-widgets/html-manager`` ``embed-amd.js`` + fonts
     _static/widgets-offline.js         require.js config + a MathJax 2 shim for the widgets
+    _static/vega/                      ``vega``, ``vega-lite`` and ``vega-embed`` (minified UMD builds)
+    _static/osm-figures.js             draws the pages' interactive figures (specs written by
+                                       ``onlinesoftmax/book/interactive.py``) with vega-embed
+
+The Vega files and ``osm-figures.js`` are added only to pages that hold a figure spec, and before
+require.js: a UMD bundle loaded after require.js registers itself as an anonymous AMD module
+instead of setting its global (``vega``, ``vegaLite``, ``vegaEmbed``).
 
 Why not a ``_static/`` folder in the repository: jupyter-book 1.x adds *every* ``.js`` under
 its static paths as a ``<script>`` on every page. Paths added here, at ``config-inited``, come
@@ -31,6 +38,16 @@ MATHJAX_ENTRY = "mathjax/tex-mml-chtml.js"
 REQUIREJS_ENTRY = "requirejs/require.js"
 WIDGETS_SHIM_ENTRY = "widgets-offline.js"
 EMBED_AMD_ENTRY = "html-manager/embed-amd.js"
+FIGURES_ENTRY = "osm-figures.js"
+# (staged name, file in node_modules), in load order; each needs the ones before it.
+VEGA_FILES = (
+    ("vega/vega.min.js", "vega/build/vega.min.js"),
+    ("vega/vega-lite.min.js", "vega-lite/build/vega-lite.min.js"),
+    ("vega/vega-embed.min.js", "vega-embed/build/vega-embed.min.js"),
+)
+FIGURE_MARKER = 'class="osm-figure-spec"'
+# Before myst-nb's widget scripts (priority 500), after the theme's.
+VEGA_PRIORITY = 450
 
 # Loaded before require.js, on pages with widgets.
 # 1. A global ``require`` object is read by require.js as its config. embed-amd.js computes the
@@ -63,6 +80,70 @@ WIDGETS_SHIM_JS = """\
       },
     };
   });
+})();
+"""
+
+
+# Draws every figure spec of the page. Vega's warnings (a field that is not in the data, a scale
+# that cannot be built) are reported as console errors, so that the browser check fails on them.
+FIGURES_JS = """\
+// Written by _ext/offline_assets.py: draws the page's interactive figures with vega-embed.
+(function () {
+  window.osmFigures = {};
+  var style = document.createElement("style");
+  style.textContent = [
+    ".osm-figure { margin: 1em 0 1.5em; overflow-x: auto; }",
+    // the controls above the figure, in a row
+    ".osm-figure.vega-embed { display: flex; flex-direction: column-reverse; align-items: flex-start; }",
+    ".osm-figure .vega-bindings { display: flex; flex-wrap: wrap; gap: 0.3em 1.6em; margin: 0 0 0.6em;" +
+    " font-size: 0.9em; }",
+    ".osm-figure .vega-bind-name { font-weight: 600; margin-right: 0.3em; }",
+  ].join(" ");
+  document.head.appendChild(style);
+  function logger(id) {
+    var level = 2;
+    function report(kind) {
+      return function () {
+        console.error("osm-figures: " + id + ": vega " + kind + ": " +
+                      Array.prototype.map.call(arguments, String).join(" "));
+        return this;
+      };
+    }
+    return {
+      level: function (value) { if (arguments.length) { level = value; return this; } return level; },
+      error: report("error"),
+      // A layer with nothing to draw at this setting (no torch row for this shape, say) has an
+      // empty extent, and a log axis with no data an empty domain: not faults of the spec.
+      // Every other warning is.
+      warn: function (message) {
+        var text = String(message);
+        if (text.indexOf("Infinite extent") === 0 || text === "Log scale domain includes zero: [,]") return this;
+        return report("warning").apply(this, arguments);
+      },
+      info: function () { return this; }, debug: function () { return this; },
+    };
+  }
+  function draw() {
+    document.querySelectorAll("script.osm-figure-spec").forEach(function (script) {
+      var id = script.getAttribute("data-target");
+      var target = document.getElementById(id);
+      if (!target) { console.error("osm-figures: no element #" + id); return; }
+      var spec;
+      try { spec = JSON.parse(script.textContent); }
+      catch (error) { console.error("osm-figures: " + id + ": " + error); return; }
+      vegaEmbed(target, spec, { renderer: "svg", actions: false, logger: logger(id) })
+        .then(function (result) {
+          window.osmFigures[id] = result.view;
+          target.setAttribute("data-osm-rendered", "true");
+        })
+        .catch(function (error) {
+          target.setAttribute("data-osm-rendered", "error");
+          console.error("osm-figures: " + id + ": " + error);
+        });
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
+  else draw();
 })();
 """
 
@@ -110,9 +191,16 @@ def _stage(node_modules: Path, staging: Path) -> None:
         if source.name == "embed-amd.js" or source.suffix in font_suffixes:
             _link(source.resolve(), manager_dir / source.name)
 
-    config_file = staging / WIDGETS_SHIM_ENTRY
-    if not config_file.is_file() or config_file.read_text() != WIDGETS_SHIM_JS:
-        config_file.write_text(WIDGETS_SHIM_JS)
+    (staging / "vega").mkdir(exist_ok=True)
+    for staged, source in VEGA_FILES:
+        if not (node_modules / source).is_file():
+            raise ConfigError(f"offline_assets: {node_modules / source} is missing; run `npm ci`.")
+        _link((node_modules / source).resolve(), staging / staged)
+
+    for entry, text in ((WIDGETS_SHIM_ENTRY, WIDGETS_SHIM_JS), (FIGURES_ENTRY, FIGURES_JS)):
+        written = staging / entry
+        if not written.is_file() or written.read_text() != text:
+            written.write_text(text)
 
 
 def configure_offline_assets(app: Sphinx, config: Config) -> None:
@@ -129,7 +217,16 @@ def configure_offline_assets(app: Sphinx, config: Config) -> None:
         REQUIREJS_ENTRY: {},
         EMBED_AMD_ENTRY: {},
     }
-    logger.info("offline_assets: MathJax, require.js and html-manager from %s", node_modules)
+    logger.info("offline_assets: MathJax, require.js, html-manager and Vega from %s", node_modules)
+
+
+def add_figure_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    """Vega-Lite and the figure loader, on the pages that hold an interactive figure only."""
+    if FIGURE_MARKER not in (context.get("body") or ""):
+        return
+    for staged, _ in VEGA_FILES:
+        app.add_js_file(staged, priority=VEGA_PRIORITY)
+    app.add_js_file(FIGURES_ENTRY, priority=VEGA_PRIORITY)
 
 
 def drop_duplicate_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
@@ -161,6 +258,7 @@ def drop_duplicate_scripts(app: Sphinx, pagename, templatename, context, doctree
 def setup(app: Sphinx) -> dict:
     # Run before myst-nb reads nb_* settings (it does so at builder-inited).
     app.connect("config-inited", configure_offline_assets, priority=400)
+    app.connect("html-page-context", add_figure_scripts)
     # After the other extensions have added their per-page scripts.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -16,7 +16,13 @@ aborted (and counts as a failure: the book must not need the network). Per page 
       no request to another host;
   (d) widgets: on a page that embeds widget state
       (`application/vnd.jupyter.widget-state+json`), every widget view rendered
-      (a `.jupyter-widgets` element in place of each widget-view script).
+      (a `.jupyter-widgets` element in place of each widget-view script);
+  (e) interactive figures (`.osm-figure`, drawn by Vega-Lite from a precomputed table, see
+      onlinesoftmax/book/interactive.py): each one rendered an SVG with marks, and for each of
+      its controls in turn, moving it to another value changes the view's parameter and the
+      drawn marks (axes, legends and titles aside), and moving it back draws the same SVG
+      elements again (in any order); Vega's warnings count as console errors. A page without a
+      figure loads no Vega script.
 
 It uses Debian's /usr/bin/chromium (or $CHROMIUM) through Playwright and never downloads a
 browser. A full-page screenshot of each page goes to the screenshots folder. Prints one line
@@ -152,6 +158,66 @@ async (timeoutMs) => {
 """
 
 
+FIGURES_JS = """
+async (timeoutMs) => {
+  const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+  const figures = Array.from(document.querySelectorAll('.osm-figure'));
+  const vegaScripts = Array.from(document.scripts).filter(s => /_static\\/vega\\//.test(s.src)).length;
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline && figures.some(f => !f.getAttribute('data-osm-rendered'))) await sleep(100);
+  const results = [];
+  for (const figure of figures) {
+    const entry = {id: figure.id, state: figure.getAttribute('data-osm-rendered'), marks: 0, controls: []};
+    const view = (window.osmFigures || {})[figure.id];
+    results.push(entry);
+    if (entry.state !== 'true' || !view) continue;
+    // The drawing as a sorted list of its elements (tag, attributes, own text): Vega may draw the
+    // same marks in another order after a redraw, keeps clip paths it no longer uses in <defs>,
+    // and leaves an axis's aria-label as it was first drawn (a description, not the drawing).
+    // `marks` leaves out the axes, legends and titles: a control must change what is drawn.
+    const svg = (skip = 'defs') => {
+      const root = figure.querySelector('svg');
+      if (!root) return '';
+      return Array.from(root.querySelectorAll('*')).filter(e => !e.closest(skip)).map(e =>
+        e.tagName + ' ' + Array.from(e.attributes).filter(a => !a.name.startsWith('aria-'))
+          .map(a => a.name + '=' + a.value).sort().join(' ') + ' ' +
+        Array.from(e.childNodes).filter(n => n.nodeType === 3).map(n => n.nodeValue).join('')).sort().join('\\n');
+    };
+    const marks = () => svg('defs, .role-axis, .role-legend, .role-title');
+    entry.marks = figure.querySelectorAll(
+        'g.mark-symbol > path, g.mark-line > path, g.mark-rect > path, g.mark-rule > line').length;
+    const settle = async () => { await view.runAsync(); await sleep(30); };
+    for (const input of figure.querySelectorAll('.vega-bindings input, .vega-bindings select')) {
+      const name = input.name, before = svg(), marksBefore = marks(), valueBefore = view.signal(name);
+      let restore;
+      if (input.tagName === 'SELECT') {
+        const index = input.selectedIndex;
+        input.selectedIndex = (index + 1) % input.options.length;
+        restore = () => { input.selectedIndex = index; };
+      } else if (input.type === 'checkbox') {
+        input.checked = !input.checked;
+        restore = () => { input.checked = !input.checked; };
+      } else {
+        const value = input.value;
+        input.value = Number(value) === Number(input.min) ? input.max : input.min;
+        restore = () => { input.value = value; };
+      }
+      for (const type of ['input', 'change']) input.dispatchEvent(new Event(type, {bubbles: true}));
+      await settle();
+      const movedMarks = marks(), valueMoved = view.signal(name);
+      restore();
+      for (const type of ['input', 'change']) input.dispatchEvent(new Event(type, {bubbles: true}));
+      await settle();
+      entry.controls.push({name, from: String(valueBefore), to: String(valueMoved),
+                           paramChanged: valueMoved !== valueBefore, figureChanged: movedMarks !== marksBefore,
+                           restored: svg() === before});
+    }
+  }
+  return {figures: results, vegaScripts};
+}
+"""
+
+
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):
         # Chromium asks every site for /favicon.ico on its own; the book has none. Answer
@@ -253,12 +319,32 @@ def check_page(context, base_url: str, relative: Path, screenshot: Path) -> list
             if widgets["rendered"] < widgets["views"]:
                 problems.append(f"widgets rendered: {widgets['rendered']} of {widgets['views']}")
 
+        figures = page.evaluate(FIGURES_JS, RENDER_TIMEOUT_MS)
+        if not figures["figures"] and figures["vegaScripts"]:
+            problems.append(f"{figures['vegaScripts']} Vega scripts on a page without an interactive figure")
+        for figure in figures["figures"]:
+            if figure["state"] != "true":
+                problems.append(f"interactive figure {figure['id']} not drawn (state {figure['state']!r})")
+                continue
+            if figure["marks"] == 0:
+                problems.append(f"interactive figure {figure['id']} drew no marks")
+            if not figure["controls"]:
+                problems.append(f"interactive figure {figure['id']} has no controls")
+            for control in figure["controls"]:
+                moved = f"{figure['id']}: moving {control['name']} from {control['from']} to {control['to']}"
+                if not control["paramChanged"]:
+                    problems.append(f"{moved} did not change its parameter")
+                elif not control["figureChanged"]:
+                    problems.append(f"{moved} did not change what the figure draws")
+                elif not control["restored"]:
+                    problems.append(f"{moved} and back did not draw the figure it started from")
+
         page.wait_for_timeout(200)  # let late font loads report before the page closes
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=True)
     except PlaywrightError as error:
         problems.append(f"playwright: {str(error).splitlines()[0][:300]}")
-        math = images = widgets = None
+        math = images = widgets = figures = None
     finally:
         page.close()
 
@@ -269,6 +355,9 @@ def check_page(context, base_url: str, relative: Path, screenshot: Path) -> list
         summary.append(f"images {images['count'] - len(images['broken'])}/{images['count']}")
     if widgets and widgets["stateScripts"]:
         summary.append(f"widgets {widgets['rendered']}/{widgets['views']}")
+    if figures and figures["figures"]:
+        moved = sum(c["figureChanged"] and c["restored"] for f in figures["figures"] for c in f["controls"])
+        summary.append(f"interactive figures {len(figures['figures'])}, {moved} controls moved")
     check_page.last_summary = ", ".join(summary) or "text only"
     return problems
 

@@ -149,3 +149,38 @@ def explorer(data: dict):
         w.observe(draw, names="value")
     draw()
     return widgets.VBox([widgets.HBox([n_widget, dtype_widget, kernel_widget]), out])
+
+
+def explorer_figure(data: dict):
+    """The explorer's counterpart on the static page: N, dtype and kernel choose among the recorded
+    curves (fraction of the copy ceiling against the batch, next to a copy of the same bytes)."""
+    from onlinesoftmax.book.interactive import Figure, select
+
+    n_list = sorted({r["n_cols"] for r in data["rows"] if "n_cols" in r})
+    kernels = list(widgets_fast.KERNELS)
+    fig = Figure("copy-explorer", "The fraction of the copy ceiling against the batch",
+                 [select("N", "N", n_list, 4096 if 4096 in n_list else n_list[0]),
+                  select("dtype", "dtype", list(checks.DTYPES), "float32"),
+                  select("kernel", "kernel", kernels, "softmax_08_registers")], digits=4,
+                 caption=results.provenance(data["meta"]))
+    panel = fig.panel("fraction", x="batch (rows of N)", y="fraction of the copy ceiling", x_scale="log",
+                      width=540, height=260)
+    fig.series(panel, f"{NEAR_COPY} of the copy ceiling", ys=[NEAR_COPY], mark="rule_y", color="#808080",
+               source="setting", dash=True)
+    for n_cols in n_list:
+        for dtype in checks.DTYPES:
+            copy = recorded_points(data, "copy_same_size", dtype, n_cols).get("copy_same_size")
+            if copy:
+                fig.series(panel, "copy of the same bytes (recorded)", *copy, source="recorded", dash=True,
+                           when={"N": n_cols, "dtype": dtype})
+            for kernel in kernels:
+                when = {"N": n_cols, "dtype": dtype, "kernel": kernel}
+                points = recorded_points(data, kernel, dtype, n_cols).get(kernel)
+                if not points:
+                    fig.note(f"no recorded measurement of {kernel} at N = {n_cols} in {dtype}", when=when)
+                    continue
+                fig.series(panel, f"{kernel} (recorded)", *points, source="recorded", when=when)
+                reached = [b for b, f in zip(*points) if f >= NEAR_COPY]
+                fig.note(f"batches {', '.join(map(str, points[0]))}: smallest at or above {NEAR_COPY} of the copy: "
+                         + (str(reached[0]) if reached else "none"), when=when)
+    return fig

@@ -251,3 +251,64 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
     box = widgets.VBox([controls, status, out])
     display(box)
     return box
+
+
+# --- the explorer's counterpart on the static page ----------------------------------------------
+
+def explorer_figure(recorded: list[dict] | None = None, n_options=tuple(2**k for k in range(21))):
+    """The explorer's controls over a table computed when the page is built: recorded throughput
+    (the same curves the widget draws without a GPU) and the NumPy model's error at every N."""
+    from itertools import product
+
+    from onlinesoftmax.book.interactive import Figure, select
+
+    recorded = load_throughput() if recorded is None else recorded
+    dtype_of = {k: dtype for dtype, kernels in KERNELS_BY_DTYPE.items() for k in kernels}
+    kernels, batches = list(dtype_of), recorded_batches(recorded) or [10, 4000]
+    fig = Figure("online-explorer", "The chapter's kernels: throughput and error",
+                 [select("kernel", "variant", kernels, "softmax_02_online", labels=[f"{k} ({dtype_of[k]})" for k in kernels]),
+                  select("batch", "batch", batches, 4000 if 4000 in batches else batches[-1]),
+                  select("mask", "mask", softmax_masked.MASK_KINDS, "none"),
+                  select("N", "N", list(n_options), 4096)], digits=4,
+                 caption="error: the kernels' NumPy models on at most "
+                         f"{MODEL_MAX_ROWS} rows x {MODEL_MAX_COLS} columns, against float64")
+    speed = fig.panel("speed", x="row length N", y="effective GB/s", x_scale="log2", title="throughput",
+                      width=330, height=230, x_domain=[n_options[0], n_options[-1]])
+    error = fig.panel("error", x="", y="max |error| vs float64", x_scale="ordinal", y_scale="log",
+                      title="error against float64", width=150, height=230, y_format=".0e")
+    for n_cols in n_options:
+        fig.series(speed, "chosen N", xs=[n_cols], mark="rule_x", color="#d62728", source="setting",
+                   when={"N": n_cols})
+    for kernel, batch, mask in product(kernels, batches, softmax_masked.MASK_KINDS):
+        dtype, when = dtype_of[kernel], {"kernel": kernel, "batch": batch, "mask": mask}
+        curve, source = recorded_curve(recorded, kernel, mask, dtype, batch)
+        if len(curve):
+            fig.series(speed, f"{kernel} (recorded)", curve[:, 0], curve[:, 1], source="recorded", when=when)
+        for library in LIBRARIES if mask == "none" else ():
+            lib_curve, lib_source = recorded_curve(recorded, library, "none", dtype, batch)
+            source = source or lib_source
+            fig.series(speed, f"{library} (recorded)", lib_curve[:, 0], lib_curve[:, 1], source="recorded",
+                       when=when, dash=True)
+        if source is not None and source.get("copy_GBps"):
+            fig.series(speed, f"copy ({source['copy_GBps']:.0f} GB/s, recorded)", ys=[source["copy_GBps"]],
+                       mark="rule_y", source="recorded", dash=True, when=when)
+        fig.note(("throughput " + results.provenance(source["meta"]) + f"\n({source['path']})") if source else
+                 "no recorded throughput for this choice", when=when, slot=1)
+    cache: dict = {}
+    for kernel, mask, n_cols in product(kernels, softmax_masked.MASK_KINDS, n_options):
+        dtype, when = dtype_of[kernel], {"kernel": kernel, "mask": mask, "N": n_cols}
+        if mask != "none" and kernel != MASKED:
+            fig.note("masks are fused in softmax_03_online_masked only (fp32): choose it to see a mask's error "
+                     "and cost", when=when)
+            continue
+        key = (kernel, mask, min(n_cols, MODEL_MAX_COLS))
+        err = cache.get(key) or cache.setdefault(key, error_of(kernel, dtype, mask, MODEL_MAX_ROWS, n_cols, False))
+        for label, bar, value, colour in ((f"{kernel} (NumPy model)", "kernel", err["error"], color(kernel)),
+                                          (f"{dtype} numpy", f"{dtype} numpy", err["baseline"], color("numpy")),
+                                          ("tolerance", "tolerance", err["tolerance"], "#bbbbbb")):
+            fig.series(error, label, [bar], [value if value > 0 else None], mark="bar", color=colour, when=when)
+        verdict = "passes" if err["passed"] else "fails"
+        nan = f"; {err['nan']} NaN outputs" if err["nan"] else ""
+        fig.note(f"error: NumPy model on {err['rows']} rows x {err['cols']}, {verdict} the book's tolerance{nan}",
+                 when=when)
+    return fig

@@ -83,24 +83,19 @@ def parse_numbers(text: str) -> list[float]:
     return values
 
 
-def show_steps(row: str = "2, -1, 7, 7, 0.5, 9", recurrence=reference.online_steps) -> dict | None:
-    """The update of chapter 02's "row x" box: run `recurrence` on the typed row, show its steps
-    beside the definition, and report the final state. Returns what it showed (None when the
-    text is not a row): {"values", "steps", "mismatches", "final", "message"}."""
-    from IPython.display import display
-
+def row_report(row: str, recurrence=reference.online_steps) -> dict:
+    """What chapter 02's "row x" box shows for the typed `row`, without showing it:
+    {"values", "steps", "table", "mismatches", "final", "message"}, or {"message"} alone when the
+    text is not a row."""
     try:
         values = parse_numbers(row)
     except ValueError:
-        print("Type numbers separated by commas, e.g. 1, 5, 3 (-inf and inf are allowed, NaN is not).")
-        return None
+        return {"message": "Type numbers separated by commas, e.g. 1, 5, 3 (-inf and inf are allowed, NaN is not)."}
     if not values:
-        print("Type at least one number.")
-        return None
+        return {"message": "Type at least one number."}
     shown = values[:ROW_STEPS_MAX]
     with np.errstate(invalid="ignore", over="ignore"):   # inf - inf in a row holding +inf
         steps, table, mismatches = step_table(shown, digits=4, steps=recurrence(shown))
-    display(table)
     m, l = steps[-1]["m"], steps[-1]["l"]
     with np.errstate(divide="ignore", invalid="ignore"):
         lse = -np.inf if l == 0 else m + np.log(l)
@@ -115,9 +110,23 @@ def show_steps(row: str = "2, -1, 7, 7, 0.5, 9", recurrence=reference.online_ste
         c = steps[n]
         lines.append(f"MISMATCH at n = {n}: the recurrence gives (m, l) = ({fmt(c['m'])}, {fmt(c['l'], 6)}), "
                      f"the definition ({fmt(c['m_def'])}, {fmt(c['l_def'], 6)})")
-    message = "\n".join(lines)
-    print(message)
-    return {"values": shown, "steps": steps, "mismatches": mismatches, "final": (m, l), "message": message}
+    return {"values": shown, "steps": steps, "table": table, "mismatches": mismatches, "final": (m, l),
+            "message": "\n".join(lines)}
+
+
+def show_steps(row: str = "2, -1, 7, 7, 0.5, 9", recurrence=reference.online_steps) -> dict | None:
+    """The update of chapter 02's "row x" box: run `recurrence` on the typed row, show its steps
+    beside the definition, and report the final state. Returns what it showed (None when the
+    text is not a row): {"values", "steps", "mismatches", "final", "message"}."""
+    from IPython.display import display
+
+    report = row_report(row, recurrence)
+    if "steps" not in report:
+        print(report["message"])
+        return None
+    display(report.pop("table"))
+    print(report["message"])
+    return report
 
 
 def row_steps_box(default: str = "2, -1, 7, 7, 0.5, 9"):

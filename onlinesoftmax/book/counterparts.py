@@ -1,0 +1,247 @@
+"""The static page's counterpart of each chapter's widget: the same controls over a precomputed table.
+
+A widget recomputes only in a running notebook; on the rendered page these figures answer to their
+controls instead, from every setting computed when the page was built (interactive.py draws them).
+The numbers come from the kernels' NumPy models and from recorded GPU data, never from a GPU at
+build time, so the page is the same wherever it was built; each series says which.
+
+    rows_figure(rows)            chapter 02, the "row x" box: the recurrence beside its definition
+    scan_figure(vectors)         chapter 03, the scan one element at a time
+    split_figure(x_row)          chapter 04, a row split into chunks and merged
+    running_max_figure(scores)   chapter 05, the running maximum over blocks of keys
+    topk_figure()                chapter 07, the k probabilities softmax_topk returns
+    attention_figure()           chapter 08, blocked attention against the float64 reference
+
+Chapter 03's kernel explorer and chapter 06's explorer build theirs next to their widgets
+(widgets_online.explorer_figure, explorer.explorer_figure).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onlinesoftmax import reference
+from onlinesoftmax.book import widgets_steps
+from onlinesoftmax.book.figures import color
+from onlinesoftmax.book.interactive import Figure, select, slider, checkbox
+
+# Series that are not kernels (a kernel's colour comes from the palette, figures.PALETTE)
+ELEMENTS, MAXIMUM, SUM, RESCALE, CHOSEN, REFERENCE = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                                     "#555555")
+MODEL_NOTE = "NumPy model"
+
+
+def _finite(values):
+    return [v if v is not None and np.isfinite(v) else None for v in values]
+
+
+def rows_figure(rows: list[str]) -> Figure:
+    """Chapter 02: the typed rows of the "row x" box, each step of the recurrence beside the
+    definition's state of the same prefix (widgets_steps.row_report, in float64)."""
+    fig = Figure("row-steps", "The recurrence beside its definition, step by step",
+                 [select("row", "row x", rows, rows[0])],
+                 caption="float64: reference.online_steps and the definition on each prefix; −∞ is not drawn")
+    m_panel = fig.panel("m", x="step n", y="value", title="elements and the maximum mₙ", width=255, height=200)
+    l_panel = fig.panel("l", x="step n", y="ℓₙ", title="the running sum ℓₙ", width=255, height=200)
+    for row in rows:
+        report = widgets_steps.row_report(row)
+        if "steps" not in report:
+            raise ValueError(f"rows_figure: {row!r} is not a row ({report['message']})")
+        steps = report["steps"][1:]
+        n = [s["n"] for s in steps]
+        when = {"row": row}
+        fig.series(m_panel, "elements xₙ", n, _finite([s["x"] for s in steps]), mark="point", color=ELEMENTS,
+                   source="setting", when=when)
+        fig.series(m_panel, "mₙ, the recurrence", n, _finite([s["m"] for s in steps]), color=MAXIMUM,
+                   source="reference", when=when)
+        fig.series(m_panel, "mₙ by the definition", n, _finite([s["m_def"] for s in steps]), mark="point",
+                   color=REFERENCE, source="definition", when=when)
+        fig.series(l_panel, "ℓₙ, the recurrence", n, _finite([s["l"] for s in steps]), color=SUM,
+                   source="reference", when=when)
+        fig.series(l_panel, "ℓₙ by the definition", n, _finite([s["l_def"] for s in steps]), mark="point",
+                   color=REFERENCE, source="definition", when=when)
+        fig.note(report["message"], when=when)
+    return fig
+
+
+def scan_figure(vectors: list[str], longest: int = 8) -> Figure:
+    """Chapter 03: a vector and a step n; m, ℓ and the rescale factor at every step, the chosen one
+    marked, and the update at step n in words (reference.online_steps, float64)."""
+    parsed = {v: widgets_steps.parse_row(v)[:longest] for v in vectors}
+    most = max(len(x) for x in parsed.values())
+    fig = Figure("scan-stepper", "The scan, one element at a time",
+                 [select("vector", "vector x", vectors, vectors[0]),
+                  slider("n", "element n", 1, most, value=len(parsed[vectors[0]]))],
+                 caption="float64: reference.online_steps; a step past the end of a shorter vector shows its last")
+    left = fig.panel("m", x="n", y="value", title="elements and the running maximum", width=255, height=200)
+    right = fig.panel("l", x="n", y="value", title="the running sum and the rescale factor", width=255, height=200)
+    for vector, x in parsed.items():
+        all_steps = reference.online_steps(x)
+        steps = all_steps[1:]
+        ns = [s["n"] for s in steps]
+        when = {"vector": vector}
+        fig.series(left, "elements xₙ", ns, _finite(x), mark="point", color=ELEMENTS, source="setting", when=when)
+        fig.series(left, "running maximum mₙ", ns, _finite([s["m"] for s in steps]), color=MAXIMUM,
+                   source="reference", when=when)
+        fig.series(right, "ℓₙ", ns, [s["l"] for s in steps], color=SUM, source="reference", when=when)
+        fig.series(right, "rescale e^(mₙ₋₁ − mₙ)", ns, _finite([s["rescale"] for s in steps]), mark="point",
+                   color=RESCALE, source="reference", when=when, dash=True)
+        for n in range(1, most + 1):
+            at = min(n, len(x))
+            for panel in (left, right):
+                fig.series(panel, "step n", xs=[at], mark="rule_x", color=CHOSEN, source="setting",
+                           when={**when, "n": n})
+            before, now = all_steps[at - 1], all_steps[at]
+            f = widgets_steps.fmt
+            fig.note(f"step {at}: x = {f(now['x'])}; m: {f(before['m'])} → {f(now['m'])}; rescale = "
+                     f"{f(now['rescale'], 6)}; ℓ: {f(before['l'], 6)} × {f(now['rescale'], 6)} + e^(x − m) = "
+                     f"{f(now['l'], 6)}", when={**when, "n": n})
+    return fig
+
+
+def split_figure(x_row: np.ndarray, most: int = 32, value: int = 4) -> Figure:
+    """Chapter 04: the row cut into 1..`most` chunks, each chunk's maximum, and the merged state next
+    to the float64 reference (the kernel's NumPy model, softmax_split_merge)."""
+    from onlinesoftmax.kernels import softmax_split_merge as km
+
+    _, l_ref = reference.row_stats(x_row)
+    fig = Figure("split-merge", "A row split into chunks and merged", [slider("chunks", "chunks", 1, most, value=value)],
+                 caption=f"{MODEL_NOTE} of softmax_06_split_merge (partial_states, merge_states); "
+                         f"one row of {x_row.shape[1]} columns")
+    panel = fig.panel("maxima", x="chunk", y="chunk maximum m", x_scale="ordinal", width=560, height=200)
+    ranges = {}
+    for chunks in range(1, most + 1):
+        m_p, l_p = km.partial_states(x_row, chunks)
+        m_s, l_s = km.merge_states(m_p, l_p)
+        ranges[chunks] = [float(m_p[0].min()) - 1, float(m_s[0]) + 1]   # as the widget's axis
+        when = {"chunks": chunks}
+        fig.series(panel, f"chunk maximum ({MODEL_NOTE})", list(range(chunks)), m_p[0], mark="bar",
+                   color=color("softmax_06_split_merge"), when=when)
+        fig.series(panel, "merged m", ys=[m_s[0]], mark="rule_y", color=REFERENCE, dash=True, when=when)
+        fig.note(f"{chunks} chunks: merged m = {m_s[0]:.4f}, merged ℓ = {l_s[0]:.6f}; float64 reference "
+                 f"ℓ = {float(l_ref[0]):.6f}", when=when)
+    panel.y_domain_by = ("chunks", ranges)
+    return fig
+
+
+def running_max_blocks(scores: np.ndarray, block: int):
+    """(first key of each block, block maxima, running maximum, re-scale factor e^(m_old - m_new))."""
+    starts = np.arange(0, len(scores), block)
+    block_max = np.array([scores[i:i + block].max() for i in starts])
+    running = np.maximum.accumulate(block_max)
+    with np.errstate(invalid="ignore"):
+        rescale = np.exp(np.concatenate([[-np.inf], running[:-1]]) - running)
+    return starts, block_max, running, rescale
+
+
+def running_max_figure(scores: np.ndarray, blocks=range(16, 513, 16), value: int = 128) -> Figure:
+    """Chapter 05: the running maximum of one query's scores over blocks of keys, and the re-scale
+    factor each block applies, for every block size of the widget's slider."""
+    blocks = list(blocks)
+    fig = Figure("running-max", "The running maximum over blocks of keys",
+                 [slider("block", "block", blocks[0], blocks[-1], blocks[1] - blocks[0], value=value)],
+                 caption=f"float64, one query against {len(scores)} keys")
+    panel = fig.panel("max", x="first key of the block", y="score", title="maxima", width=255, height=200)
+    factor = fig.panel("rescale", x="first key of the block", y="re-scale factor", title="re-scale per block",
+                       width=255, height=200, y_domain=[0, 1.05])
+    for block in blocks:
+        starts, block_max, running, rescale = running_max_blocks(scores, block)
+        when = {"block": block}
+        fig.series(panel, "block maximum", starts, block_max, mark="point", color=MAXIMUM, source="reference", when=when)
+        fig.series(panel, "running maximum m", starts, running, color=CHOSEN, source="reference", when=when)
+        fig.series(factor, "re-scale e^(m_old − m_new)", starts, rescale, mark="point", color="#000000",
+                   source="reference", when=when)
+        raised = int((rescale[1:] < 1).sum())
+        fig.note(f"blocks of {block}: {len(starts)} blocks; {raised} of the {len(starts) - 1} after the first raise "
+                 f"the running maximum (re-scale < 1)", when=when)
+    return fig
+
+
+def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", "float16", "bfloat16"),
+                seed: int = 0, shown: int = 60) -> Figure:
+    """Chapter 07: one row of random logits (normal, scale 2, as the widget draws), the k probabilities
+    softmax_topk's NumPy model returns, over the row's whole softmax in float64, sorted."""
+    import onlinesoftmax
+    from onlinesoftmax import checks
+    from onlinesoftmax.book.topk_figures import kernel_color
+    from onlinesoftmax.kernels import softmax_topk as kt
+    from onlinesoftmax.topk import choose
+
+    fig = Figure("topk-choice", "The k probabilities softmax_topk returns, over the whole row",
+                 [select("N", "N", list(n_options), 1000), slider("k", "k", 1, kt.MAX_K, value=5),
+                  select("dtype", "dtype", list(dtypes), "float32"), checkbox("renormalize", "renormalize")],
+                 digits=3, caption=f"{MODEL_NOTE} of softmax_topk; the row's softmax in float64 (its largest {shown})")
+    panel = fig.panel("probabilities", x="rank (largest probability first)", y="probability", x_scale="ordinal",
+                      y_scale="log", width=560, height=230)
+    for n_cols in n_options:
+        for dtype in dtypes:
+            x = checks.from_float32((np.random.default_rng(seed).standard_normal((1, n_cols)) * 2)
+                                    .astype(np.float32), dtype)
+            full = np.sort(reference.softmax(np.asarray(checks.as_float64(x)))[0])[::-1]
+            ranked = full[:max(shown, kt.MAX_K)]
+            fig.series(panel, "softmax(x) in float64, sorted (the rest of the row)", range(len(ranked)), ranked,
+                       mark="bar", color=color("numpy"), source="reference", when={"N": n_cols, "dtype": dtype})
+            fig.note(f"N = {n_cols}, {dtype}: the row's largest {len(ranked)} probabilities sum to {ranked.sum():.4f}",
+                     when={"N": n_cols, "dtype": dtype})
+            for k_asked in range(1, kt.MAX_K + 1):
+                k = min(k_asked, n_cols)
+                name = choose(n_cols, k).name
+                for renormalize in (False, True):
+                    probs, _ = onlinesoftmax.softmax_topk(x, k, renormalize=renormalize)
+                    probs = np.asarray(checks.as_float64(probs))[0]
+                    when = {"N": n_cols, "dtype": dtype, "k": k_asked, "renormalize": renormalize}
+                    fig.series(panel, f"{name}: the k returned ({MODEL_NOTE})", range(k), probs, mark="bar_narrow",
+                               color=kernel_color(name), when=when)
+                    fig.note(f"the k = {k} returned sum to {probs.sum():.4f}", when=when, slot=1)
+    return fig
+
+
+def attention_figure(n_q_options=(1, 8, 64, 200), n_k_options=(1, 64, 200, 512), seed_base=1000) -> Figure:
+    """Chapter 08: onlinesoftmax.attention's NumPy model (blocked forward) against the float64
+    reference on random inputs, 2 query heads over 1 key/value head, error per query row."""
+    import onlinesoftmax
+    from onlinesoftmax.kernels import attention_blocked as ab
+
+    ds = list(ab.SUPPORTED_D)
+    fig = Figure("attention-try", "Blocked attention against the float64 reference, per query row",
+                 [select("n_q", "n_q", list(n_q_options), 64 if 64 in n_q_options else n_q_options[-1]),
+                  select("n_k", "n_k", list(n_k_options), 200 if 200 in n_k_options else n_k_options[-1]),
+                  select("d", "d", ds, 64 if 64 in ds else ds[0]), checkbox("causal", "causal", True)],
+                 caption=f"{MODEL_NOTE} of the blocked forward, float32 inputs; the largest error over heads and d",
+                 digits=2)
+    out_panel = fig.panel("out", x="query row", y="max |O − reference|", title="output O", width=255, height=200,
+                          y_zero=True, y_format=".1e")
+    lse_panel = fig.panel("lse", x="query row", y="|LSE − reference|", title="log-sum-exp", width=255, height=200,
+                          y_zero=True, y_format=".1e")
+    for n_q in n_q_options:
+        for n_k in n_k_options:
+            for d in ds:
+                for causal in (False, True):
+                    rng = np.random.default_rng(seed_base * n_q + n_k + d)
+                    q = rng.standard_normal((1, 2, n_q, d)).astype(np.float32)
+                    k, v = (rng.standard_normal((1, 1, n_k, d)).astype(np.float32) for _ in range(2))
+                    out, lse = onlinesoftmax.attention(q, k, v, causal=causal, return_lse=True)
+                    out_ref, lse_ref = ab.reference(q, k, v, causal=causal)
+                    blind = np.isneginf(lse_ref[0, 0])
+                    assert blind[:int(blind.sum())].all(), "the rows that see no key come first"
+                    rows = np.arange(n_q)
+                    err = np.abs(out - out_ref).max(axis=(0, 1, 3))
+                    finite = np.isfinite(lse_ref).all(axis=(0, 1))
+                    with np.errstate(invalid="ignore"):
+                        lse_err = np.where(finite, np.abs(np.where(finite, lse - lse_ref, 0)).max(axis=(0, 1)), np.nan)
+                    when = {"n_q": n_q, "n_k": n_k, "d": d, "causal": causal}
+                    seen = ~blind
+                    label = f"rows that see a key ({MODEL_NOTE})"
+                    fig.series(out_panel, label, rows[seen], err[seen], mark="point",
+                               color=color("attention_01_blocked"), when=when)
+                    fig.series(lse_panel, label, rows[seen], lse_err[seen], mark="point",
+                               color=color("attention_01_blocked"), when=when)
+                    if blind.any():
+                        for panel in (out_panel, lse_panel):
+                            fig.series(panel, "rows that see no key (O = 0, LSE = −∞)", [-0.5],
+                                       mark="band_x", x2s=[int(blind.sum()) - 0.5], color=CHOSEN,
+                                       source="setting", when=when)
+                    zero = bool((out[0][:, blind] == 0).all() and np.isneginf(lse[0][:, blind]).all())
+                    fig.note(f"{MODEL_NOTE}: max |O − reference| = {err.max():.2e}, max |LSE − reference| = "
+                             f"{np.nanmax(lse_err) if seen.any() else 0.0:.2e} (rows that see a key)\nrows that "
+                             f"see no key: {int(blind.sum())} of {n_q}; all-zero and −∞ there: {zero}", when=when)
+    return fig
