@@ -5,7 +5,8 @@ from the PTX ISA's definitions, cp.async copies landing only at the wait, shared
 with NaN, inputs and outputs followed by inaccessible pages, warps interleaved at random).
 
 Each kernel is checked on awkward shapes against the float64 reference with the error rule (at most
-twice the error of the kernels' NumPy model, which has the same rounding points, plus two ulps),
+twice the error of the kernels' NumPy model, which has the same rounding points, plus two ulps), and
+against the model itself (twice the model's error plus two ulps of the largest |output|),
 LSE within 1e-5 relative, rows that see no key exactly 0 and -inf, every output written. Then
 deliberately broken copies of the kernels (a barrier removed, the swizzle or .trans dropped, the
 mask or the zero fill or the cp.async wait left out, the -inf guard off) must be rejected: that
@@ -105,9 +106,14 @@ def judge(out_bits, lse, q, k, v, causal) -> str | None:
     if not ((out[blind] == 0).all() and np.isneginf(lse[blind]).all() and np.isfinite(lse[~blind]).all()):
         return "rows that see no key must give 0 and LSE -inf, the others a finite LSE"
     err = float(np.abs(out - ref).max())
-    tol = checks.tolerance(float(np.abs(checks.as_float64(model) - ref).max()), ref, q.dtype.name)
+    model_err = float(np.abs(checks.as_float64(model) - ref).max())
+    tol = checks.tolerance(model_err, ref, q.dtype.name)
     if err > tol:
         return f"error {err:.3e} > tolerance {tol:.3e}"
+    gap = float(np.abs(out - checks.as_float64(model)).max())   # same rounding points: no floor at 1
+    gap_tol = 2 * model_err + 2 * checks.EPS[q.dtype.name] * float(np.abs(ref).max())
+    if gap > gap_tol:
+        return f"kernel vs its model {gap:.3e} > {gap_tol:.3e}"
     lse_err = float(np.abs(lse[~blind] - lse_ref[~blind]).max(initial=0))
     if lse_err > 1e-5 * max(1.0, float(np.abs(lse_ref[~blind]).max(initial=1))):
         return f"LSE error {lse_err:.3e}"

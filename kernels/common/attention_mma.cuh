@@ -12,7 +12,8 @@
 // A row lives in the 4 lanes of a quad (the same g), so a row max is two xor-shuffles (1, 2).
 #pragma once
 #include "mma.cuh"
-#include "online_state.cuh"   // online_base: the -inf guard
+// online_base: the -inf guard
+#include "online_state.cuh"
 
 #define MMA_BLOCK_Q 128
 #define MMA_BLOCK_K 64
