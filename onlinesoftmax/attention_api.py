@@ -1,7 +1,7 @@
 """attention(q, k, v): softmax(q k^T * scale) v without the score matrix (the API; the NumPy model
 of the blocked forward is in kernels/attention_blocked.py, the float64 reference in reference.py).
 
-    out = onlinesoftmax.attention(q, k, v, causal=True)             # numpy: the blocked model
+    out = onlinesoftmax.attention(q, k, v, causal=True)             # numpy: the chosen kernel's model
     out, lse = onlinesoftmax.attention(q, k, v, return_lse=True)    # lse: (batch, heads, n_q), float32
 
 Shapes: q (batch, heads, n_q, d); k and v (batch, kv_heads, n_k, d) with heads a multiple of

@@ -15,7 +15,7 @@
 // transpose, i.e. rows 2t and 2t+1 of column g). onlinesoftmax/kernels/mma_fragments.py holds the
 // same maps in NumPy, with the tests that rebuild Q K^T and P V from them.
 //
-// Built with ONLINESOFTMAX_HOST_EMULATION defined (tests/emulator/: the kernels run on the CPU,
+// Built with ONLINESOFTMAX_HOST_EMULATION defined (kernels/emulator/: the kernels run on the CPU,
 // one fiber per thread), each instruction below calls the emulator's warp-collective version
 // instead of inline PTX. Device builds (nvcc, NVRTC) never define it.
 #pragma once

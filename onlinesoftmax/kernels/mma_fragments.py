@@ -16,7 +16,7 @@ instruction on fragments, `ldmatrix` the shared-memory load that produces them. 
 `swizzled` (the shared-memory layout of attention_04/05), the address each lane computes
 (`k_fragment_rows`, `ldmatrix_rows_k`, ...), and `warp_scores` / `warp_output`, which replay one
 warp's S = Q K^T and O += P V with exactly the kernels' loads. tests/test_mma_fragments.py checks
-that the replays reproduce a matrix product exactly; the CPU emulator (tests/emulator/) runs the
+that the replays reproduce a matrix product exactly; the CPU emulator (kernels/emulator/) runs the
 kernels' own source. `wavefronts` counts shared-memory wavefronts of one warp access.
 """
 from __future__ import annotations

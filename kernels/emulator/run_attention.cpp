@@ -1,10 +1,10 @@
 // run_attention.cpp — one tensor-core attention kernel (kernels/attention/attention_0[345]_*.cu),
-// its source unchanged, run on the CPU emulator of simt.h. tests/test_attention_emulated.py builds
+// its source unchanged, run on the CPU emulator of simt.h. onlinesoftmax/runtime/emulator.py builds
 // and drives it:
 //
-//   g++ -std=c++17 -O2 -I kernels/common -I kernels -I tests/emulator \
+//   g++ -std=c++17 -O2 -I kernels/common -I kernels -I kernels/emulator \
 //       -DKERNEL_SOURCE='"attention/attention_03_mma.cu"' -DKERNEL_STEM=attention_03_mma \
-//       tests/emulator/run_attention.cpp -o run_attention_03
+//       kernels/emulator/run_attention.cpp -o run_attention_03
 //   run_attention_03 DIR TAG BATCH HEADS KV_HEADS N_Q N_K D SCALE_LOG2 CAUSAL WITH_LSE SHARED_BYTES SEED
 //   run_attention_03 layouts          (prints the emulator's mma fragment maps, one line per element)
 //
