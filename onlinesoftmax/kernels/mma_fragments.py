@@ -245,20 +245,28 @@ def wavefronts(byte_addresses, width_bytes: int) -> int:
     return total
 
 
-def tile_wavefronts(step: int, d: int) -> dict:
-    """Shared-memory loads one warp makes for one key tile (64 keys) in the kernel of `step`:
-    {"instructions": ..., "wavefronts": ...} for K and for V, from the addresses the kernel computes."""
-    counts = {}
+def tile_wavefronts(step: int, d: int, layout=None) -> dict:
+    """Shared-memory accesses one warp makes for one key tile (64 keys) in the kernel of `step`:
+    {"instructions": ..., "wavefronts": ...} for the loads of K and of V (from the addresses the
+    kernel computes) and for the 16-byte stores of the tile ("stores": the warp's share of them).
+    `layout(row, col, d)`: the tile's layout (default: plain for step 3, swizzled for 4 and 5)."""
+    layout = layout or (plain if step == 3 else swizzled)
     if step == 3:
-        k_ops = [wavefronts(2 * plain(*k_fragment_rows(j, kk)[:, r].T, d), 4)
+        k_ops = [wavefronts(2 * layout(*k_fragment_rows(j, kk)[:, r].T, d), 4)
                  for kk in range(d // 16) for j in range(8) for r in range(2)]
-        v_ops = [wavefronts(2 * plain(*v_fragment_elements(kk, n)[:, r, h].T, d), 2)
+        v_ops = [wavefronts(2 * layout(*v_fragment_elements(kk, n)[:, r, h].T, d), 2)
                  for kk in range(KEYS // 16) for n in range(d // 8) for r in range(2) for h in range(2)]
     else:
-        k_ops = [wavefronts(2 * swizzled(*ldmatrix_rows_k(j, kk).T, d), 16)
+        k_ops = [wavefronts(2 * layout(*ldmatrix_rows_k(j, kk).T, d), 16)
                  for kk in range(d // 16) for j in range(0, 8, 2)]
-        v_ops = [wavefronts(2 * swizzled(*ldmatrix_rows_v(kk, n).T, d), 16)
+        v_ops = [wavefronts(2 * layout(*ldmatrix_rows_v(kk, n).T, d), 16)
                  for kk in range(KEYS // 16) for n in range(0, d // 8, 2)]
-    counts["K"] = {"instructions": len(k_ops), "wavefronts": sum(k_ops)}
-    counts["V"] = {"instructions": len(v_ops), "wavefronts": sum(v_ops)}
-    return counts
+    chunks = d // 8                      # 16-byte chunks per row; thread i stores chunk i % chunks of row i // chunks
+    store_ops = []
+    for first in range(0, KEYS * chunks, LANES):
+        i = first + np.arange(LANES)
+        store_ops.append(wavefronts(2 * layout(i // chunks, 8 * (i % chunks), d), 16))
+    warps = 8
+    return {"K": {"instructions": len(k_ops), "wavefronts": sum(k_ops)},
+            "V": {"instructions": len(v_ops), "wavefronts": sum(v_ops)},
+            "stores": {"instructions": 2 * len(store_ops) // warps, "wavefronts": 2 * sum(store_ops) // warps}}
