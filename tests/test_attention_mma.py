@@ -134,3 +134,11 @@ def test_launch_geometry_and_shared_memory():
     assert am.shared_bytes("attention_03_mma", 128) == 32 * 1024
     assert am.shared_bytes("attention_05_pipelined", 128) == 64 * 1024
     assert am.shared_bytes("attention_05_pipelined", 64) == 32 * 1024
+
+
+def test_tile_counts():
+    assert am.tile_counts(2, 3, 4096, 4096, False) == {"block_tiles": 2 * 3 * 32 * 64, "warp_tiles": 2 * 3 * 32 * 64 * 8}
+    causal = am.tile_counts(1, 1, 4096, 4096, True)
+    assert causal["warp_tiles"] < causal["block_tiles"] * 8 < 2 * 32 * 64 * 8 / 2 + 32 * 8 * 2
+    # n_q > n_k: the first 135 rows see no key; five warps of the second query tile work, one of them on 2 tiles
+    assert am.tile_counts(1, 1, 200, 65, True) == {"block_tiles": 2, "warp_tiles": 6}

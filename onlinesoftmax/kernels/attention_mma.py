@@ -81,6 +81,19 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None):
     return checks.to_dtype(out, dtype), lse
 
 
+def tile_counts(batch: int, heads: int, n_q: int, n_k: int, causal: bool) -> dict:
+    """How much work a launch does, as the kernels loop: "block_tiles", the key tiles blocks load
+    (every warp of the block stores its share), and "warp_tiles", the (warp, key tile) pairs whose
+    math runs (a warp skips a tile none of its rows sees, and a warp with no row below n_q)."""
+    limit = key_limits(n_q, n_k, causal)
+    block_tiles = warp_tiles = 0
+    for q0 in range(0, n_q, BLOCK_Q):
+        block_tiles += math.ceil(max(int(limit[min(q0 + BLOCK_Q, n_q) - 1]), 0) / BLOCK_K)
+        for row0 in range(q0, min(q0 + BLOCK_Q, n_q), WARP_ROWS):
+            warp_tiles += math.ceil(max(int(limit[min(row0 + WARP_ROWS, n_q) - 1]), 0) / BLOCK_K)
+    return {"block_tiles": batch * heads * block_tiles, "warp_tiles": batch * heads * warp_tiles}
+
+
 # --- plans and registration ----------------------------------------------------------------
 
 STAGES = {"attention_03_mma": 1, "attention_04_ldmatrix": 1, "attention_05_pipelined": 2}
