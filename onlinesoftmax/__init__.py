@@ -21,6 +21,7 @@ from onlinesoftmax.kernels import logsumexp_state  # noqa: F401  (logsumexp_02_s
 from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
 from onlinesoftmax.kernels import softmax_topk  # noqa: F401  (softmax_topk_01_online: softmax + top-k, one read)
 from onlinesoftmax.kernels import attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
+from onlinesoftmax.kernels import attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
 from onlinesoftmax import reference
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
 from onlinesoftmax.topk import softmax_topk

@@ -1,7 +1,7 @@
 """attention(q, k, v): softmax(q k^T * scale) v without the score matrix (the API; the NumPy model
 of the blocked forward is in kernels/attention_blocked.py, the float64 reference in reference.py).
 
-    out = onlinesoftmax.attention(q, k, v, causal=True)             # numpy: the blocked model
+    out = onlinesoftmax.attention(q, k, v, causal=True)             # numpy: the chosen kernel's model
     out, lse = onlinesoftmax.attention(q, k, v, return_lse=True)    # lse: (batch, heads, n_q), float32
 
 Shapes: q (batch, heads, n_q, d); k and v (batch, kv_heads, n_k, d) with heads a multiple of
@@ -12,17 +12,24 @@ scaled_dot_product_attention(is_causal=True) is aligned top-left: query i sees k
 agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives an output of zeros
 and an LSE of -inf, as flash-attention does.
 
-cupy input runs a CUDA kernel: variant="auto" takes attention_02_decode_split (the cache split
-over blocks, merged by a second kernel) for n_q <= 8 and attention_01_blocked otherwise; "blocked"
-and "decode" (or the full names) choose one. Arithmetic is fp32 for every dtype; the output is in
-q's dtype. Views that are not contiguous or not 16-byte aligned are copied first.
+cupy input runs a CUDA kernel (numpy input the same kernel's NumPy model). variant="auto"
+(`choose`) takes attention_02_decode_split (the cache split over blocks, merged by a second
+kernel) for n_q <= 8; for more queries in float16 or bfloat16 with d = 64 or 128 on compute
+capability 8.0 or newer, the tensor-core kernel attention_mma.FASTEST (products on tensor
+cores with fp32 accumulation, P rounded to the input dtype); otherwise attention_01_blocked
+(fp32 on CUDA cores: float32 inputs, other head dimensions, older GPUs). A registry name or short
+name ("blocked", "decode", "mma", "ldmatrix", "pipelined") chooses one; the tensor-core kernels
+take float16 and bfloat16 with d = 64 or 128 only. Softmax arithmetic is fp32 for every dtype;
+the output is in q's dtype. Views that are not contiguous or not 16-byte aligned are copied first.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from onlinesoftmax.kernels import attention_blocked as kernels
-from onlinesoftmax.registry import DTYPES, resolve
+from onlinesoftmax.kernels import attention_mma
+from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
+from onlinesoftmax.runtime import device
 from onlinesoftmax.runtime.plan import get_runner
 
 SUPPORTED_D = kernels.SUPPORTED_D
@@ -72,6 +79,29 @@ def check_inputs(q, k, v, scale):
     return batch, heads, kv_heads, n_q, n_k, d, float(scale)
 
 
+def choose(dtype: str, n_q: int, d: int, cc: int | None = None) -> Variant:
+    """The kernel variant="auto" runs (cc: the device's compute capability, None: the current one)."""
+    cc = device.compute_capability() if cc is None else cc
+    if n_q <= DECODE_MAX_QUERIES:
+        return kernels.DECODE
+    fastest = attention_mma.FASTEST
+    if dtype in fastest.dtypes and d in attention_mma.SUPPORTED_D and cc >= fastest.min_cc:
+        return fastest
+    return kernels.BLOCKED
+
+
+def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
+    if dtype not in chosen.dtypes:
+        raise TypeError(f"attention: variant {chosen.name!r} takes {' or '.join(chosen.dtypes)}, got {dtype} "
+                        f"(variant='blocked' takes every dtype)")
+    if chosen in attention_mma.VARIANTS and d not in attention_mma.SUPPORTED_D:
+        raise ValueError(f"attention: variant {chosen.name!r} takes head dimension d in {attention_mma.SUPPORTED_D}, "
+                         f"got d = {d} (variant='blocked' takes {SUPPORTED_D})")
+    if on_gpu and device.compute_capability() < chosen.min_cc:
+        raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
+                           f"this GPU has {device.compute_capability() / 10:.1f}")
+
+
 def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto"):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc."""
     batch, heads, kv_heads, n_q, n_k, d, scale = check_inputs(q, k, v, scale)
@@ -82,13 +112,14 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
     if not isinstance(variant, str):
         raise TypeError(f"attention: variant must be a string, got {variant!r}")
     if variant == "auto":
-        chosen = kernels.DECODE if n_q <= DECODE_MAX_QUERIES else kernels.BLOCKED
+        chosen = choose(q.dtype.name, n_q, d)
     else:
         try:
             chosen = resolve(variant, "attention")
         except ValueError:
-            raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', 'blocked', 'decode', "
-                             f"{kernels.BLOCKED.name!r}, {kernels.DECODE.name!r}") from None
+            known = ", ".join(repr(name) for v in variants("attention") for name in (v.short, v.name))
+            raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', {known}") from None
+        _check_variant(chosen, q.dtype.name, d, not isinstance(q, np.ndarray))
     if isinstance(q, np.ndarray):
         out, lse = chosen.simulate(q, k, v, causal=bool(causal), scale=scale)
         return (out, lse) if return_lse else out

@@ -1,0 +1,132 @@
+"""Suite `ncu-attention-mma`: what Nsight Compute sees in the tensor-core attention ladder, next to
+the counts chapter 09 predicts them from.
+
+One launch of each of attention_03_mma, attention_04_ldmatrix and attention_05_pipelined at bf16,
+batch 4, heads 32, n = n_q = n_k = 4096, causal and not, d = 128 and 64 (plus the matching count of
+the model: shared-memory wavefronts of the launch's loads and stores, from the wavefronts per warp
+and key tile of onlinesoftmax.kernels.mma_fragments and the tiles of attention_mma.tile_counts).
+Metrics: shared-memory wavefronts (all, loads, stores) and bank conflicts, the tensor pipe's
+active cycles as a share of its peak, achieved occupancy, and the duration. A metric this ncu does
+not know (ncu --query-metrics) is left out and named in meta.metrics_unavailable.
+
+The script re-runs itself under ncu (`--child`), which profiles each launch once with clocks left
+alone (--clock-control none).
+
+Run on a GPU machine with ncu on PATH (under a minute):  python benchmarks/ncu_attention_mma.py
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SUITE = "ncu-attention-mma"
+METRICS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+           "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+           "sm__warps_active.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum")
+BATCH, HEADS, N = 4, 32, 4096
+
+
+def plan():
+    from onlinesoftmax.kernels import attention_mma as am
+
+    return [(v.name, d, causal) for d in (128, 64) for causal in (False, True) for v in am.VARIANTS]
+
+
+def child() -> None:
+    """Launch each planned kernel exactly once (ncu profiles these launches)."""
+    import cupy
+
+    from onlinesoftmax.registry import REGISTRY
+    from onlinesoftmax.runtime.plan import get_runner
+
+    for name, d, causal in plan():
+        rng = cupy.random.default_rng(d)
+        q, k, v = (rng.standard_normal((BATCH, HEADS, N, d), dtype=cupy.float32).astype("bfloat16") for _ in range(3))
+        out = cupy.empty_like(q)
+        options = {"k": k, "v": v, "lse": None, "causal": causal, "scale": 1 / math.sqrt(d)}
+        runner = get_runner(REGISTRY[name], q, out, options)   # compiled before the profiled launch
+        cupy.cuda.Device().synchronize()
+        runner(q, out, **options)
+        cupy.cuda.Device().synchronize()
+        del q, k, v, out
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def known_metrics(ncu: str) -> set[str]:
+    done = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True)
+    return {line.split()[0] for line in done.stdout.splitlines() if line.strip() and "__" in line.split()[0]}
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Per profiled launch (in order): kernel name, and each metric's value and unit as ncu gives them."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    launches: dict[str, dict] = {}
+    for record in csv.DictReader(io.StringIO("\n".join(lines))):
+        launch = launches.setdefault(record["ID"], {"kernel_name": record["Kernel Name"]})
+        launch[record["Metric Name"]] = (float(record["Metric Value"].replace(",", "")),
+                                         record.get("Metric Unit", "").strip())
+    return [launches[key] for key in sorted(launches, key=int)]
+
+
+def measure() -> dict:
+    from onlinesoftmax.kernels import mma_fragments as mf
+    from onlinesoftmax.kernels import attention_mma as am
+    from onlinesoftmax.measure import results
+
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        raise SystemExit("ncu (Nsight Compute) not found on PATH")
+    known = known_metrics(ncu)
+    metrics = [m for m in METRICS if m.split(".")[0] in known] if known else list(METRICS)
+    missing = sorted(set(METRICS) - set(metrics))
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "ncu.csv")
+        cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name", "regex:^attention_0[345]_",
+               "--csv", "--print-units", "base", "--log-file", log, sys.executable, os.path.abspath(__file__), "--child"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        with open(log) as f:
+            launches = parse_ncu_csv(f.read() or done.stdout)
+    planned = plan()
+    if len(launches) != len(planned):
+        raise SystemExit(f"expected {len(planned)} profiled launches, got {len(launches)}")
+    rows = []
+    for (name, d, causal), launch in zip(planned, launches):
+        if not launch["kernel_name"].startswith(name):
+            raise SystemExit(f"launch order mismatch: planned {name}, profiled {launch['kernel_name']}")
+        step = {am.MMA.name: 3}.get(name, 4)
+        counts = mf.tile_wavefronts(step, d)
+        tiles = am.tile_counts(BATCH, HEADS, N, N, causal)
+        row = {"kernel": name, "dtype": "bfloat16", "batch": BATCH, "heads": HEADS, "n_q": N, "n_k": N, "d": d,
+               "causal": causal, **tiles,
+               "model_load_wavefronts": tiles["warp_tiles"] * (counts["K"]["wavefronts"] + counts["V"]["wavefronts"]),
+               "model_store_wavefronts": tiles["block_tiles"] * am.THREADS // 32 * counts["stores"]["wavefronts"]}
+        for metric in metrics:
+            value, unit = launch.get(metric, (float("nan"), ""))
+            row[metric] = value
+            row[metric + ".unit"] = unit
+        rows.append(row)
+        print(f"{name:<24} d {d:>3} {'causal' if causal else 'full  '}: "
+              + ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics), flush=True)
+    method = ("Nsight Compute " + " ".join(cmd[1:9]) + ": one launch per kernel and shape, clocks left alone; "
+              "model counts from onlinesoftmax.kernels.mma_fragments.tile_wavefronts")
+    return {"meta": {**results.gpu_meta(), "method": method, "metrics_unavailable": missing}, "rows": rows}
+
+
+if __name__ == "__main__":
+    if "--child" in sys.argv:
+        child()
+    else:
+        from onlinesoftmax.measure import results
+
+        data = measure()
+        path = results.write_results(SUITE, data["rows"], data["meta"])
+        print("wrote", path, file=sys.stderr)

@@ -1,0 +1,140 @@
+"""CPU tier: the tensor-core attention kernels' own CUDA source (attention_03_mma,
+attention_04_ldmatrix, attention_05_pipelined) run on the CPU by the emulator of kernels/emulator/
+(onlinesoftmax/runtime/emulator.py: one fiber per thread, barriers, warp-collective mma.sync /
+ldmatrix / shuffles computed from the PTX ISA's definitions, cp.async copies landing only at the
+wait, shared memory poisoned with NaN, inputs and outputs followed by inaccessible pages, warps
+interleaved at random).
+
+Each kernel is checked on awkward shapes against the float64 reference with the error rule (at most
+twice the error of the kernels' NumPy model, which has the same rounding points, plus two ulps), and
+against the model itself (twice the model's error plus two ulps of the largest |output|), LSE
+within 1e-5 relative, rows that see no key exactly 0 and -inf, every output written. Then
+deliberately broken copies of the kernels (a barrier removed, the swizzle or .trans dropped, the
+mask or the zero fill or the cp.async wait left out, the -inf guard off) must be rejected: that
+is what makes the check worth having. The emulator's own fragment maps are compared with
+mma_fragments.py's. Needs a C++17 compiler with _Float16 (g++ 12); skipped without one except
+under CI=true.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from onlinesoftmax import checks
+from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels import attention_mma as am
+from onlinesoftmax.kernels import mma_fragments as mf
+from onlinesoftmax.runtime import emulator
+from onlinesoftmax.runtime.loader import KERNELS_DIR
+
+STEMS = [v.name for v in am.VARIANTS]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def needs_a_compiler():
+    if not emulator.available():
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("no C++ compiler, and CI=true: the emulated kernels must run in CI")
+        pytest.skip("no C++ compiler (g++) for the CPU emulator")
+
+
+def make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed, q_scale=1.0):
+    rng = np.random.default_rng(seed)
+    draw = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    return (checks.to_dtype(draw(batch, heads, n_q, d) * np.float32(q_scale), dtype),
+            checks.to_dtype(draw(batch, kv_heads, n_k, d), dtype), checks.to_dtype(draw(batch, kv_heads, n_k, d), dtype))
+
+
+def emulate(stem, q, k, v, causal, seed=1, **build):
+    binary = emulator.build(stem, **build)
+    return emulator.run(binary, q, k, v, causal, shared_bytes=am.shared_bytes(stem, q.shape[-1]), seed=seed)
+
+
+def judge(out, lse, q, k, v, causal) -> str | None:
+    """None when the emulated kernel's answer passes the rule, else what is wrong."""
+    out = checks.as_float64(out)
+    ref, lse_ref = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)), causal=causal)
+    model, _ = am.simulate(q, k, v, causal=causal)
+    if np.isnan(out).any() or np.isnan(lse).any():
+        return "NaN in the output"
+    blind = ~np.isfinite(lse_ref)
+    if not ((out[blind] == 0).all() and np.isneginf(lse[blind]).all() and np.isfinite(lse[~blind]).all()):
+        return "rows that see no key must give 0 and LSE -inf, the others a finite LSE"
+    err = float(np.abs(out - ref).max())
+    model_err = float(np.abs(checks.as_float64(model) - ref).max())
+    tol = checks.tolerance(model_err, ref, q.dtype.name)
+    if err > tol:
+        return f"error {err:.3e} > tolerance {tol:.3e}"
+    gap = float(np.abs(out - checks.as_float64(model)).max())   # same rounding points: no floor at 1
+    gap_tol = 2 * model_err + 2 * checks.EPS[q.dtype.name] * float(np.abs(ref).max())
+    if gap > gap_tol:
+        return f"kernel vs its model {gap:.3e} > {gap_tol:.3e}"
+    lse_err = float(np.abs(lse[~blind] - lse_ref[~blind]).max(initial=0))
+    if lse_err > 1e-5 * max(1.0, float(np.abs(lse_ref[~blind]).max(initial=1))):
+        return f"LSE error {lse_err:.3e}"
+    return None
+
+
+SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale)
+    (1, 2, 1, 1, 1, 64, False, "bfloat16", 1.0),
+    (1, 2, 2, 33, 100, 64, True, "float16", 1.0),
+    (1, 4, 2, 200, 65, 128, True, "bfloat16", 1.0),       # n_q > n_k: 135 rows see no key
+    (2, 2, 1, 130, 257, 128, False, "float16", 1.0),      # two query tiles, a short last key tile
+    (1, 8, 1, 70, 300, 64, True, "bfloat16", 1.0),        # 8 query heads on one kv head
+    (1, 2, 2, 129, 192, 64, False, "bfloat16", 30.0),     # scores in the hundreds
+]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_h{}-{}_q{}_k{}_d{}_{}_{}".format(
+    *s[:6], "causal" if s[6] else "full", s[7]))
+def test_the_kernel_source_on_the_emulator(stem, shape):
+    *dims, causal, dtype, q_scale = shape
+    q, k, v = make_qkv(*dims, dtype, seed=sum(dims), q_scale=q_scale)
+    out, lse = emulate(stem, q, k, v, causal, seed=sum(dims))
+    problem = judge(out, lse, q, k, v, causal)
+    assert problem is None, f"{stem} {shape}: {problem}"
+
+
+def test_the_emulator_reads_fragments_as_mma_fragments_says():
+    maps = {"A": mf.A_MAP, "B": mf.B_MAP}
+    elements = emulator.layouts(emulator.build(STEMS[0]))
+    assert len(elements) == 32 * (8 + 4 + 4)
+    for kind, lane, reg, half, row, col in elements:
+        expected = mf.C_MAP[lane, reg] if kind == "C" else maps[kind][lane, reg, half]
+        assert expected.tolist() == [row, col], (kind, lane, reg, half)
+
+
+MUTANTS = [   # (kernel, text to change, replacement, what it breaks)
+    ("attention_03_mma", "__syncthreads();   // every warp is done with the previous tile's Ks and Vs", "",
+     "the barrier before a tile is overwritten"),
+    ("attention_04_ldmatrix", "ldmatrix_x4(b, Ks + swizzled<D>(8 * j + k_row, 16 * kk + k_col))",
+     "ldmatrix_x4(b, Ks + (8 * j + k_row) * D + 16 * kk + k_col)", "K read without the swizzle it was stored with"),
+    ("attention_04_ldmatrix", "ldmatrix_x4_trans(b, Vs", "ldmatrix_x4(b, Vs", "V read without .trans"),
+    ("attention_05_pipelined", "cp_async_wait_all_groups();", "", "the wait for the copies"),
+    ("attention_05_pipelined", "__syncthreads();              // everyone's have; and every warp is done with the other stage",
+     "", "the barrier after the wait"),
+    ("attention_05_pipelined", "k0 + MMA_BLOCK_K > keys.unmasked_end", "false", "the mask of partial tiles"),
+    ("attention_05_pipelined", "const bool inside = k0 + row < n_k;", "const bool inside = true;",
+     "the zero fill of keys past n_k"),
+]
+
+
+@pytest.mark.parametrize("stem, old, new, why", MUTANTS, ids=[m[3].replace(" ", "_") for m in MUTANTS])
+def test_a_broken_kernel_is_rejected(stem, old, new, why):
+    source = (KERNELS_DIR / "attention" / f"{stem}.cu").read_text()
+    assert old in source, f"the mutant's text is gone from {stem}.cu: update MUTANTS"
+    q, k, v = make_qkv(1, 2, 1, 150, 200, 64, "bfloat16", seed=3)     # causal, a short last key tile
+    try:
+        out, lse = emulate(stem, q, k, v, True, seed=5, source=source.replace(old, new, 1), optimize="-O1")
+    except emulator.EmulatorError as caught:
+        assert "build" not in str(caught), caught    # caught by the emulator, not a compile error
+        return
+    assert judge(out, lse, q, k, v, True) is not None, f"a kernel without {why} passed"
+
+
+def test_the_unguarded_softmax_is_rejected():
+    """-DONLINE_SOFTMAX_GUARDS=0 (online_state.cuh): rows that see no key compute 2^(-inf - -inf)."""
+    q, k, v = make_qkv(1, 2, 1, 100, 40, 64, "float16", seed=4)
+    out, lse = emulate("attention_05_pipelined", q, k, v, True, flags=("-DONLINE_SOFTMAX_GUARDS=0",), optimize="-O1")
+    assert judge(out, lse, q, k, v, True) is not None
