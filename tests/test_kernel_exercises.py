@@ -1,11 +1,18 @@
-"""The CUDA exercises' machinery on CPU: every starter and solution builds, a compile error names
-the reader's line, the reader's copy is never the book's kernel, and the runner's faults (a hang,
-a crash) come back as reports, not exceptions. tests/gpu/test_kernel_exercises_gpu.py runs them."""
+"""The CUDA exercises on CPU: every starter and solution builds (nvcc and NVRTC), a compile error
+names the reader's line, the reader's copy is never the book's kernel; on the CPU emulator
+(cpu_emulator.h: the same .cu, every thread a fiber in a fixed order) every solution passes its
+grader, and every starter of a fix-the-bug exercise, every unwritten starter and every
+deliberately wrong kernel in tests/wrong_kernels/ is rejected with the message that names its
+bug; a kernel that crashes or hangs is a report, and the caller goes on. The GPU tier
+(tests/gpu/test_kernel_exercises_gpu.py) runs the same kernels on the device."""
 import importlib.util
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from onlinesoftmax.book import cpu_emulator, kernel_runner
 from onlinesoftmax.book import kernel_exercises as kx
 from onlinesoftmax.runtime import loader
 
@@ -15,22 +22,69 @@ try:
 except ImportError:
     HAVE_COMPILER = loader.nvcc_available()
 
+WRONG = Path(__file__).parent / "wrong_kernels"
+needs_emulator = pytest.mark.skipif(not cpu_emulator.available() and not loader.os.environ.get("CI"),
+                                    reason="the CPU emulator needs g++")
 
-def test_every_exercise_has_a_starter_and_a_solution_with_its_entry():
-    for name in kx.EXERCISES:
+# What the grader must say about each kernel that is not right (on the CPU emulator).
+REJECTED = {
+    "starters/online_softmax.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 1.23449997e+30, expected 0.0900305732 (3 outputs never written)",
+    "starters/three_pass_softmax.cu": "(3 outputs never written)",
+    "starters/split_merge.cu": "(3 outputs never written)",
+    "starters/lse_rows.cu": "lse[0] is 1.23449997e+30, expected 3.40760596 (1 outputs never written)",
+    "starters/fix_missing_guard.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is nan",
+    "starters/fix_max_init_zero.cu": "FAILED on logits near +1000 and near -1000 on the CPU emulator: y[2, 0] is nan",
+    "starters/fix_tail.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is inf",
+    "starters/fix_shared_oob.cu": "y[0, 0] is nan",      # warp 0 read slots nobody wrote: 0xff bytes, NaN
+    "starters/fix_early_return.cu": "calls __shfl_xor_sync with mask 0xffffffff, but lane 3 returned before it",
+    "starters/fix_shuffle_mask.cu": "threads 0-7 wait in __shfl_xor_sync (mask 0xffffffff, line 29); threads 8-255 wait at __syncthreads()",
+    "starters/fix_topk_ties.cu": "FAILED on rows of rounded logits: many equal values on the CPU emulator: columns[0, 1] is 179, expected 15",
+    "starters/fix_topk_insert.cu": "columns[0, 2] is 64, expected 32",
+    "starters/fix_attention_barrier.cu": "FAILED on 31 queries, 33 keys on the CPU emulator: o[",
+    "starters/fix_attention_tail.cu": "FAILED on one query, one key on the CPU emulator: o[0, 0] is nan",
+    "wrong/online_softmax__combine_returns_empty.cu":
+        "FAILED on rows with -inf, all -inf, +inf and NaN on the CPU emulator: y[3, 0] is 2.88900969e-06, expected nan",
+    "wrong/split_merge__own_half.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 0.268941432",
+    "wrong/split_merge__sums_not_rebased.cu": "y[0, 0] is 0.0571546368, expected 0.0900305732",
+    "wrong/lse_rows__naive.cu": "lse[4] is inf, expected 160.560572",
+    "wrong/lse_rows__no_log.cu": "lse[0] is 4.50321484, expected 3.40760596",
+    "wrong/lse_rows__one_row_only.cu": "(2 outputs never written)",
+    "wrong/three_pass_softmax__no_shift.cu": "is nan, expected 0.99976136",
+    "wrong/row_in_registers__no_tail_check.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is nan",
+    "wrong/fix_attention_tail__no_rescale.cu": "FAILED on 2 heads, 2 queries, 31 keys on the CPU emulator: o[0, 0]",
+    "wrong/fix_topk_ties__uniform_probs.cu": "probs[0, 0] is 0.333333343, expected 0.665240956",
+}
+CRASHES = {"wrong/online_softmax__oob_write.cu": "killed by SIGSEGV (an access outside the arrays)",
+           "wrong/online_softmax__hang.cu": "did not finish in 5 s: a hang"}
+
+
+def kernel_path(key: str) -> tuple[str, Path]:
+    folder, file = key.split("/")
+    path = (WRONG if folder == "wrong" else kx.EXERCISES_DIR / folder) / file
+    return path.stem.split("__")[0], path
+
+
+def on_the_emulator(name: str, path: Path) -> dict:
+    """The grading run, in this process (the subprocess is tested below): what report() reads."""
+    spec = {"mode": "grade", "backend": "cpu", "items": [[name, str(path)]], "measure": False}
+    return kernel_runner.main(spec) | {"backend": "cpu"}
+
+
+def test_every_exercise_has_a_starter_and_a_solution_with_its_entries():
+    for name, exercise in kx.EXERCISES.items():
         for folder in (kx.STARTERS, kx.SOLUTIONS):
-            text = (folder / f"{name}.cu").read_text()
-            assert f'extern "C" __global__ void {name}(' in text, (folder, name)
-    for name in kx.EXERCISES:
+            assert not kx.missing_entries(folder / f"{name}.cu", name), (folder, name)
         if name.startswith("fix_"):   # a fix-the-bug starter differs from its solution
             assert (kx.STARTERS / f"{name}.cu").read_text() != (kx.SOLUTIONS / f"{name}.cu").read_text()
+    assert set(REJECTED) >= {f"starters/{n}.cu" for n in kx.EXERCISES if n != "row_in_registers"}
+    assert {f"wrong/{p.name}" for p in WRONG.glob("*.cu")} == {k for k in {**REJECTED, **CRASHES} if k.startswith("wrong/")}
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="needs nvcc or NVRTC")
 @pytest.mark.parametrize("folder", ["starters", "solutions"])
 @pytest.mark.parametrize("name", list(kx.EXERCISES))
 def test_every_starter_and_solution_builds(name, folder):
-    ok, log = kx.build(kx.EXERCISES_DIR / folder / f"{name}.cu")
+    ok, log = kx.build(kx.EXERCISES_DIR / folder / f"{name}.cu", name)
     assert ok, log
     if importlib.util.find_spec("cuda") is not None:
         assert "NVRTC" in log, "built with NVRTC too: the compiler cupy runs the exercise with"
@@ -47,6 +101,13 @@ def test_a_compile_error_names_the_readers_line(tmp_path):
     assert not ok and "mine.cu" in log and str(line) in log, log
 
 
+def test_a_missing_entry_is_named_before_compiling(tmp_path):
+    path = tmp_path / "split_merge.cu"
+    path.write_text((kx.SOLUTIONS / "split_merge.cu").read_text().replace("split_merge_output(", "split_merge_out("))
+    ok, log = kx.build(path, "split_merge")
+    assert not ok and 'extern "C" __global__ void split_merge_output(...)' in log, log
+
+
 def test_start_copies_the_starter_once(tmp_path, monkeypatch):
     monkeypatch.setattr(kx, "EXERCISES_DIR", tmp_path)
     path = kx.start("fix_tail")
@@ -58,13 +119,47 @@ def test_start_copies_the_starter_once(tmp_path, monkeypatch):
         kx.start("fix_everything")
 
 
-def test_a_hang_and_a_crash_are_reports(monkeypatch):
+@needs_emulator
+@pytest.mark.parametrize("name", list(kx.EXERCISES))
+def test_every_solution_passes_on_the_emulator(name):
+    result = on_the_emulator(name, kx.SOLUTIONS / f"{name}.cu")
+    assert result["passed"], kx.report(name, result)
+    text = kx.report(name, result)
+    assert "passed on the CPU emulator" in text or "right on every case on the CPU emulator" in text, text
+
+
+@needs_emulator
+@pytest.mark.parametrize("key", list(REJECTED))
+def test_every_wrong_kernel_is_rejected_with_its_reason(key):
+    name, path = kernel_path(key)
+    text = kx.report(name, on_the_emulator(name, path))
+    assert text.startswith(f"{name}: FAILED") and REJECTED[key] in text, text
+
+
+@needs_emulator
+def test_the_slow_starter_is_right_but_not_graded_without_a_gpu():
+    result = on_the_emulator("row_in_registers", kx.STARTERS / "row_in_registers.cu")
+    assert result["passed"] and "not graded yet" in kx.report("row_in_registers", result)
+
+
+@needs_emulator
+@pytest.mark.parametrize("key", list(CRASHES))
+def test_a_crash_or_a_hang_is_a_report_and_the_caller_goes_on(key):
+    name, path = kernel_path(key)
+    result = kx.run(path, name, timeout_s=5, backend="cpu")
+    text = kx.report(name, result)
+    assert not result["passed"] and CRASHES[key] in text, text
+    assert "notebook's own GPU context is unaffected" in text
+    again = kx.run(kx.SOLUTIONS / f"{name}.cu", name, backend="cpu")   # the next run works
+    assert again["passed"], kx.report(name, again)
+
+
+def test_faults_of_the_subprocess_are_reports(monkeypatch):
     def hang(*args, **kwargs):
         raise subprocess.TimeoutExpired(args[0], kwargs["timeout"])
     monkeypatch.setattr(subprocess, "run", hang)
     result = kx.run(kx.SOLUTIONS / "fix_tail.cu", "fix_tail", timeout_s=3)
     assert not result["passed"] and "did not finish in 3 s" in result["fault"]
-    assert "notebook's own GPU context is unaffected" in kx.report("fix_tail", result)
 
     def crash(*args, **kwargs):
         return subprocess.CompletedProcess(args[0], 1, "", "cupy...CUDARuntimeError: cudaErrorIllegalAddress")
@@ -74,16 +169,55 @@ def test_a_hang_and_a_crash_are_reports(monkeypatch):
 
 
 def test_a_wrong_row_is_reported_with_its_input():
-    text = kx.report("fix_tail", {"passed": False, "case": "3 rows of 257", "index": [1, 256], "yours": [0.5, 0.5],
-                                  "expected": [0.25, 0.75], "input": [1.0, 2.0], "unwritten": 0})
-    assert "FAILED on 3 rows of 257: y(1, 256)" in text and "input row" in text and "yours:" in text
+    text = kx.report("fix_tail", {"passed": False, "case": "3 rows of 257", "output": "y", "index": [1, 256],
+                                  "value": 0.5, "expected_value": 0.75, "yours": [0.5, 0.5], "expected": [0.25, 0.75],
+                                  "input": [1.0, 2.0], "input_label": "input row", "unwritten": 0})
+    assert "FAILED on 3 rows of 257: y[1, 256] is 0.5, expected 0.75" in text and "input row" in text and "yours:" in text
 
 
-def test_without_a_gpu_it_builds_and_says_what_needs_one(capsys, monkeypatch):
+def test_too_slow_is_a_failure_with_the_goal():
+    result = {"passed": True, "ms": 0.065, "GBps": 2000.0, "copy_GBps": 4200.0, "ideal_bytes": 8 * 4000 * 4096,
+              "shape": [4000, 4096], "backend": "gpu"}
+    text = kx.report("row_in_registers", result)
+    assert text.startswith("row_in_registers: FAILED: right on every case, but 0.48 of the copy") and "asks for 0.75" in text
+    assert kx.report("online_softmax", result).startswith("online_softmax: passed; 4000 x 4096 fp32 in 65.0 us")
+
+
+@needs_emulator
+def test_without_a_gpu_grade_runs_the_emulator_and_says_what_needs_a_gpu(capsys, monkeypatch):
     from onlinesoftmax.runtime import device
 
     monkeypatch.setattr(device, "has_gpu", lambda: False)
     if not HAVE_COMPILER:
         pytest.skip("needs nvcc or NVRTC")
-    assert not kx.grade("fix_tail", path=kx.SOLUTIONS / "fix_tail.cu")
-    assert "needs an NVIDIA GPU" in capsys.readouterr().out
+    assert kx.grade("fix_tail", path=kx.SOLUTIONS / "fix_tail.cu")
+    assert "passed on the CPU emulator (every case); timing it needs an NVIDIA GPU" in capsys.readouterr().out
+    assert not kx.grade("fix_tail", path=kx.STARTERS / "fix_tail.cu")
+    assert "fix_tail: FAILED on the row [1, 2, 3] on the CPU emulator" in capsys.readouterr().out
+    assert not kx.grade("row_in_registers", path=kx.SOLUTIONS / "row_in_registers.cu")
+    out = capsys.readouterr().out
+    assert "not graded yet" in out and "softmax_08_registers (the row held in registers)" in out and "recorded" in out
+
+
+def test_without_a_gpu_compare_prints_the_recorded_kernels_of_the_same_designs(capsys, monkeypatch):
+    from onlinesoftmax.runtime import device
+
+    monkeypatch.setattr(device, "has_gpu", lambda: False)
+    assert kx.compare("three_pass_softmax", "online_softmax") is None
+    out = capsys.readouterr().out
+    assert "timing your kernels needs one" in out and "the book's kernels, not yours" in out
+    assert "softmax_01_safe (the design of three_pass_softmax)" in out and "recorded on NVIDIA H200" in out
+
+
+@needs_emulator
+def test_the_emulator_names_a_barrier_some_threads_skip(tmp_path):
+    path = tmp_path / "k.cu"
+    path.write_text('extern "C" __global__ void k(float* y) {\n  if (threadIdx.x < 40) __syncthreads();\n'
+                    '  y[threadIdx.x] = 1.0f;\n}\n')
+    module = cpu_emulator.Module(path, ["k"])
+    with pytest.raises(cpu_emulator.EmulatorFault, match=r"__syncthreads\(\) reached by only some.*threads 0-39 wait at "
+                                                         r"__syncthreads\(\) \(line 2\); threads 40-63 returned"):
+        module.launch("k", (1,), (64,), (np.zeros(64, np.float32),))
+    y = np.zeros(64, np.float32)
+    module.launch("k", (1,), (32,), (y,))              # the whole block reaches it: fine
+    assert (y[:32] == 1).all() and (y[32:] == 0).all()
