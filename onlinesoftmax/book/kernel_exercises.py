@@ -162,6 +162,8 @@ def _subprocess(command, timeout_s: float) -> dict:
         return {"passed": False, "fault": f"did not finish in {timeout_s:.0f} s: a hang (a barrier or a shuffle "
                                           "that some threads never reach, or a loop that never ends)"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if lines and (done.returncode == 0 or not json.loads(lines[-1]).get("passed")):
+        return json.loads(lines[-1])          # a failure it reported itself (a CUDA error, a wrong row)
     if done.returncode != 0 or not lines:
         if done.returncode < 0:
             name = signal.Signals(-done.returncode).name
@@ -169,7 +171,7 @@ def _subprocess(command, timeout_s: float) -> dict:
             return {"passed": False, "fault": f"the run was killed by {name}{why}"}
         tail = "\n".join(done.stderr.strip().splitlines()[-6:])
         return {"passed": False, "fault": f"the run ended with an error (exit {done.returncode}):\n{tail}"}
-    return json.loads(lines[-1])
+    return {"passed": False, "fault": f"the run reported a pass, then ended with exit {done.returncode}"}
 
 
 def _command(mode: str, items, backend: str, measure: bool) -> list[str]:
@@ -200,11 +202,14 @@ def racecheck(path: Path, name: str, timeout_s: float = RACECHECK_TIMEOUT_S) -> 
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=loader.REPO_ROOT)
     except subprocess.TimeoutExpired:
         return {"passed": False, "fault": f"racecheck did not finish in {timeout_s:.0f} s"}
-    hazards = [line.strip("= ") for line in done.stdout.splitlines() if "Race reported" in line or "hazard" in line]
-    if done.returncode == 3 or hazards:
-        return {"passed": False, "hazards": hazards[:4] or done.stdout.strip().splitlines()[-4:]}
+    output = done.stdout + "\n" + done.stderr
+    details = [line.strip("= ") for line in output.splitlines() if "Race reported" in line]
+    summary = re.search(r"(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", output)
+    found = int(summary.group(2)) + int(summary.group(3)) if summary else len(details)
+    if done.returncode == 3 or found:
+        return {"passed": False, "hazards": details[:4] or [summary.group(0) if summary else "racecheck exit 3"]}
     if done.returncode != 0:
-        return {"passed": False, "fault": "racecheck ended with an error:\n" + "\n".join(done.stderr.strip().splitlines()[-6:])}
+        return {"passed": False, "fault": "racecheck ended with an error:\n" + "\n".join(output.strip().splitlines()[-6:])}
     return {"passed": True, "hazards": []}
 
 
