@@ -234,7 +234,8 @@ def report(name: str, result: dict) -> str:
         return f"{name}: FAILED{case}{where}: {result['fault']}\n(the notebook's own GPU context is unaffected: it ran elsewhere)"
     if not result["passed"]:
         index = ", ".join(map(str, result["index"]))
-        unwritten = f" ({result['unwritten']} outputs never written)" if result.get("unwritten") else ""
+        unwritten = (f" ({result['unwritten']} of {result.get('outputs', '?')} outputs never written: they still "
+                     "hold the poison the grader filled them with)") if result.get("unwritten") else ""
         lines = [f"{name}: FAILED on {result['case']}{where}: {result['output']}[{index}] is {result['value']:.9g}, "
                  f"expected {result['expected_value']:.9g}{unwritten}"]
         if "yours" in result:
@@ -294,6 +295,27 @@ def grade(name: str, path: Path | None = None, timeout_s: float = TIMEOUT_S, mea
     if backend == "cpu" and exercise.min_fraction_of_copy:
         print(recorded_expectation(name))
     return passed and not (backend == "cpu" and exercise.min_fraction_of_copy)
+
+
+def verify_chapter(chapter: str) -> list[str]:
+    """What a chapter's hidden cell runs: every solution of its kernel exercises builds and passes
+    (on the GPU, else on the CPU emulator when g++ is there), and every starter but the slow one of
+    the copy-ceiling exercise is rejected (tests/test_kernel_exercises.py builds the starters).
+    Raises AssertionError naming the first that does not; returns the exercises' names."""
+    from onlinesoftmax.book import cpu_emulator
+
+    names = [n for n, e in EXERCISES.items() if e.chapter == chapter]
+    for name in names:
+        ok, log = build(SOLUTIONS / f"{name}.cu", name)
+        assert ok, f"solutions/{name}.cu: {log}"
+    if _backend_here() == "cpu" and not cpu_emulator.available():
+        return names
+    jobs = [(folder / f"{n}.cu", n, folder is SOLUTIONS or bool(EXERCISES[n].min_fraction_of_copy))
+            for n in names for folder in (SOLUTIONS, STARTERS)]
+    results = run_many([{"path": path, "name": n, "measure": False} for path, n, _ in jobs], workers=4)
+    for (path, n, should_pass), result in zip(jobs, results):
+        assert bool(result["passed"]) == should_pass, f"{path.parent.name}/{path.name}: {report(n, result)}"
+    return names
 
 
 # ---- timing two answers against each other ---------------------------------------------------

@@ -68,6 +68,7 @@ def _mismatch(check: kt.Check, index, case: str) -> dict:
         result["input"], result["input_label"] = np.asarray(check.rows)[index[0]].tolist(), check.row_label
     if check.poison is not None:
         result["unwritten"] = int((np.asarray(check.yours) == check.poison).sum())
+        result["outputs"] = int(np.asarray(check.yours).size)
     return result
 
 
