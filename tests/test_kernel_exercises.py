@@ -222,3 +222,24 @@ def test_the_emulator_names_a_barrier_some_threads_skip(tmp_path):
     y = np.zeros(64, np.float32)
     module.launch("k", (1,), (32,), (y,))              # the whole block reaches it: fine
     assert (y[:32] == 1).all() and (y[32:] == 0).all()
+
+
+@needs_emulator
+def test_the_gpu_path_with_the_emulator_standing_in(monkeypatch):
+    """The GPU branch of the grading subprocess (timing, one copy for all, compare), with the
+    emulator as the device and a timer that does not run the 4000 x 4096 launch."""
+    from onlinesoftmax.measure import timer
+
+    monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
+    times = {"three_pass_softmax": 0.072, "online_softmax": 0.065}
+    current = []
+    monkeypatch.setattr(timer, "time_gpu", lambda fn, args: {"ms": times[current[-1]]})
+    monkeypatch.setattr(timer, "copy_bandwidth", lambda nbytes: {"GBps": 4200.0})
+    original = kernel_runner.measure
+    monkeypatch.setattr(kernel_runner, "measure", lambda b, t, name: current.append(name) or original(b, t, name))
+    items = [[n, str(kx.SOLUTIONS / f"{n}.cu")] for n in times]
+    result = kernel_runner.main({"mode": "compare", "backend": "gpu", "items": items, "measure": True})
+    assert result["passed"] and [r["ms"] for r in result["results"]] == [0.072, 0.065]
+    assert all(r["copy_GBps"] == 4200.0 for r in result["results"])
+    text = kx.report("online_softmax", result["results"][1] | {"backend": "gpu"})
+    assert "4000 x 4096 fp32 in 65.0 us: 2016 GB/s counting the ideal 8 bytes per element, 0.48 of a copy" in text, text
