@@ -243,3 +243,23 @@ def test_the_gpu_path_with_the_emulator_standing_in(monkeypatch):
     assert all(r["copy_GBps"] == 4200.0 for r in result["results"])
     text = kx.report("online_softmax", result["results"][1] | {"backend": "gpu"})
     assert "4000 x 4096 fp32 in 65.0 us: 2016 GB/s counting the ideal 8 bytes per element, 0.48 of a copy" in text, text
+
+
+def test_the_exercises_benchmark_writes_one_row_per_kernel_and_stops_on_a_wrong_one(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_kernel_exercises",
+                                                  loader.REPO_ROOT / "benchmarks" / "bench_kernel_exercises.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    timed = {"passed": True, "shape": [4000, 4096], "ms": 0.05, "ideal_bytes": 8 * 4000 * 4096, "GBps": 2621.44,
+             "copy_GBps": 4200.0}
+    monkeypatch.setattr(kx, "run_compare", lambda items, timeout_s: {"passed": True, "results": [timed] * len(items)})
+    rows = bench.measure()
+    kernels = [(r["kernel"], r.get("which")) for r in rows]
+    assert kernels[:len(bench.TIMED)] == [(n, "solution") for n in bench.TIMED]
+    assert kernels[-2:] == [("row_in_registers", "starter"), ("copy", None)]
+    assert abs(rows[0]["fraction_of_copy"] - 2621.44 / 4200.0) < 1e-12
+    wrong = {"passed": False, "case": "the row [1, 2, 3]", "output": "y", "index": [0, 0], "value": 1.0,
+             "expected_value": 0.09}
+    monkeypatch.setattr(kx, "run_compare", lambda items, timeout_s: {"passed": False, "results": [wrong] * len(items)})
+    with pytest.raises(SystemExit, match="FAILED on the row"):
+        bench.measure()

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from onlinesoftmax.book import kernel_tasks as kt
+from onlinesoftmax.book.kernel_recorded import recorded_comparison, recorded_expectation, recorded_row  # noqa: F401
 from onlinesoftmax.runtime import loader
 
 EXERCISES_DIR = loader.REPO_ROOT / "exercises"
@@ -320,55 +321,10 @@ def verify_chapter(chapter: str) -> list[str]:
 
 # ---- timing two answers against each other ---------------------------------------------------
 
-RECORDED_DESIGNS = {"three_pass_softmax": ("softmax_01_safe", "softmax-teaching"),
-                    "online_softmax": ("softmax_02_online", "softmax-teaching"),
-                    "row_in_registers": ("softmax_08_registers", "softmax-fast")}
-
-
-def recorded_row(kernel: str, suite: str) -> tuple[dict | None, dict | None]:
-    """(the recorded row of `kernel` at the timed shape in fp32, the file's meta): (None, None) if absent."""
-    from onlinesoftmax.measure import results
-
-    try:
-        data = results.load_recorded(suite)
-    except FileNotFoundError:
-        return None, None
-    for row in data["rows"]:
-        if (row.get("kernel") == kernel and row.get("dtype") == "float32" and row.get("n_rows") == TIMED_SHAPE[0]
-                and row.get("n_cols") == TIMED_SHAPE[1] and "fraction_of_copy" in row):
-            return row, data["meta"]
-    return None, None
-
-
-def _recorded_lines(kernels) -> str:
-    """One line per (kernel, suite, role) as recorded, each with its provenance; a plain 'not recorded yet'."""
-    from onlinesoftmax.measure import results
-
-    lines = []
-    for kernel, suite, role in kernels:
-        row, meta = recorded_row(kernel, suite)
-        if row is None:
-            lines.append(f"  {kernel} ({role}): not recorded yet")
-        else:
-            lines.append(f"  {kernel} ({role}): {row['ms'] * 1e3:.1f} us, {row['fraction_of_copy']:.2f} of the copy "
-                         f"measured in the same run ({results.provenance(meta)})")
-    return "\n".join(lines)
-
-
-def recorded_expectation(name: str) -> str:
-    """What the recorded H200 data say to expect at the timed shape (for a reader without a GPU)."""
-    return (f"What to expect at {TIMED_SHAPE[0]} x {TIMED_SHAPE[1]} fp32 on the recorded H200, the book's kernels, "
-            "not yours:\n" + _recorded_lines([("softmax_02_online", "softmax-fast", "the starter's design"),
-                                               ("softmax_08_registers", "softmax-fast", "the row held in registers")]))
-
-
-def recorded_comparison(first: str, second: str) -> str:
-    """The recorded times of the book's kernels of the two answers' designs (no GPU here)."""
-    known = [(name, RECORDED_DESIGNS.get(name)) for name in (first, second)]
-    lines = _recorded_lines([(design[0], design[1], f"the design of {name}") for name, design in known if design])
-    unknown = [name for name, design in known if not design]
-    return (f"No GPU here: timing your kernels needs one. Recorded at {TIMED_SHAPE[0]} x {TIMED_SHAPE[1]} fp32, the "
-            "book's kernels, not yours:\n" + lines + "".join(f"\n  {name}: no recorded kernel of its design" for name in unknown))
+def run_compare(items, timeout_s: float = TIMEOUT_S) -> dict:
+    """Check, then time, every (exercise, path) of `items` in one GPU subprocess, with one copy
+    measured after them: {"passed", "results": [one run() result per item]} or {"fault"}."""
+    return _subprocess(_command("compare", items, "gpu", True), timeout_s)
 
 
 def compare(first: str, second: str, paths: dict | None = None, timeout_s: float = TIMEOUT_S) -> dict | None:
@@ -385,7 +341,7 @@ def compare(first: str, second: str, paths: dict | None = None, timeout_s: float
         if not ok:
             print(f"{name}: does not compile:\n{log}")
             return None
-    result = _subprocess(_command("compare", items, "gpu", True), timeout_s)
+    result = run_compare(items, timeout_s)
     if result.get("fault"):
         print(report(f"{first} and {second}", result))
         return result
