@@ -110,3 +110,24 @@ def test_the_grader_leaves_the_recorded_data_alone():
     data = ep.load_softmax_fast()
     ep.check_copy_fraction(ep.solution_copy_fraction, data=data, quiet=True)
     assert all("fraction_of_copy" in r for r in data["rows"] if r.get("kernel") == "softmax_08_registers")
+
+
+def test_the_ncu_log_is_read_as_kernel_names_in_launch_order():
+    log = "\n".join([
+        "==PROF== Connected to process 1234",
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"',
+        '"1","1234","python","host","void at::native::(anonymous namespace)::cunn_SoftMaxForwardSmem<4, float>(float *, '
+        'const float *, int)","1","7","(1024, 1, 1)","(4000, 1, 1)","0","9.0","Command line profiler metrics",'
+        '"gpu__time_duration.sum","ns","21,344"',
+        '"0","1234","python","host","void softmax_warp_forward<float, float, float, 10, false, false>(float *, const '
+        'float *, int, int, int, const bool *, int, bool)","1","7","(128, 1, 1)","(1000, 1, 1)","0","9.0",'
+        '"Command line profiler metrics","gpu__time_duration.sum","ns","9,000"',
+        "==PROF== Disconnected from process 1234"])
+    names = ep.parse_ncu_kernels(log)
+    assert [ep.short_kernel_name(n) for n in names] == ["softmax_warp_forward", "cunn_SoftMaxForwardSmem"]
+
+
+def test_without_ncu_the_ncu_helper_says_nothing_and_gives_none(monkeypatch):
+    monkeypatch.setattr(ep.shutil, "which", lambda name: None)
+    assert ep.kernels_launched_ncu(1024) is None

@@ -1,11 +1,19 @@
 """Every grader of the book's exercises rejects wrong answers with a message that says what is
-wrong, and accepts the right ones (onlinesoftmax/book/grading.py and the exercises' modules)."""
+wrong, and accepts the right ones (onlinesoftmax/book/grading.py and the exercises' modules):
+stubs, incomplete tuples, wrong shapes and types, and wrong values, each with its message. The
+graders of chapters 01, 02, 03 and 06 have their own files (test_exercises_*.py); the test at the
+end checks that no check_* function of the exercise modules is left without wrong answers."""
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from onlinesoftmax import merge, reference
+from onlinesoftmax.book import exercises_attention as ea
 from onlinesoftmax.book import exercises_logsumexp as el
 from onlinesoftmax.book import exercises_monoid as em
+from onlinesoftmax.book import exercises_topk as et
 from onlinesoftmax.book import grading
 
 
@@ -25,6 +33,17 @@ def probabilities_right(scores, lse):
     return np.exp(scores - lse[:, None])
 
 
+def fa2_no_final_division(scores, values, tiles):
+    o, lse = ea.solution_fa2_row(scores, values, tiles)
+    return o * np.exp(lse - scores.max()) if np.isfinite(lse) else o, lse     # o left unnormalized
+
+
+def fa2_nan_for_a_blind_row(scores, values, tiles):
+    if np.isneginf(scores).all():
+        return np.full(values.shape[1], np.nan), -np.inf
+    return ea.solution_fa2_row(scores, values, tiles)
+
+
 GRADERS = {   # grader, a right answer, wrong answers with the message each must produce
     "merge_partials": (em.check_merge_partials, merge_partials_right, [
         (lambda m, l: (m.max(1),), "expected 2 values (m, l), got 1"),
@@ -33,30 +52,75 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda m, l: (m.max(1), l.sum(1)), "l["),            # forgets the rescaling: values differ
         (lambda m, l: (m.max(1), (l * np.exp(m - m.max(1))).sum(1)), "raised ValueError"),   # no [:, None]
         (lambda m, l: ("m", "l"), "should be a numpy or cupy array"),
+        (lambda m, l: (m.max(1), l.sum(1)[:1]), "l has shape (1,), expected (2,)"),
+        (lambda m, l: (*em.merge_partials_reference(m, l), 0.0), "expected 2 values (m, l), got 3"),
     ]),
     "split_softmax": (em.check_split_softmax, split_softmax_right, [
         (lambda x, b: reference.softmax(x).T, "transposed"),
         (lambda x, b: reference.softmax(x)[:, :-1], "has shape"),
         (lambda x, b: np.exp(x) / np.exp(x).sum(1, keepdims=True), "softmax["),   # overflow on big rows
         (lambda x, b: reference.softmax(x).astype(np.float16), "softmax[0, 0]"),  # rounded to fp16
+        (lambda x, b: None, "not answered yet"),
+        (lambda x, b: (reference.softmax(x), b), "expected 1 value (softmax), got 2"),
     ]),
     "logsumexp_rows": (el.check_logsumexp_rows, logsumexp_right, [
         (lambda x: reference.logsumexp(x)[:, None], "extra axis of length 1"),
         (lambda x: np.log(np.exp(x.astype(np.float64)).sum(1)), "lse[0] is inf"),
         (lambda x: x.max(1), "lse[0]"),
         (lambda x: reference.logsumexp(x)[None, :], "has shape (1, 1)"),
+        (lambda x: None, "not answered yet"),
+        (lambda x: (reference.logsumexp(x), reference.logsumexp(x)), "expected 1 value (lse), got 2"),
+        (lambda x: [float(v) for v in reference.logsumexp(x)], "lse should be a numpy or cupy array or a number, got list"),
+        (lambda x: np.array([str(v) for v in reference.logsumexp(x)]), "lse should hold numbers, got dtype <U"),
     ]),
     "merge_attention": (el.check_merge_attention, merge.merge, [
         (lambda a, b: merge.merge(a, b)[:2], "expected 3 values (m, l, u), got 2"),   # leaves out u
         (lambda a, b: (max(a[0], b[0]), a[1] + b[1], a[2] + b[2]), "l is"),            # no rescaling
         (lambda a, b: None, "not answered yet"),
+        (lambda a, b: (*merge.merge(a, b)[:2], merge.merge(a, b)[2][:, None]), "u has shape (1, 1), expected (1,) (an extra axis of length 1"),
+        (lambda a, b: merge.merge(a, b)[2], "expected 3 values (m, l, u) as a tuple, got one ndarray"),
     ]),
     "probabilities_from_lse": (el.check_probabilities_from_lse, probabilities_right, [
         (lambda s, lse: np.exp(s - lse), "raised ValueError"),
         (lambda s, lse: np.exp(s - lse[:, None]).T, "transposed"),
         (lambda s, lse: np.exp(s - s.max(1, keepdims=True)), "P[0, "),   # forgets the sum
+        (lambda s, lse: None, "not answered yet"),
+        (lambda s, lse: np.exp(s - lse[:, None])[:, :-1], "P has shape (1, 2), expected (1, 3)"),
+    ]),
+    "merge_topk": (et.check_merge_topk, et.solution_merge_topk, [
+        (lambda a, b, k: None, "not answered yet"),
+        (lambda a, b, k: et.solution_merge_topk(a, b, k)[2:], "expected 4 values (m, l, values, columns), got 2"),
+        (lambda a, b, k: et.solution_merge_topk(a, b, k)[:3], "expected 4 values (m, l, values, columns), got 3"),
+        (lambda a, b, k: et.solution_merge_topk(a, b, k + 1), "values has shape (3,), expected (2,)"),   # not cut to k
+        (lambda a, b, k: (*et.solution_merge_topk(a, b, k)[:3], et.solution_merge_topk(a, b, k)[3][:, None]),
+         "columns has shape (2, 1), expected (2,) (an extra axis of length 1"),
+        (lambda a, b, k: (max(a[0], b[0]), a[1] + b[1], *et.solution_merge_topk(a, b, k)[2:]), "l is"),
+    ]),
+    "attention_memory": (ea.check_attention_memory, ea.solution_attention_memory, [
+        (lambda b, h, n, e: None, "not answered yet"),
+        (lambda b, h, n, e: b * h * n * n * e, "expected 2 values (score bytes, lse bytes) as a tuple, got one int"),
+        (lambda b, h, n, e: (b * h * n * n * e,), "expected 2 values (score bytes, lse bytes), got 1"),
+        (lambda b, h, n, e: (h * n * n * e, h * n * 4), "FAILED on the exercise: 4 sequences"),   # forgets the batch
+        (lambda b, h, n, e: (b * h * n * n * e, b * h * n * e), "lse bytes is"),                      # LSE in the score dtype
+    ]),
+    "fa2_row": (ea.check_fa2_row, ea.solution_fa2_row, [
+        (lambda s, v, t: None, "not answered yet"),
+        (lambda s, v, t: ea.solution_fa2_row(s, v, t)[0], "expected 2 values (o, lse) as a tuple, got one ndarray"),
+        (lambda s, v, t: (ea.solution_fa2_row(s, v, t)[0][None, :], 0.0), "o has shape (1, 1), expected (1,)"),
+        (lambda s, v, t: (ea.solution_fa2_row(s, v, t)[0], ea.solution_fa2_row(s, v, t)[1], 0.0),
+         "expected 2 values (o, lse), got 3"),
+        (fa2_no_final_division, "FAILED on the worked example"),
+        (fa2_nan_for_a_blind_row, "FAILED on every score -inf (a query that sees no key): o[0] is nan, expected 0"),
+    ]),
+    "decode_splits": (ea.check_decode_splits, ea.solution_decode_splits, [
+        (lambda *shape: None, "not answered yet"),
+        (lambda *shape: 17, "expected 2 values (splits, keys per split) as a tuple, got one int"),
+        (lambda b, h, kv, nq, nk, sms: (1, nk), "splits is 1, expected 17"),
+        (lambda b, h, kv, nq, nk, sms: (max(1, -(-nk // 256)), 256), "splits is 128, expected 17"),   # never looks at the SMs
     ]),
 }
+GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_argmax", "check_torch_dispatch",
+                    "check_copy_fraction"}     # tests/test_exercises_{overflow,stream,profile}.py
 
 
 @pytest.mark.parametrize("exercise", GRADERS)
@@ -103,3 +167,12 @@ def test_form_and_mismatch_helpers():
     assert grading.first_mismatch(np.array([1.0, np.nan]), np.array([1.0, np.nan]), grading.Tolerance()) is None
     assert grading.first_mismatch(np.array([1.0, 2.0]), np.array([1.0, np.nan]), grading.Tolerance()) == (1,)
     assert grading.first_mismatch(np.array([np.inf]), np.array([-np.inf]), grading.Tolerance()) == (0,)
+
+
+def test_every_grader_of_the_exercise_modules_has_wrong_answers():
+    book = Path(em.__file__).parent
+    checks = {node.name for path in book.glob("exercises_*.py") for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")}
+    covered = {GRADERS[name][0].__name__ for name in GRADERS} | GRADED_ELSEWHERE
+    assert checks <= covered, f"graders without deliberately wrong answers: {sorted(checks - covered)}"
+    assert all(len(wrong) >= 3 for _, _, wrong in GRADERS.values())

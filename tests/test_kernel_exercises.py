@@ -1,11 +1,19 @@
-"""The CUDA exercises' machinery on CPU: every starter and solution builds, a compile error names
-the reader's line, the reader's copy is never the book's kernel, and the runner's faults (a hang,
-a crash) come back as reports, not exceptions. tests/gpu/test_kernel_exercises_gpu.py runs them."""
+"""The CUDA exercises on CPU: every starter and solution builds (nvcc and NVRTC), a compile error
+names the reader's line, the reader's copy is never the book's kernel; on the CPU emulator
+(cpu_emulator.h: the same .cu, every thread a fiber in a fixed order) every solution passes its
+grader, and every starter of a fix-the-bug exercise, every unwritten starter and every
+deliberately wrong kernel in tests/wrong_kernels/ is rejected with the message that names its
+bug; a kernel that crashes or hangs is a report, and the caller goes on. The GPU tier
+(tests/gpu/test_kernel_exercises_gpu.py) runs the same kernels on the device."""
 import importlib.util
+import os
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from onlinesoftmax.book import cpu_emulator, kernel_runner
 from onlinesoftmax.book import kernel_exercises as kx
 from onlinesoftmax.runtime import loader
 
@@ -15,22 +23,69 @@ try:
 except ImportError:
     HAVE_COMPILER = loader.nvcc_available()
 
+WRONG = Path(__file__).parent / "wrong_kernels"
+needs_emulator = pytest.mark.skipif(not cpu_emulator.available() and not os.environ.get("CI"),
+                                    reason="the CPU emulator needs g++ (under CI=true a missing g++ fails)")
 
-def test_every_exercise_has_a_starter_and_a_solution_with_its_entry():
-    for name in kx.EXERCISES:
+# What the grader must say about each kernel that is not right (on the CPU emulator).
+REJECTED = {
+    "starters/online_softmax.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 1.23449997e+30, expected 0.0900305732 (3 of 3 outputs never written",
+    "starters/three_pass_softmax.cu": "(3 of 3 outputs never written",
+    "starters/split_merge.cu": "(3 of 3 outputs never written",
+    "starters/lse_rows.cu": "lse[0] is 1.23449997e+30, expected 3.40760596 (1 of 1 outputs never written",
+    "starters/fix_missing_guard.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is nan",
+    "starters/fix_max_init_zero.cu": "FAILED on logits near +1000 and near -1000 on the CPU emulator: y[2, 0] is nan",
+    "starters/fix_tail.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is inf",
+    "starters/fix_shared_oob.cu": "y[0, 0] is nan",      # warp 0 read slots nobody wrote: 0xff bytes, NaN
+    "starters/fix_early_return.cu": "calls __shfl_xor_sync with mask 0xffffffff, but lane 3 returned before it",
+    "starters/fix_shuffle_mask.cu": "threads 0-7 wait in __shfl_xor_sync (mask 0xffffffff, line 29); threads 8-255 wait at __syncthreads()",
+    "starters/fix_topk_ties.cu": "FAILED on rows of rounded logits: many equal values on the CPU emulator: columns[0, 1] is 179, expected 15",
+    "starters/fix_topk_insert.cu": "columns[0, 2] is 64, expected 32",
+    "starters/fix_attention_barrier.cu": "FAILED on 31 queries, 33 keys on the CPU emulator: o[",
+    "starters/fix_attention_tail.cu": "FAILED on one query, one key on the CPU emulator: o[0, 0] is nan",
+    "wrong/online_softmax__combine_returns_empty.cu":
+        "FAILED on rows with -inf, all -inf, +inf and NaN on the CPU emulator: y[3, 0] is 2.88900969e-06, expected nan",
+    "wrong/split_merge__own_half.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 0.268941432",
+    "wrong/split_merge__sums_not_rebased.cu": "y[0, 0] is 0.0571546368, expected 0.0900305732",
+    "wrong/lse_rows__naive.cu": "lse[4] is inf, expected 160.560572",
+    "wrong/lse_rows__no_log.cu": "lse[0] is 4.50321484, expected 3.40760596",
+    "wrong/lse_rows__one_row_only.cu": "(2 of 3 outputs never written",
+    "wrong/three_pass_softmax__no_shift.cu": "is nan, expected 0.99976136",
+    "wrong/row_in_registers__no_tail_check.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is nan",
+    "wrong/fix_attention_tail__no_rescale.cu": "FAILED on 2 heads, 2 queries, 31 keys on the CPU emulator: o[0, 0]",
+    "wrong/fix_topk_ties__uniform_probs.cu": "probs[0, 0] is 0.333333343, expected 0.665240956",
+}
+CRASHES = {"wrong/online_softmax__oob_write.cu": "killed by SIGSEGV (an access outside the arrays)",
+           "wrong/online_softmax__hang.cu": "did not finish in 5 s: a hang"}
+
+
+def kernel_path(key: str) -> tuple[str, Path]:
+    folder, file = key.split("/")
+    path = (WRONG if folder == "wrong" else kx.EXERCISES_DIR / folder) / file
+    return path.stem.split("__")[0], path
+
+
+def on_the_emulator(name: str, path: Path) -> dict:
+    """The grading run, in this process (the subprocess is tested below): what report() reads."""
+    spec = {"mode": "grade", "backend": "cpu", "items": [[name, str(path)]], "measure": False}
+    return kernel_runner.main(spec) | {"backend": "cpu"}
+
+
+def test_every_exercise_has_a_starter_and_a_solution_with_its_entries():
+    for name, exercise in kx.EXERCISES.items():
         for folder in (kx.STARTERS, kx.SOLUTIONS):
-            text = (folder / f"{name}.cu").read_text()
-            assert f'extern "C" __global__ void {name}(' in text, (folder, name)
-    for name in kx.EXERCISES:
+            assert not kx.missing_entries(folder / f"{name}.cu", name), (folder, name)
         if name.startswith("fix_"):   # a fix-the-bug starter differs from its solution
             assert (kx.STARTERS / f"{name}.cu").read_text() != (kx.SOLUTIONS / f"{name}.cu").read_text()
+    assert set(REJECTED) >= {f"starters/{n}.cu" for n in kx.EXERCISES if n != "row_in_registers"}
+    assert {f"wrong/{p.name}" for p in WRONG.glob("*.cu")} == {k for k in {**REJECTED, **CRASHES} if k.startswith("wrong/")}
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="needs nvcc or NVRTC")
 @pytest.mark.parametrize("folder", ["starters", "solutions"])
 @pytest.mark.parametrize("name", list(kx.EXERCISES))
 def test_every_starter_and_solution_builds(name, folder):
-    ok, log = kx.build(kx.EXERCISES_DIR / folder / f"{name}.cu")
+    ok, log = kx.build(kx.EXERCISES_DIR / folder / f"{name}.cu", name)
     assert ok, log
     if importlib.util.find_spec("cuda") is not None:
         assert "NVRTC" in log, "built with NVRTC too: the compiler cupy runs the exercise with"
@@ -47,6 +102,13 @@ def test_a_compile_error_names_the_readers_line(tmp_path):
     assert not ok and "mine.cu" in log and str(line) in log, log
 
 
+def test_a_missing_entry_is_named_before_compiling(tmp_path):
+    path = tmp_path / "split_merge.cu"
+    path.write_text((kx.SOLUTIONS / "split_merge.cu").read_text().replace("split_merge_output(", "split_merge_out("))
+    ok, log = kx.build(path, "split_merge")
+    assert not ok and 'extern "C" __global__ void split_merge_output(...)' in log, log
+
+
 def test_start_copies_the_starter_once(tmp_path, monkeypatch):
     monkeypatch.setattr(kx, "EXERCISES_DIR", tmp_path)
     path = kx.start("fix_tail")
@@ -58,13 +120,47 @@ def test_start_copies_the_starter_once(tmp_path, monkeypatch):
         kx.start("fix_everything")
 
 
-def test_a_hang_and_a_crash_are_reports(monkeypatch):
+@needs_emulator
+@pytest.mark.parametrize("name", list(kx.EXERCISES))
+def test_every_solution_passes_on_the_emulator(name):
+    result = on_the_emulator(name, kx.SOLUTIONS / f"{name}.cu")
+    assert result["passed"], kx.report(name, result)
+    text = kx.report(name, result)
+    assert "passed on the CPU emulator" in text or "right on every case on the CPU emulator" in text, text
+
+
+@needs_emulator
+@pytest.mark.parametrize("key", list(REJECTED))
+def test_every_wrong_kernel_is_rejected_with_its_reason(key):
+    name, path = kernel_path(key)
+    text = kx.report(name, on_the_emulator(name, path))
+    assert text.startswith(f"{name}: FAILED") and REJECTED[key] in text, text
+
+
+@needs_emulator
+def test_the_slow_starter_is_right_but_not_graded_without_a_gpu():
+    result = on_the_emulator("row_in_registers", kx.STARTERS / "row_in_registers.cu")
+    assert result["passed"] and "not graded yet" in kx.report("row_in_registers", result)
+
+
+@needs_emulator
+@pytest.mark.parametrize("key", list(CRASHES))
+def test_a_crash_or_a_hang_is_a_report_and_the_caller_goes_on(key):
+    name, path = kernel_path(key)
+    result = kx.run(path, name, timeout_s=5, backend="cpu")
+    text = kx.report(name, result)
+    assert not result["passed"] and CRASHES[key] in text, text
+    assert "notebook's own GPU context is unaffected" in text
+    again = kx.run(kx.SOLUTIONS / f"{name}.cu", name, backend="cpu")   # the next run works
+    assert again["passed"], kx.report(name, again)
+
+
+def test_faults_of_the_subprocess_are_reports(monkeypatch):
     def hang(*args, **kwargs):
         raise subprocess.TimeoutExpired(args[0], kwargs["timeout"])
     monkeypatch.setattr(subprocess, "run", hang)
     result = kx.run(kx.SOLUTIONS / "fix_tail.cu", "fix_tail", timeout_s=3)
     assert not result["passed"] and "did not finish in 3 s" in result["fault"]
-    assert "notebook's own GPU context is unaffected" in kx.report("fix_tail", result)
 
     def crash(*args, **kwargs):
         return subprocess.CompletedProcess(args[0], 1, "", "cupy...CUDARuntimeError: cudaErrorIllegalAddress")
@@ -74,16 +170,142 @@ def test_a_hang_and_a_crash_are_reports(monkeypatch):
 
 
 def test_a_wrong_row_is_reported_with_its_input():
-    text = kx.report("fix_tail", {"passed": False, "case": "3 rows of 257", "index": [1, 256], "yours": [0.5, 0.5],
-                                  "expected": [0.25, 0.75], "input": [1.0, 2.0], "unwritten": 0})
-    assert "FAILED on 3 rows of 257: y(1, 256)" in text and "input row" in text and "yours:" in text
+    text = kx.report("fix_tail", {"passed": False, "case": "3 rows of 257", "output": "y", "index": [1, 256],
+                                  "value": 0.5, "expected_value": 0.75, "yours": [0.5, 0.5], "expected": [0.25, 0.75],
+                                  "input": [1.0, 2.0], "input_label": "input row", "unwritten": 0})
+    assert "FAILED on 3 rows of 257: y[1, 256] is 0.5, expected 0.75" in text and "input row" in text and "yours:" in text
 
 
-def test_without_a_gpu_it_builds_and_says_what_needs_one(capsys, monkeypatch):
+def test_too_slow_is_a_failure_with_the_goal():
+    result = {"passed": True, "ms": 0.065, "GBps": 2000.0, "copy_GBps": 4200.0, "ideal_bytes": 8 * 4000 * 4096,
+              "shape": [4000, 4096], "backend": "gpu"}
+    text = kx.report("row_in_registers", result)
+    assert text.startswith("row_in_registers: FAILED: right on every case, but 0.48 of the copy") and "asks for 0.75" in text
+    assert kx.report("online_softmax", result).startswith("online_softmax: passed; 4000 x 4096 fp32 in 65.0 us")
+
+
+@needs_emulator
+def test_without_a_gpu_grade_runs_the_emulator_and_says_what_needs_a_gpu(capsys, monkeypatch):
     from onlinesoftmax.runtime import device
 
     monkeypatch.setattr(device, "has_gpu", lambda: False)
     if not HAVE_COMPILER:
         pytest.skip("needs nvcc or NVRTC")
-    assert not kx.grade("fix_tail", path=kx.SOLUTIONS / "fix_tail.cu")
-    assert "needs an NVIDIA GPU" in capsys.readouterr().out
+    assert kx.grade("fix_tail", path=kx.SOLUTIONS / "fix_tail.cu")
+    assert "passed on the CPU emulator (every case); timing it needs an NVIDIA GPU" in capsys.readouterr().out
+    assert not kx.grade("fix_tail", path=kx.STARTERS / "fix_tail.cu")
+    assert "fix_tail: FAILED on the row [1, 2, 3] on the CPU emulator" in capsys.readouterr().out
+    assert not kx.grade("row_in_registers", path=kx.SOLUTIONS / "row_in_registers.cu")
+    out = capsys.readouterr().out
+    assert "not graded yet" in out and "softmax_08_registers (the row held in registers)" in out and "recorded" in out
+
+
+def test_without_a_gpu_compare_prints_the_recorded_kernels_of_the_same_designs(capsys, monkeypatch):
+    from onlinesoftmax.runtime import device
+
+    monkeypatch.setattr(device, "has_gpu", lambda: False)
+    assert kx.compare("three_pass_softmax", "online_softmax") is None
+    out = capsys.readouterr().out
+    assert "timing your kernels needs one" in out and "the book's kernels, not yours" in out
+    assert "softmax_01_safe (the design of three_pass_softmax)" in out and "recorded on NVIDIA H200" in out
+
+
+@needs_emulator
+def test_the_emulator_names_a_barrier_some_threads_skip(tmp_path):
+    path = tmp_path / "k.cu"
+    path.write_text('extern "C" __global__ void k(float* y) {\n  if (threadIdx.x < 40) __syncthreads();\n'
+                    '  y[threadIdx.x] = 1.0f;\n}\n')
+    module = cpu_emulator.Module(path, ["k"])
+    with pytest.raises(cpu_emulator.EmulatorFault, match=r"__syncthreads\(\) reached by only some.*threads 0-39 wait at "
+                                                         r"__syncthreads\(\) \(line 2\); threads 40-63 returned"):
+        module.launch("k", (1,), (64,), (np.zeros(64, np.float32),))
+    y = np.zeros(64, np.float32)
+    module.launch("k", (1,), (32,), (y,))              # the whole block reaches it: fine
+    assert (y[:32] == 1).all() and (y[32:] == 0).all()
+
+
+@needs_emulator
+def test_the_gpu_path_with_the_emulator_standing_in(monkeypatch):
+    """The GPU branch of the grading subprocess (timing, one copy for all, compare), with the
+    emulator as the device and a timer that does not run the 4000 x 4096 launch."""
+    from onlinesoftmax.measure import timer
+
+    monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
+    times = {"three_pass_softmax": 0.072, "online_softmax": 0.065}
+    current = []
+    monkeypatch.setattr(timer, "time_gpu", lambda fn, args: {"ms": times[current[-1]]})
+    monkeypatch.setattr(timer, "copy_bandwidth", lambda nbytes: {"GBps": 4200.0})
+    original = kernel_runner.measure
+    monkeypatch.setattr(kernel_runner, "measure", lambda b, t, name: current.append(name) or original(b, t, name))
+    items = [[n, str(kx.SOLUTIONS / f"{n}.cu")] for n in times]
+    result = kernel_runner.main({"mode": "compare", "backend": "gpu", "items": items, "measure": True})
+    assert result["passed"] and [r["ms"] for r in result["results"]] == [0.072, 0.065]
+    assert all(r["copy_GBps"] == 4200.0 for r in result["results"])
+    text = kx.report("online_softmax", result["results"][1] | {"backend": "gpu"})
+    assert "4000 x 4096 fp32 in 65.0 us: 2016 GB/s counting the ideal 8 bytes per element, 0.48 of a copy" in text, text
+
+
+def test_the_exercises_benchmark_writes_one_row_per_kernel_and_stops_on_a_wrong_one(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_kernel_exercises",
+                                                  loader.REPO_ROOT / "benchmarks" / "bench_kernel_exercises.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    timed = {"passed": True, "shape": [4000, 4096], "ms": 0.05, "ideal_bytes": 8 * 4000 * 4096, "GBps": 2621.44,
+             "copy_GBps": 4200.0}
+    monkeypatch.setattr(kx, "run_compare", lambda items, timeout_s: {"passed": True, "results": [timed] * len(items)})
+    rows = bench.measure()
+    kernels = [(r["kernel"], r.get("which")) for r in rows]
+    assert kernels[:len(bench.TIMED)] == [(n, "solution") for n in bench.TIMED]
+    assert kernels[-2:] == [("row_in_registers", "starter"), ("copy", None)]
+    assert abs(rows[0]["fraction_of_copy"] - 2621.44 / 4200.0) < 1e-12
+    wrong = {"passed": False, "case": "the row [1, 2, 3]", "output": "y", "index": [0, 0], "value": 1.0,
+             "expected_value": 0.09}
+    monkeypatch.setattr(kx, "run_compare", lambda items, timeout_s: {"passed": False, "results": [wrong] * len(items)})
+    with pytest.raises(SystemExit, match="FAILED on the row"):
+        bench.measure()
+
+
+@needs_emulator
+def test_the_emulators_warp_intrinsics_match_cuda(tmp_path):
+    path = tmp_path / "warp.cu"
+    path.write_text('''extern "C" __global__ void warp(int* out) {
+    const int lane = threadIdx.x & 31;
+    const int t = threadIdx.x;
+    out[0 * 64 + t] = __shfl_xor_sync(0xffffffffu, lane * 10, 1);
+    out[1 * 64 + t] = __shfl_down_sync(0xffffffffu, lane, 4);
+    out[2 * 64 + t] = __shfl_up_sync(0xffffffffu, lane, 4);
+    out[3 * 64 + t] = __shfl_sync(0xffffffffu, lane, 5);
+    out[4 * 64 + t] = __shfl_sync(0xffffffffu, lane, 3, 8);
+    out[5 * 64 + t] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
+    out[6 * 64 + t] = __any_sync(0xffffffffu, t == 40) + 2 * __all_sync(0xffffffffu, lane < 32);
+    __shared__ int partial[2];
+    int v = lane;
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (lane == 0) partial[t >> 5] = v;
+    __syncthreads();
+    out[7 * 64 + t] = partial[0] + partial[1];
+}
+''')
+    out = np.full(8 * 64, -1, np.int32)
+    cpu_emulator.Module(path, ["warp"]).launch("warp", (1,), (64,), (out,))
+    lane = np.arange(64) % 32
+    rows = out.reshape(8, 64)
+    np.testing.assert_array_equal(rows[0], (lane ^ 1) * 10)
+    np.testing.assert_array_equal(rows[1], np.where(lane + 4 < 32, lane + 4, lane))
+    np.testing.assert_array_equal(rows[2], np.where(lane >= 4, lane - 4, lane))
+    np.testing.assert_array_equal(rows[3], np.full(64, 5))
+    np.testing.assert_array_equal(rows[4], (lane // 8) * 8 + 3)
+    ballot = sum(1 << i for i in range(32) if i % 3 == 0)
+    np.testing.assert_array_equal(rows[5], np.full(64, np.int32(np.uint32(ballot).view(np.int32))))
+    np.testing.assert_array_equal(rows[6], np.r_[np.full(32, 2), np.full(32, 3)])   # t == 40 is in warp 1
+    np.testing.assert_array_equal(rows[7], np.full(64, 2 * sum(range(32))))
+
+
+@needs_emulator
+def test_the_emulator_names_a_lane_outside_the_mask(tmp_path):
+    path = tmp_path / "mask.cu"
+    path.write_text('extern "C" __global__ void mask(float* y) {\n'
+                    '  if (threadIdx.x < 16) y[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, 1.0f, 16);\n}\n')
+    with pytest.raises(cpu_emulator.EmulatorFault, match=r"line 2: lane 0 reads lane 16 in __shfl_xor_sync, but the "
+                                                         r"mask 0x0000ffff leaves lane 16 out"):
+        cpu_emulator.Module(path, ["mask"]).launch("mask", (1,), (32,), (np.zeros(32, np.float32),))

@@ -21,8 +21,9 @@ def logsumexp_cases():
     big = (rng.standard_normal((3, 500)) + 1000.0).astype(np.float32)   # e^x overflows fp32
     small = (rng.standard_normal((3, 500)) - 1000.0).astype(np.float32)  # e^x underflows to 0
     special, _ = checks.special_rows(np, 64)
+    sizes = [Case(f"3 rows of {n}", (checks.random_rows(np, 3, n, seed=n),)) for n in (2, 3, 31, 33, 100, 257, 4097)]
     return [Case("the row [1, 2, 3]", (np.array([[1.0, 2.0, 3.0]], np.float32),)),
-            Case("random rows", (checks.random_rows(np, 7, 1000, seed=1),)), Case("logits near +1000", (big,)),
+            Case("random rows", (checks.random_rows(np, 7, 1000, seed=1),)), *sizes, Case("logits near +1000", (big,)),
             Case("logits near -1000", (small,)), Case("one column", (checks.random_rows(np, 4, 1, seed=2),)),
             Case("rows with -inf, all -inf (-> -inf), +inf and NaN (-> NaN)", (special,))]
 

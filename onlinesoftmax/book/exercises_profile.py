@@ -2,7 +2,8 @@
 
 - Which kernel does `torch.softmax` launch for a row of N elements? `check_torch_dispatch(fn)`
   grades a prediction against the dispatch in PyTorch's aten/src/ATen/native/cuda/SoftMax.cu
-  (`host_softmax`), and `kernels_launched(n_cols)` asks torch.profiler on a GPU.
+  (`host_softmax`), and `kernels_launched(n_cols)` asks Nsight Compute (where `ncu` is installed)
+  or torch.profiler on a GPU.
 - What fraction of the copy ceiling does `softmax_08_registers` reach at a given shape?
   `check_copy_fraction(fn)` grades a computation from the recorded softmax-fast data
   (onlinesoftmax.measure.results), with the derived fields taken out so the bytes are counted.
@@ -12,6 +13,13 @@ Each check prints "passed" or the first problem with a hint, and returns True or
 from __future__ import annotations
 
 import copy
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 
@@ -90,9 +98,46 @@ def check_torch_dispatch(fn, quiet: bool = False) -> bool:
     return True
 
 
+NCU_FILTER = "regex:[Ss]oft[Mm]ax"    # torch's softmax kernels, not the one that fills the input
+
+
+def parse_ncu_kernels(text: str) -> list[str]:
+    """The kernel names of an `ncu --csv` log, once each, in launch order."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    records = sorted(csv.DictReader(io.StringIO("\n".join(lines))), key=lambda r: int(r["ID"]))
+    return list(dict.fromkeys(r["Kernel Name"] for r in records))
+
+
+def kernels_launched_ncu(n_cols: int, n_rows: int = 4000, dtype: str = "float32") -> list[str] | None:
+    """The softmax kernels one torch.softmax(x, dim=-1) launches, from Nsight Compute (ncu) on a
+    child process; None when ncu is not installed or cannot profile here (then say why)."""
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        return None
+    script = (f"import torch; x = torch.randn({int(n_rows)}, {int(n_cols)}, device='cuda', dtype=torch.{dtype}); "
+              "torch.softmax(x, dim=-1); torch.cuda.synchronize()")
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "ncu.csv")
+        command = [ncu, "--kernel-name", NCU_FILTER, "--metrics", "gpu__time_duration.sum", "--csv",
+                   "--log-file", log, sys.executable, "-c", script]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        except subprocess.TimeoutExpired:
+            print("kernels_launched: ncu did not finish in 180 s; asking torch.profiler instead")
+            return None
+        text = open(log).read() if os.path.exists(log) else ""
+    names = parse_ncu_kernels(text or done.stdout) if done.returncode == 0 else []
+    if not names:
+        print(f"kernels_launched: ncu profiled nothing (exit {done.returncode}: "
+              f"{(done.stdout + done.stderr).strip().splitlines()[-1:] or ''}); asking torch.profiler instead")
+        return None
+    return names
+
+
 def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32") -> list[str] | None:
     """The names of the GPU kernels one torch.softmax(x, dim=-1) launches on an (n_rows, n_cols)
-    tensor, from torch.profiler; None (and a message) without torch or without a GPU."""
+    tensor: from Nsight Compute where `ncu` is installed, else from torch.profiler; None (and a
+    message) without torch or without a GPU."""
     try:
         import torch
     except ImportError:
@@ -101,6 +146,9 @@ def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32") ->
     if not torch.cuda.is_available():
         print("kernels_launched: needs torch and a GPU (torch sees no CUDA device here)")
         return None
+    names = kernels_launched_ncu(n_cols, n_rows, dtype)
+    if names is not None:
+        return names
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(n_rows, n_cols, device="cuda", dtype=getattr(torch, dtype))

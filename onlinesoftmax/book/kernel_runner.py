@@ -1,0 +1,137 @@
+"""The grading subprocess of the CUDA exercises: kernel_exercises starts it, so that an illegal
+address, a hang or a poisoned CUDA context ends this process and never the reader's notebook.
+
+    python -m onlinesoftmax.book.kernel_runner '<spec as JSON>'
+
+spec: {"mode": "grade" | "compare" | "racecheck", "backend": "gpu" | "cpu",
+       "items": [[exercise, path], ...], "measure": true | false}
+
+It builds the kernel (cupy's NVRTC on a GPU, g++ and cpu_emulator.h on the CPU), runs it on every
+case of its task (kernel_tasks.py), checks every output against the float64 reference and every
+guard band, and on a GPU times it (onlinesoftmax.measure.timer) against a device-to-device copy
+measured in the same process. It prints one JSON line: what kernel_exercises.report reads.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from onlinesoftmax.book import kernel_tasks as kt
+from onlinesoftmax.book.grading import first_mismatch
+
+COPY_BYTES = 2**28
+
+
+class GpuBackend:
+    def __init__(self, path, entries):
+        import cupy
+
+        from onlinesoftmax.runtime import loader
+
+        self.xp = cupy
+        text, _ = loader.expand_source(Path(path))
+        module = cupy.RawModule(code=text, options=("-std=c++17",))
+        self.functions = {entry: module.get_function(entry) for entry in entries}
+
+    def launch(self, entry, grid, block, args, shared_bytes=0):
+        self.functions[entry](tuple(grid), tuple(block), tuple(args), shared_mem=shared_bytes)
+
+    def sync(self):
+        self.xp.cuda.Device().synchronize()
+
+
+class CpuBackend:
+    xp = np
+
+    def __init__(self, path, entries):
+        from onlinesoftmax.book import cpu_emulator
+
+        self.module = cpu_emulator.Module(path, entries)
+
+    def launch(self, entry, grid, block, args, shared_bytes=0):
+        self.module.launch(entry, grid, block, args, shared_bytes)
+
+    def sync(self):
+        pass
+
+
+def _mismatch(check: kt.Check, index, case: str) -> dict:
+    yours = np.asarray(check.yours, np.float64)
+    result = {"passed": False, "case": case, "output": check.output, "index": [int(i) for i in index],
+              "value": float(yours[index]), "expected_value": float(check.expected[index])}
+    if yours.ndim >= 2:
+        result["yours"], result["expected"] = yours[index[0]].tolist(), check.expected[index[0]].tolist()
+    if check.rows is not None:
+        result["input"], result["input_label"] = np.asarray(check.rows)[index[0]].tolist(), check.row_label
+    if check.poison is not None:
+        result["unwritten"] = int((np.asarray(check.yours) == check.poison).sum())
+        result["outputs"] = int(np.asarray(check.yours).size)
+    return result
+
+
+def check_values(backend, task, exercise: str) -> dict:
+    """Every case; the first wrong output (or guard band) as a dict; {"passed": True} otherwise."""
+    for case, inputs in task.cases():
+        arena = kt.Arena(backend.xp)
+        try:
+            checks = task.run(backend, exercise, inputs, arena)
+        except Exception as error:   # the emulator stopped the launch, or cupy raised
+            return {"passed": False, "case": case, "fault": f"{type(error).__name__}: {error}"}
+        for check in checks:
+            index = first_mismatch(check.yours, check.expected, check.tolerance)
+            if index is not None:
+                return _mismatch(check, index, case)
+        written = arena.overwritten()
+        if written:
+            return {"passed": False, "case": case, "fault": f"your kernel wrote past the end of {', '.join(written)} "
+                                                            "(into the guard band the grader puts after each output)"}
+    return {"passed": True}
+
+
+def measure(backend, task, exercise: str) -> dict:
+    """Device time at the task's timed shape (the book's one timer) and the ideal bytes over it."""
+    from onlinesoftmax.measure import timer
+
+    arena = kt.Arena(backend.xp)
+    launch, ideal_bytes = task.timed(backend, exercise, arena)
+    ms = timer.time_gpu(launch, [()])["ms"]
+    return {"ms": ms, "GBps": ideal_bytes / ms / 1e6, "ideal_bytes": int(ideal_bytes), "shape": list(task.timed_shape)}
+
+
+def _backend(kind: str, path: str, entries):
+    return (GpuBackend if kind == "gpu" else CpuBackend)(path, entries)
+
+
+def main(spec: dict) -> dict:
+    from onlinesoftmax.book.kernel_exercises import EXERCISES
+
+    results = []
+    for exercise, path in spec["items"]:
+        task = EXERCISES[exercise].task
+        backend = _backend(spec["backend"], path, task.entries(exercise))
+        if spec["mode"] == "racecheck":          # one small launch, nothing else, under compute-sanitizer
+            case, inputs = task.racecheck_case()
+            task.run(backend, exercise, inputs, kt.Arena(backend.xp))
+            return {"passed": True, "case": case}
+        result = check_values(backend, task, exercise)
+        if result["passed"] and spec.get("measure") and spec["backend"] == "gpu" and task.timed_shape:
+            result.update(measure(backend, task, exercise))
+        result["exercise"] = exercise
+        results.append(result)
+    timed = [r for r in results if "ms" in r]
+    if timed:                                    # one copy, measured after the kernels, for all of them
+        from onlinesoftmax.measure import timer
+
+        copy_GBps = timer.copy_bandwidth(COPY_BYTES)["GBps"]
+        for r in timed:
+            r["copy_GBps"] = copy_GBps
+    if spec["mode"] == "compare":
+        return {"passed": all(r["passed"] for r in results), "results": results}
+    return results[0]
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))

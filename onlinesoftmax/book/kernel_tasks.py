@@ -1,0 +1,302 @@
+"""What each kind of CUDA exercise launches, on which inputs, and how its answer is judged.
+
+A task knows its kernels' signature and launch geometry, its cases (a small readable one
+first, then the edge matrix), the float64 reference and tolerance of each output, and (for the
+ones that are timed) the shape and the ideal bytes. It runs the same on a GPU (cupy arrays) and
+on the CPU emulator (numpy arrays) through an Arena, which puts every input in front of a band
+of NaN and every output, poisoned, in front of a band of poison, so a read past the end of an
+input shows up as NaN and a write past the end of an output as a changed guard band.
+
+Kinds: SoftmaxRows (y = softmax of each row: chapters 03 and 06), SplitMerge (two blocks per
+row, two launches: 04), LseRows (one log-sum-exp per row: 05), TopK (softmax + top-k, a warp per
+row: 07) and Attention (fp32, d = 64: 08).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from onlinesoftmax import checks, reference
+from onlinesoftmax.book.grading import Tolerance
+
+GUARD = 64                         # elements of NaN after an input, of poison after an output
+EDGE_SIZES = (1, 2, 3, 31, 33, 100, 257, 4097)
+EDGE_ROWS = (3, 3, 3, 5, 5, 7, 3, 2)
+COLUMN_POISON = -2                 # no column has this index
+
+
+@dataclass
+class Check:
+    """One output of one case: yours and the float64 reference, the rule, and what to quote."""
+    output: str
+    yours: np.ndarray
+    expected: np.ndarray
+    tolerance: Tolerance
+    rows: np.ndarray | None = None      # the input row behind each row of the output
+    row_label: str = "input row"
+    poison: float | None = None
+
+
+class Arena:
+    """Inputs and outputs with guard bands, in numpy (CPU emulator) or cupy (GPU)."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.outputs = []
+
+    def input(self, host: np.ndarray, offset: int = 0):
+        xp, host = self.xp, np.ascontiguousarray(host)
+        buffer = xp.full(offset + host.size + GUARD, np.nan if host.dtype.kind == "f" else -1, dtype=host.dtype)
+        buffer[offset:offset + host.size] = xp.asarray(host.ravel())
+        return buffer[offset:offset + host.size].reshape(host.shape)
+
+    def output(self, name: str, shape, dtype, poison):
+        buffer = self.xp.full(int(np.prod(shape)) + GUARD, poison, dtype=dtype)
+        self.outputs.append((name, buffer, int(np.prod(shape)), poison))
+        return buffer[:int(np.prod(shape))].reshape(shape)
+
+    def overwritten(self) -> list[str]:
+        """The outputs whose guard band was written to (a write past their end)."""
+        found = []
+        for name, buffer, size, poison in self.outputs:
+            band = buffer[size:]
+            if bool((band != poison).any()):
+                found.append(name)
+        return found
+
+
+def host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def softmax_tolerance(x: np.ndarray, expected: np.ndarray) -> Tolerance:
+    """The tests' rule: twice the float32 safe softmax's error plus two ulps of the largest output."""
+    base = checks.max_abs_error(reference.softmax_same_dtype(x), expected)
+    return Tolerance(rtol=0.0, atol=checks.tolerance(base if np.isfinite(base) else 0.0, expected, np.float32))
+
+
+def edge_rows() -> list[tuple[str, np.ndarray]]:
+    """The rows every row-wise kernel exercise is checked on, readable case first."""
+    cases = [("the row [1, 2, 3]", np.array([[1.0, 2.0, 3.0]], np.float32))]
+    cases += [(f"{n_rows} rows of {n}", checks.random_rows(np, n_rows, n, seed=n))
+              for n, n_rows in zip(EDGE_SIZES, EDGE_ROWS)]
+    cases.append(("2 rows of 4096", checks.random_rows(np, 2, 4096, seed=4096)))
+    special, _ = checks.special_rows(np, 300)
+    cases.append(("rows with -inf, all -inf, +inf and NaN", special))
+    rng = np.random.default_rng(7)
+    cases.append(("logits near +1000 and near -1000",
+                  np.concatenate([rng.standard_normal((2, 500)) + 1000, rng.standard_normal((2, 500)) - 1000])
+                  .astype(np.float32)))
+    return cases
+
+
+def strided(x: np.ndarray, extra: int) -> np.ndarray:
+    """x inside rows `extra` columns longer, the extra columns NaN (a kernel that reads past its row sees NaN)."""
+    wide = np.full((x.shape[0], x.shape[1] + extra), np.nan, np.float32)
+    wide[:, :x.shape[1]] = x
+    return wide
+
+
+# ---- y = softmax of each row ------------------------------------------------------------------
+
+class SoftmaxRows:
+    """kernel(x, y, n_cols, x_row_stride, y_row_stride); grid n_rows, block 256."""
+    block = 256
+    timed_shape = (4000, 4096)
+    ideal_bytes_per_element = 8        # read once, written once (fp32)
+
+    def entries(self, name):
+        return (name,)
+
+    def cases(self):
+        rows = [(name, {"x": x}) for name, x in edge_rows()]
+        odd = checks.random_rows(np, 4, 1024, seed=11)
+        rows.append(("4 rows of 1024, 1025 floats apart (most rows not on a 16-byte boundary)",
+                     {"x": odd, "x_extra": 1}))
+        return rows
+
+    def launch(self, backend, name, x, y, n_cols, x_stride, y_stride):
+        backend.launch(name, (x.shape[0],), (self.block,),
+                       (x, y, np.int32(n_cols), np.int64(x_stride), np.int64(y_stride)))
+
+    def run(self, backend, name, case, arena):
+        x_host = case["x"]
+        extra = case.get("x_extra", 0)
+        n_rows, n_cols = x_host.shape
+        x = arena.input(strided(x_host, extra) if extra else x_host)
+        y = arena.output("y", (n_rows, n_cols), np.float32, checks.POISON["float32"])
+        self.launch(backend, name, x, y, n_cols, n_cols + extra, n_cols)
+        backend.sync()
+        expected = reference.softmax(x_host)
+        return [Check("y", host(y), expected, softmax_tolerance(x_host, expected), x_host,
+                      poison=checks.POISON["float32"])]
+
+    def timed(self, backend, name, arena):
+        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
+        y = arena.output("y", self.timed_shape, np.float32, 0.0)
+        n = self.timed_shape[1]
+        return (lambda: self.launch(backend, name, x, y, n, n, n)), self.ideal_bytes_per_element * x.size
+
+
+# ---- two blocks per row, two launches ---------------------------------------------------------
+
+class SplitMerge(SoftmaxRows):
+    """<name>_states(x, m_parts, l_parts, n_cols, x_row_stride), grid (2, n_rows), then
+    <name>_output(x, m_parts, l_parts, y, n_cols, x_row_stride, y_row_stride), grid (2, n_rows)."""
+
+    def entries(self, name):
+        return (f"{name}_states", f"{name}_output")
+
+    def launch(self, backend, name, x, y, n_cols, x_stride, y_stride, parts=None):
+        n_rows = x.shape[0]
+        m_parts, l_parts = parts if parts is not None else (backend.xp.empty(2 * n_rows, np.float32),
+                                                            backend.xp.empty(2 * n_rows, np.float32))
+        backend.launch(f"{name}_states", (2, n_rows), (self.block,),
+                       (x, m_parts, l_parts, np.int32(n_cols), np.int64(x_stride)))
+        backend.launch(f"{name}_output", (2, n_rows), (self.block,),
+                       (x, m_parts, l_parts, y, np.int32(n_cols), np.int64(x_stride), np.int64(y_stride)))
+
+    def timed(self, backend, name, arena):
+        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
+        y = arena.output("y", self.timed_shape, np.float32, 0.0)
+        parts = (backend.xp.empty(2 * x.shape[0], np.float32), backend.xp.empty(2 * x.shape[0], np.float32))
+        n = self.timed_shape[1]
+        return (lambda: self.launch(backend, name, x, y, n, n, n, parts)), self.ideal_bytes_per_element * x.size
+
+
+# ---- one log-sum-exp per row ------------------------------------------------------------------
+
+class LseRows(SoftmaxRows):
+    """kernel(x, lse, n_cols, x_row_stride); grid n_rows, block 256."""
+    ideal_bytes_per_element = 4        # read once; one float per row written
+
+    def launch(self, backend, name, x, lse, n_cols, x_stride):
+        backend.launch(name, (x.shape[0],), (self.block,), (x, lse, np.int32(n_cols), np.int64(x_stride)))
+
+    def run(self, backend, name, case, arena):
+        x_host = case["x"]
+        extra = case.get("x_extra", 0)
+        n_rows, n_cols = x_host.shape
+        x = arena.input(strided(x_host, extra) if extra else x_host)
+        lse = arena.output("lse", (n_rows,), np.float32, checks.POISON["float32"])
+        self.launch(backend, name, x, lse, n_cols, n_cols + extra)
+        backend.sync()
+        expected = reference.logsumexp(x_host)
+        base = checks.max_abs_error(reference.logsumexp_same_dtype(x_host), expected)
+        rule = Tolerance(rtol=0.0, atol=checks.tolerance(base if np.isfinite(base) else 0.0, expected, np.float32))
+        return [Check("lse", host(lse), expected, rule, x_host, poison=checks.POISON["float32"])]
+
+    def timed(self, backend, name, arena):
+        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
+        lse = arena.output("lse", (self.timed_shape[0],), np.float32, 0.0)
+        n = self.timed_shape[1]
+        return (lambda: self.launch(backend, name, x, lse, n, n)), 4 * x.size + 4 * x.shape[0]
+
+
+# ---- softmax + top-k, a warp per row ----------------------------------------------------------
+
+class TopK(SoftmaxRows):
+    """kernel(x, probs, columns, n_cols, k, x_row_stride); grid n_rows, block 32; k = min(4, n_cols)."""
+    block = 32
+    k_max = 4
+    timed_shape = (16384, 256)
+    ideal_bytes_per_element = 4        # read once; k pairs per row written
+
+    def cases(self):
+        rows = super().cases()
+        rng = np.random.default_rng(12)
+        ties = np.round(rng.standard_normal((6, 200)) * 1.5).astype(np.float32)   # many equal logits
+        ties[1, :] = 2.0
+        ties[2, 150:] = -np.inf
+        rows.insert(1, ("rows of rounded logits: many equal values", {"x": ties}))
+        one_lane = rng.standard_normal((2, 128)).astype(np.float32)
+        one_lane[:, ::32] = np.array([10.0, 11.0, 12.0, 13.0], np.float32)   # ascending, all read by lane 0
+        rows.insert(2, ("the four largest in one lane's slice (columns 0, 32, 64, 96), in increasing order",
+                        {"x": one_lane}))
+        return rows
+
+    def launch(self, backend, name, x, probs, columns, n_cols, k, x_stride):
+        backend.launch(name, (x.shape[0],), (self.block,),
+                       (x, probs, columns, np.int32(n_cols), np.int32(k), np.int64(x_stride)))
+
+    def run(self, backend, name, case, arena):
+        x_host = case["x"]
+        extra = case.get("x_extra", 0)
+        n_rows, n_cols = x_host.shape
+        k = min(self.k_max, n_cols)
+        x = arena.input(strided(x_host, extra) if extra else x_host)
+        probs = arena.output("probs", (n_rows, k), np.float32, checks.POISON["float32"])
+        columns = arena.output("columns", (n_rows, k), np.int64, COLUMN_POISON)
+        self.launch(backend, name, x, probs, columns, n_cols, k, n_cols + extra)
+        backend.sync()
+        from onlinesoftmax.kernels.softmax_topk import order   # NaN first, then larger, then the lower column
+
+        want_columns = order(x_host)[:, :k]
+        softmax = reference.softmax(x_host)
+        want_probs = np.take_along_axis(softmax, want_columns, axis=1)
+        return [Check("columns", host(columns), want_columns.astype(np.float64), Tolerance(0.0, 0.0), x_host,
+                      poison=COLUMN_POISON),
+                Check("probs", host(probs), want_probs, softmax_tolerance(x_host, softmax), x_host,
+                      poison=checks.POISON["float32"])]
+
+    def timed(self, backend, name, arena):
+        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
+        probs = arena.output("probs", (self.timed_shape[0], self.k_max), np.float32, 0.0)
+        columns = arena.output("columns", (self.timed_shape[0], self.k_max), np.int64, 0)
+        n = self.timed_shape[1]
+        ideal_bytes = 4 * x.size + 12 * self.k_max * x.shape[0]     # x read once; k (fp32, int64) pairs per row
+        return (lambda: self.launch(backend, name, x, probs, columns, n, self.k_max, n)), ideal_bytes
+
+
+# ---- attention, fp32, d = 64 ------------------------------------------------------------------
+
+class Attention:
+    """kernel(q, k, v, o, lse, n_q, n_k, scale) for q (heads, n_q, 64), k and v (heads, n_k, 64);
+    grid (ceil(n_q / 128), heads), block 128. Not timed: it is about correctness."""
+    block = 128
+    d = 64
+    timed_shape = None
+    shapes = (("one query, one key", 1, 1, 1, 1.0), ("2 heads, 2 queries, 31 keys", 2, 2, 31, 1.0),
+              ("31 queries, 33 keys", 1, 31, 33, 1.0), ("2 heads, 33 queries, 64 keys (two whole tiles)", 2, 33, 64, 1.0),
+              ("100 queries, 257 keys", 1, 100, 257, 1.0), ("129 queries (two blocks), 100 keys", 1, 129, 100, 1.0),
+              ("3 queries, 4097 keys", 1, 3, 4097, 1.0), ("large logits: q scaled by 8, 40 queries, 300 keys", 1, 40, 300, 8.0))
+
+    def entries(self, name):
+        return (name,)
+
+    def cases(self):
+        found = []
+        for number, (label, heads, n_q, n_k, q_scale) in enumerate(self.shapes):
+            rng = np.random.default_rng(100 + number)
+            q = (rng.standard_normal((heads, n_q, self.d)) * q_scale).astype(np.float32)
+            k, v = (rng.standard_normal((heads, n_k, self.d)).astype(np.float32) for _ in range(2))
+            found.append((label, {"q": q, "k": k, "v": v}))
+        return found
+
+    def run(self, backend, name, case, arena):
+        from onlinesoftmax.kernels import attention_blocked as ab
+
+        q_host, k_host, v_host = case["q"], case["k"], case["v"]
+        heads, n_q, d = q_host.shape
+        n_k = k_host.shape[1]
+        q, k, v = (arena.input(a) for a in (q_host, k_host, v_host))
+        o = arena.output("o", (heads, n_q, d), np.float32, checks.POISON["float32"])
+        lse = arena.output("lse", (heads, n_q), np.float32, checks.POISON["float32"])
+        backend.launch(name, (-(-n_q // self.block), heads), (self.block,),
+                       (q, k, v, o, lse, np.int32(n_q), np.int32(n_k), np.float32(1 / np.sqrt(d))))
+        backend.sync()
+        o_ref, lse_ref = (a[0] for a in ab.reference(q_host[None], k_host[None], v_host[None]))
+        o_base, lse_base = (a[0].astype(np.float64) for a in ab.simulate(q_host[None], k_host[None], v_host[None]))
+        o_rule = Tolerance(0.0, checks.tolerance(float(np.abs(o_base - o_ref).max()), o_ref, np.float32))
+        lse_rule = Tolerance(0.0, 2 * float(np.abs(lse_base - lse_ref).max())
+                             + 4 * checks.EPS["float32"] * max(1.0, float(np.abs(lse_ref).max())))
+        queries = q_host.reshape(heads * n_q, d)
+        return [Check("o", host(o).reshape(heads * n_q, d), o_ref.reshape(heads * n_q, d), o_rule, queries,
+                      "its query row", checks.POISON["float32"]),
+                Check("lse", host(lse).reshape(-1), lse_ref.reshape(-1), lse_rule, queries, "its query row",
+                      checks.POISON["float32"])]
+
+    def racecheck_case(self):
+        """A small case for compute-sanitizer: 100 queries, 257 keys (nine tiles, the last partial)."""
+        return next((label, c) for label, c in self.cases() if label.startswith("100 queries"))
