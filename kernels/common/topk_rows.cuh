@@ -18,6 +18,7 @@
 #pragma once
 #include "online_rows.cuh"
 #include "top_keys.cuh"
+#include "topk_build.cuh"
 
 #define TOPK_THREADS 256
 // Blocks per SM the compiler is asked to fit (__launch_bounds__' second argument), by list length:
@@ -30,30 +31,6 @@
 #define TOPK_MIN_BLOCKS_8 4
 #define TOPK_MIN_BLOCKS_16 3
 #define TOPK_MIN_BLOCKS_32 1
-
-// One build of a file compiles every entry; a build with -DTOPK_BUILD_ROW=<0 f32, 1 f16, 2 bf16>
-// and -DTOPK_BUILD_K=<K> gives every other entry an empty body (the launchers ask for the entry
-// they launch this way, so a process compiles only what it runs: a tenth of the time).
-template <class Row> __host__ __device__ constexpr int row_id();
-template <> __host__ __device__ constexpr int row_id<F32Row>() { return 0; }
-template <> __host__ __device__ constexpr int row_id<F16Row>() { return 1; }
-template <> __host__ __device__ constexpr int row_id<BF16Row>() { return 2; }
-template <class Row>
-__host__ __device__ constexpr bool topk_builds_row() {
-#if defined(TOPK_BUILD_ROW)
-    return row_id<Row>() == TOPK_BUILD_ROW;
-#else
-    return true;
-#endif
-}
-template <class Row, int K>
-__host__ __device__ constexpr bool topk_builds() {
-#if defined(TOPK_BUILD_K)
-    return topk_builds_row<Row>() && K == TOPK_BUILD_K;
-#else
-    return topk_builds_row<Row>();
-#endif
-}
 
 #define TOPK_ONLY 0     // the list alone
 #define TOPK_SAFE 1     // the list and l = sum e^(x - base) for a known base

@@ -18,6 +18,7 @@
 //               lane holds at most 32 elements of the row); rows strided, scalar loads.
 #include "online_rows.cuh"
 #include "top_list.cuh"
+#include "topk_build.cuh"
 
 #define ROWS_PER_BLOCK 8
 
@@ -60,15 +61,16 @@ __device__ __forceinline__ void softmax_topk_warp_row(const typename Row::Elem* 
     if (lane == 0 && lse != nullptr) lse[row] = stats.m + logf(stats.l);
 }
 
-#define SOFTMAX_TOPK_02(TAG, ROW, K)                                                                     \
+#define SOFTMAX_TOPK_05(TAG, ROW, K)                                                                     \
     extern "C" __global__ void __launch_bounds__(256) softmax_topk_05_warp_rows_##TAG##_k##K(           \
         const ROW::Elem* __restrict__ x, ROW::Elem* __restrict__ probs, long long* __restrict__ columns, \
         float* __restrict__ lse, int n_rows, int n_cols, long long x_row_stride, int k, int renormalize) { \
-        softmax_topk_warp_row<ROW, K>(x, probs, columns, lse, n_rows, n_cols, x_row_stride, k, renormalize); \
+        if constexpr (topk_builds<ROW, K>())                                                             \
+            softmax_topk_warp_row<ROW, K>(x, probs, columns, lse, n_rows, n_cols, x_row_stride, k, renormalize); \
     }
-#define SOFTMAX_TOPK_02_ALL_K(TAG, ROW) \
-    SOFTMAX_TOPK_02(TAG, ROW, 1) SOFTMAX_TOPK_02(TAG, ROW, 2) SOFTMAX_TOPK_02(TAG, ROW, 4) SOFTMAX_TOPK_02(TAG, ROW, 8)
+#define SOFTMAX_TOPK_05_ALL_K(TAG, ROW) \
+    SOFTMAX_TOPK_05(TAG, ROW, 1) SOFTMAX_TOPK_05(TAG, ROW, 2) SOFTMAX_TOPK_05(TAG, ROW, 4) SOFTMAX_TOPK_05(TAG, ROW, 8)
 
-SOFTMAX_TOPK_02_ALL_K(f32, F32Row)
-SOFTMAX_TOPK_02_ALL_K(f16, F16Row)
-SOFTMAX_TOPK_02_ALL_K(bf16, BF16Row)
+SOFTMAX_TOPK_05_ALL_K(f32, F32Row)
+SOFTMAX_TOPK_05_ALL_K(f16, F16Row)
+SOFTMAX_TOPK_05_ALL_K(bf16, BF16Row)

@@ -32,6 +32,7 @@
 #include "launch_order.cuh"
 #include "online_rows.cuh"
 #include "top_keys.cuh"
+#include "topk_build.cuh"
 
 // The state (m, l) as one key-sized word: m in the low half, l in the high half.
 __device__ __forceinline__ TopKey pack_state(OnlineState s) {
@@ -170,12 +171,12 @@ __device__ __forceinline__ void split_merge(const TopKey* __restrict__ records, 
     extern "C" __global__ void __launch_bounds__(1024) softmax_topk_06_split_chunks_##TAG(                  \
         const ROW::Elem* __restrict__ x, TopKey* __restrict__ records, int n_cols, long long x_row_stride,  \
         int n_chunks, int k) {                                                                               \
-        split_chunk<ROW>(x, records, n_cols, x_row_stride, n_chunks, k);                                     \
+        if constexpr (topk_builds_row<ROW>()) split_chunk<ROW>(x, records, n_cols, x_row_stride, n_chunks, k); \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(1024) softmax_topk_06_split_merge_##TAG(                   \
         const TopKey* __restrict__ records, ROW::Elem* __restrict__ probs, long long* __restrict__ columns, \
         float* __restrict__ lse, int n_chunks, int k, int renormalize) {                                     \
-        split_merge<ROW>(records, probs, columns, lse, n_chunks, k, renormalize);                            \
+        if constexpr (topk_builds_row<ROW>()) split_merge<ROW>(records, probs, columns, lse, n_chunks, k, renormalize); \
     }
 
 SOFTMAX_TOPK_06(f32, F32Row)

@@ -13,7 +13,7 @@ import numpy as np
 
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels import topk_keys as tk
-from onlinesoftmax.kernels.softmax_topk import to_dtype
+from onlinesoftmax.kernels.softmax_topk import ROW_IDS, to_dtype
 from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Launch, Variant, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
@@ -63,8 +63,9 @@ def plan_warp_rows(variant: Variant, x, probs, k: int = 1, renormalize: bool = F
     check_shape(variant, k, x.shape[1])
     entry = f"{variant.path.stem}_{DTYPE_TAGS[x.dtype.name]}_k{bucket(k)}"
     geometry_ = variant.geometry(*x.shape)
+    defines = (f"TOPK_BUILD_ROW={ROW_IDS[x.dtype.name]}", f"TOPK_BUILD_K={bucket(k)}")   # topk_build.cuh
     launch = driver.prepare_launch(
-        get_kernel(variant.path, entry), geometry_.grid, geometry_.block, 0, 1,
+        get_kernel(variant.path, entry, defines), geometry_.grid, geometry_.block, 0, 1,
         (POINTER, POINTER, POINTER, POINTER, INT, INT, LONG, INT, INT),
         fixed={4: x.shape[0], 5: x.shape[1], 6: x.strides[0] // x.itemsize, 7: k, 8: int(bool(renormalize))})
 

@@ -24,7 +24,7 @@ from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels import topk_keys as tk
 from onlinesoftmax.kernels import topk_rows_model as rm
 from onlinesoftmax.kernels.logsumexp_online import LAYOUTS
-from onlinesoftmax.kernels.softmax_topk import to_dtype
+from onlinesoftmax.kernels.softmax_topk import build_defines, to_dtype
 from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Variant, Launch, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
@@ -200,12 +200,13 @@ def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False
     optin = cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
     shape = split_shape(n_rows, n_cols, k, x.dtype.name, device.sm_count(), merge_capacity(optin))
     tag = DTYPE_TAGS[x.dtype.name]
-    chunks = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_chunks_{tag}"),
+    defines = build_defines(x.dtype.name)          # only this dtype's two entries (topk_build.cuh)
+    chunks = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_chunks_{tag}", defines),
                                    (n_rows * shape.n_chunks,), (shape.threads,), 0, 1,
                                    (POINTER, POINTER, INT, LONG, INT, INT),
                                    fixed={2: n_cols, 3: x.strides[0] // x.itemsize, 4: shape.n_chunks, 5: k})
     early = device.compute_capability() >= 90 and driver.has_driver_bindings()
-    merge = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_merge_{tag}"),
+    merge = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_merge_{tag}", defines),
                                   (n_rows,), (shape.merge_threads,), shape.merge_shared_bytes, 1,
                                   (POINTER, POINTER, POINTER, POINTER, INT, INT, INT),
                                   fixed={4: shape.n_chunks, 5: k, 6: int(bool(renormalize))}, programmatic=early)
