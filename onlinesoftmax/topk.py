@@ -18,8 +18,9 @@ top-k on the same row):
 - k from 1 to min(N, 1024).
 
 variant="auto" (`choose`): a warp per row for short rows (softmax_topk_05_warp_rows), a block per
-row with register lists when there are enough rows to fill the GPU (softmax_topk_04_online_fused),
-the row split over blocks for few long rows and for k above 32 (softmax_topk_06_split).
+row with register lists when there are enough rows to fill the GPU and k <= 16
+(softmax_topk_04_online_fused), the row split over blocks for few long rows and for larger k
+(softmax_topk_06_split).
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_to
 # softmax-topk times both kernels on the sampling shapes, from which these two should be set.
 SPLIT_BELOW_ROWS_PER_SM = 4
 SPLIT_MIN_ROW_BYTES = 32768
+# Register lists up to this k: the bucket K = 32 needs about 150 registers a thread, one block of 256
+# per SM (kernels/common/topk_rows.cuh); above it the split kernel's radix select. Also to be set
+# from the suite (its large_k case times both for k = 1 .. 32).
+AUTO_LIST_MAX_K = 16
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -61,7 +66,7 @@ def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | 
     if n_cols <= AUTO_WARP_MAX_COLS and k <= moe.MAX_K:
         return moe.WARP_ROWS
     few_long_rows = n_rows < SPLIT_BELOW_ROWS_PER_SM * sms and n_cols * ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
-    if k <= kt.MAX_K and not few_long_rows:
+    if k <= AUTO_LIST_MAX_K and not few_long_rows:
         return kt.ONLINE_FUSED
     return split.SPLIT
 

@@ -293,7 +293,8 @@ def test_bad_input_and_kernel_limits_name_what_was_passed():
 def test_auto_chooses_by_rows_length_k_and_dtype():
     choose = topk.choose
     assert choose(4096, 256, 8, sms=132) is moe.WARP_ROWS and choose(1, 512, 2, sms=132) is moe.WARP_ROWS
-    assert choose(4000, 32768, 5, sms=132) is kt.ONLINE_FUSED and choose(4000, 1000, 30, sms=132) is kt.ONLINE_FUSED
+    assert choose(4000, 32768, 5, sms=132) is kt.ONLINE_FUSED and choose(4000, 1000, 16, sms=132) is kt.ONLINE_FUSED
+    assert choose(4000, 1000, 17, sms=132) is sp.SPLIT                 # above the list bucket of 16
     assert choose(8, 128256, 20, sms=132) is sp.SPLIT and choose(256, 262144, 1, "bfloat16", sms=132) is sp.SPLIT
     assert choose(4000, 32768, 33, sms=132) is sp.SPLIT and choose(64, 513, 50, sms=132) is sp.SPLIT
     assert choose(8, 4096, 5, sms=132) is kt.ONLINE_FUSED          # a short row: one block reads it
