@@ -96,3 +96,18 @@ def test_the_widget_draws_the_k_returned(monkeypatch):
         fig = plt.gcf()
         assert figures.check_legends(fig) == [] and len(fig.axes[0].patches) == 60 + 5
         plt.close("all")
+
+
+def test_the_measuring_widget_shows_the_error_and_the_recorded_time(monkeypatch):
+    from onlinesoftmax.book import topk_widgets
+
+    monkeypatch.setattr(plt, "show", lambda: None)
+    data = made_up_suite()
+    for n_rows, n_cols, k, dtype, bars in ((1, 128256, 20, "float32", 4), (8, 3000, 5, "bfloat16", 0)):
+        topk_widgets.show_measured(n_rows, n_cols, k, dtype, data=data)
+        fig = plt.gcf()
+        assert figures.check_legends(fig) == []
+        left, right = fig.axes
+        assert (left.lines[0].get_ydata() <= 1).all()          # the model is within the tolerance
+        assert len(right.patches) == bars      # the split kernel, the lists and the two torch paths, or nothing
+        plt.close("all")
