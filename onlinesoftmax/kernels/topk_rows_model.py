@@ -27,8 +27,9 @@ LOG2E = F32(1.4426950408889634)
 @dataclass
 class ListStats:
     """What the lists did over a batch of rows: elements read, elements that entered a list, and, in
-    the vector loop, the (warp, element slot) pairs run and those in which some lane pushed (the
-    warp walked a list: a push is predicated, so one lane pushing costs the warp the walk)."""
+    the vector loop, the element slots the warps ran (16 per lane and step) and the list walks they
+    made: after a step the warp pushes at one push site as many times as its busiest lane has
+    entering elements (a push is predicated: one lane pushing costs the whole warp the walk)."""
 
     elements: int = 0
     pushed: int = 0
@@ -119,8 +120,8 @@ def thread_lists(x, k: int, K: int, threads: int = THREADS, stats: ListStats | N
                 warps_running = running[::WARP]
                 stats.pushed += int(entering.sum())
                 stats.slots += int(warps_running.sum()) * len(rows) * values.shape[-1]
-                walked = entering.reshape(len(rows), -1, WARP, values.shape[-1]).any(axis=2)   # (rows, W, STEP)
-                stats.walks += int((walked & warps_running[None, :, None]).sum())
+                busiest = entering.sum(axis=-1).reshape(len(rows), -1, WARP).max(axis=2)     # (rows, W)
+                stats.walks += int((busiest * warps_running[None, :]).sum())
             heads = own[:, :, 0].reshape(len(rows), -1, WARP)
             warp_pushed = pushed.reshape(len(rows), -1, WARP).any(axis=-1)
             for w in np.flatnonzero(running[::WARP]):                                # one interleaving
