@@ -1,123 +1,190 @@
-"""Suite `softmax-topk`: the fused softmax + top-k kernels (through onlinesoftmax.softmax_topk) against torch.
+"""Suite `softmax-topk`: the fused softmax + top-k kernels against torch, the read ceiling and each other.
 
-Ours: the variant that variant="auto" picks for the shape (`auto` true in its row), and on short
-rows (where auto picks softmax_topk_02_warp_rows) also softmax_topk_01_online by name.
-
-Peers on the same tensors, same timer (onlinesoftmax.measure.timer.time_gpu):
+Ours, by name through onlinesoftmax.softmax_topk (each row says whether it is the one variant="auto"
+picks: `auto`); peers on the same tensors with the same timer (onlinesoftmax.measure.timer):
   torch_softmax_topk   torch.softmax(x, -1) then torch.topk(p, k)  (the unfused path)
   torch_topk           torch.topk(x, k) on the logits alone        (no normalizer at all)
 Cases (`case` in each row):
-  paper     batch 4000 and 10, N 1K .. 64K (1M at batch 10), k in {1, 5, 10, 15, 30}, fp32: the
-            paper's sweep (its Fig. 3 is a V100; ours is the GPU in meta)
-  sampling  batch {1, 8, 64, 256} x vocabulary {32000, 128256, 151936, 262144} x k {1, 20}, fp32
-            and bf16 (k = 50 needs a list longer than the kernel's 32)
-  moe       tokens {1, 64, 512, 4096} x experts {64, 128, 256, 512} x k {2, 8}, fp32 and bf16
-Bytes counted: one read of the logits (`bytes_counted`); `fraction_of_read` divides by the read
-ceiling measured in the same run (timer.read_bandwidth). Ours is checked against the float64
-definition (softmax, then the k largest with ties to the lower column) on its timing input before
-it is timed; a wrong answer stops the run. End to end: one synchronous call of the public
-function between CUDA events (timer.time_end_to_end).
+  paper     the paper's comparison, fp32: batch 4000 at N 1K .. 256K and batch 10 at N 1K .. 1M,
+            K in {1, 5, 10, 15, 30}, its four kernels softmax_topk_01_topk_only ..
+            softmax_topk_04_online_fused (online fused over safe unfused, split into the fusion
+            gain 02 / 03 and the online gain 03 / 04, as the paper does), plus torch; 4000 x 32768,
+            k = 5 is the headline shape (the issue's targets: >= 10x torch.softmax -> torch.topk,
+            >= 0.7 of the read ceiling)
+  sampling  batch {1, 8, 64, 256} x vocabulary {32000, 128256, 151936, 262144} x k {1, 20, 50},
+            fp32 and bf16: auto (the split kernel for few rows) and the other of 04 / 06 that applies
+  moe       tokens {1, 64, 512, 4096} x experts {64, 128, 256, 512} x k {2, 8}, fp32 and bf16:
+            auto (softmax_topk_05_warp_rows) and softmax_topk_04_online_fused
+  large_k   256 x 262144 fp32 at k 64 .. 1024 (the split kernel against torch.topk), and
+            4000 x 32768 / 64 x 151936 fp32 at k 1 .. 32: the register lists (04, one bucket per k)
+            beside the split kernel's radix select, where the lists stop paying
+Every row of ours is checked before it is timed: the kernel runs once into poisoned outputs and its
+first and last rows are compared with the float64 definition (checks.compare_topk: columns exactly,
+or by probability for softmax_topk_02_safe_unfused; probabilities at the tests' tolerance; the LSE);
+a wrong answer stops the run. Bytes counted: one read of the logits (`bytes_counted`);
+`fraction_of_read` divides by the read ceiling measured at the start of the same run
+(timer.read_bandwidth). End to end: one synchronous call of the public function (timer.time_end_to_end).
 
-Run on a GPU machine:  python benchmarks/bench_softmax_topk.py          (about 1-2 minutes)
-                       python benchmarks/bench_softmax_topk.py --quick  (a few shapes, not written)
+Run on a GPU machine:  python benchmarks/bench_softmax_topk.py           (about 4-6 minutes)
+                       python benchmarks/bench_softmax_topk.py --quick   (under 40 s: one shape of each
+                                                                          case, suite softmax-topk-quick)
 """
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, reference
-from onlinesoftmax import topk
+from onlinesoftmax import checks, reference, topk
 from onlinesoftmax.kernels import softmax_topk as kt
+from onlinesoftmax.kernels import softmax_topk_moe as moe
+from onlinesoftmax.kernels import softmax_topk_split as sp
 from onlinesoftmax.measure import bench, results, timer
-PAPER = [(rows, n, k, "float32") for rows in (4000, 10) for n in (1024, 4096, 16384, 65536) for k in (1, 5, 10, 15, 30)] \
-    + [(10, 1 << 20, k, "float32") for k in (1, 5, 30)]
+
+SUITE = "softmax-topk"
+PAPER_KS = (1, 5, 10, 15, 30)
+PAPER = [(4000, n, k) for n in (1024, 4096, 16384, 32768, 65536, 262144) for k in PAPER_KS] + \
+        [(10, n, k) for n in (1024, 4096, 16384, 65536, 262144, 1 << 20) for k in PAPER_KS]
 SAMPLING = [(b, n, k, dtype) for dtype in ("float32", "bfloat16") for b in (1, 8, 64, 256)
-            for n in (32000, 128256, 151936, 262144) for k in (1, 20)]
+            for n in (32000, 128256, 151936, 262144) for k in (1, 20, 50)]
 MOE = [(t, e, k, dtype) for dtype in ("float32", "bfloat16") for t in (1, 64, 512, 4096)
        for e in (64, 128, 256, 512) for k in (2, 8)]
-QUICK = {"paper": [(4000, 32768, 5, "float32")], "sampling": [(8, 128256, 20, "bfloat16")],
-         "moe": [(512, 256, 8, "bfloat16")]}
-CHECK_ROWS = 16
+LARGE_K = [(256, 262144, k, "float32") for k in (64, 128, 256, 512, 1024)] + \
+          [(rows, n, k, "float32") for rows, n in ((4000, 32768), (64, 151936)) for k in (1, 2, 4, 8, 16, 24, 32)]
+QUICK = {"paper": [(4000, 32768, 5), (10, 1 << 20, 30)],
+         "sampling": [(1, 151936, 50, "bfloat16"), (64, 128256, 20, "float32")],
+         "moe": [(512, 256, 8, "bfloat16")],
+         "large_k": [(256, 262144, 1024, "float32")]}
+CHECK_ROWS = 8          # the first and the last rows of each input are checked against float64
 
 
-def check(probs, columns, x, k, name) -> None:
-    """Our answer on the first rows against the float64 definition; columns compared as sets where
-    probabilities tie."""
-    x64 = checks.as_float64(x[:CHECK_ROWS]).get()
-    want_cols = kt.order(x64)[:, :k]
-    want = np.take_along_axis(reference.softmax(x64), want_cols, axis=1)
-    got = checks.as_float64(probs[:CHECK_ROWS]).get()
-    eps = {"float32": 2**-23, "bfloat16": 2**-8, "float16": 2**-11}[x.dtype.name]
-    err = float(np.abs(got - want).max())
-    if not err <= 8 * eps * max(1.0, float(np.abs(want).max())):
-        raise AssertionError(f"{name} {x.shape} k={k} {x.dtype}: wrong probabilities, not timed: error {err:.3e}")
-    got_cols = columns[:CHECK_ROWS].get()
-    for row in range(got_cols.shape[0]):
-        if set(got_cols[row]) != set(want_cols[row]) and not np.allclose(
-                np.sort(x64[row, got_cols[row]]), np.sort(x64[row, want_cols[row]])):
-            raise AssertionError(f"{name} {x.shape} k={k}: row {row} picked other columns, not timed")
+def edge_rows(a):
+    """The first and last CHECK_ROWS rows of a 2-D array, on the host (slices: no fancy indexing)."""
+    head, tail = checks._host(a[:CHECK_ROWS]), checks._host(a[max(CHECK_ROWS, a.shape[0] - CHECK_ROWS):])
+    return np.concatenate([head, tail]) if tail.size else head
 
 
-def measure_case(case, n_rows, n_cols, k, dtype, read_GBps) -> list[dict]:
+def check_ours(variant, x, k: int) -> str:
+    """Run `variant` once into poisoned outputs and check its first and last rows; raise if wrong.
+    (A numpy x runs the kernel's model instead: the CPU tests exercise this check.)"""
+    n = x.shape[0]
+    if isinstance(x, np.ndarray):
+        probs, columns, lse = variant.simulate(x, k, False)
+    else:
+        import cupy
+
+        probs = checks.poisoned_like(x, shape=(n, k))
+        columns = cupy.full((n, k), checks.COLUMN_POISON, dtype=cupy.int64)
+        lse = checks.poisoned_like(x, dtype="float32", shape=(n,))
+        topk.run(variant, x, k, False, probs, columns, lse)
+        cupy.cuda.Device().synchronize()
+    selects_on = "probabilities" if variant is kt.SAFE_UNFUSED else "logits"
+    ok, message = checks.compare_topk(edge_rows(probs), edge_rows(columns), edge_rows(x), k, False, selects_on,
+                                      edge_rows(lse[:, None])[:, 0])
+    if not ok:
+        raise AssertionError(f"{variant.name} {tuple(x.shape)} k={k} {x.dtype}: {message}; not timed")
+    return message
+
+
+def check_logits(x, k: int) -> str:
+    """softmax_topk_01_topk_only against the definition's columns and the logits at them."""
+    values, columns = osm.topk_logits(x, k)
+    x64 = np.asarray(checks.as_float64(edge_rows(x)))
+    want = reference.topk_order(x64)[:, :k]
+    got_values = np.asarray(checks.as_float64(edge_rows(values)))
+    if not (edge_rows(columns) == want).all() or not np.array_equal(
+            got_values, np.take_along_axis(x64, want, axis=1), equal_nan=True):
+        raise AssertionError(f"softmax_topk_01_topk_only {tuple(x.shape)} k={k}: wrong columns or values; not timed")
+    return "columns and logits equal to the definition's"
+
+
+def ours_for(case: str, n_rows: int, n_cols: int, k: int, dtype: str) -> list:
+    """The kernels of ours timed for a shape (the auto choice first)."""
+    if case == "paper":
+        return list(kt.PAPER_VARIANTS)
+    auto = topk.choose(n_rows, n_cols, k, dtype)
+    names = [auto]
+    if case == "moe":
+        names.append(kt.ONLINE_FUSED)
+    elif case in ("sampling", "large_k"):
+        if k <= kt.MAX_K:
+            names.append(kt.ONLINE_FUSED if auto is sp.SPLIT else sp.SPLIT)
+    return list(dict.fromkeys(names))
+
+
+def measure_case(case: str, n_rows: int, n_cols: int, k: int, dtype: str, read_GBps: float) -> list[dict]:
     import cupy
     import torch
 
     x = checks.random_rows(cupy, n_rows, n_cols, dtype, seed=n_cols + k)
     nbytes = x.nbytes
+    auto = topk.choose(n_rows, n_cols, k, dtype)
     fields = {"case": case, "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype, "bytes": nbytes,
               "bytes_counted": "one read of the logits"}
-    auto = topk.choose(n_cols, k)
-    ours = {auto.name: True}
-    if auto is kt.WARP_ROWS:
-        ours[kt.ONLINE_FUSED.name] = False
     tx = bench.torch_view(x)
+    calls, checked = {}, {}
+    for variant in ours_for(case, n_rows, n_cols, k, dtype):
+        if variant is kt.TOPK_ONLY:
+            checked[variant.name] = check_logits(x, k)
+            calls[variant.name] = lambda: osm.topk_logits(x, k)
+        else:
+            checked[variant.name] = check_ours(variant, x, k)
+            calls[variant.name] = lambda variant=variant: osm.softmax_topk(x, k, variant=variant.name)
     peers = {"torch_softmax_topk": lambda: torch.topk(torch.softmax(tx, dim=-1), k, dim=-1),
              "torch_topk": lambda: torch.topk(tx, k, dim=-1)}
-    calls = {}
-    for name in ours:
-        probs, columns = osm.softmax_topk(x, k, variant=name)
-        check(probs, columns, x, k, name)
-        calls[name] = lambda name=name: osm.softmax_topk(x, k, variant=name)
     rows = []
+    reps = 15 if nbytes < bench.BIG_CALL_BYTES else 8
     for name, fn in {**calls, **peers}.items():
-        t = timer.time_gpu(fn, [()], reps=15)
+        t = timer.time_gpu(fn, [()], reps=reps)
         e2e = timer.time_end_to_end(fn, [()], reps=10)
-        rows.append({"kernel": name, **fields, **t, "GBps": nbytes / t["ms"] / 1e6,
-                     "fraction_of_read": nbytes / t["ms"] / 1e6 / read_GBps,
-                     "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"]})
-        if name in ours:
-            rows[-1]["auto"] = ours[name]
+        row = {"kernel": name, **fields, **t, "method": "device", "GBps": nbytes / t["ms"] / 1e6,
+               "fraction_of_read": nbytes / t["ms"] / 1e6 / read_GBps,
+               "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"]}
+        if name in calls:
+            row.update(auto=name == auto.name, correct=True, check=checked[name])
+        rows.append(row)
     by = {r["kernel"]: r for r in rows}
-    for name in ours:
+    for name in calls:
         for peer in peers:
             by[name][f"speedup_vs_{peer}"] = by[peer]["ms"] / by[name]["ms"]
             by[name][f"end_to_end_speedup_vs_{peer}"] = by[peer]["end_to_end_us"] / by[name]["end_to_end_us"]
+    if case == "paper":
+        unfused, safe, online = (by[v.name]["ms"] for v in (kt.SAFE_UNFUSED, kt.SAFE_FUSED, kt.ONLINE_FUSED))
+        by[kt.ONLINE_FUSED.name].update(paper_total=unfused / online, paper_fusion=unfused / safe,
+                                        paper_online=safe / online)
     del x, tx
     return rows
+
+
+def shapes(quick: bool):
+    cases = QUICK if quick else {"paper": PAPER, "sampling": SAMPLING, "moe": MOE, "large_k": LARGE_K}
+    for case, listed in cases.items():
+        for shape in listed:
+            yield (case, *shape) if len(shape) == 4 else (case, *shape, "float32")
 
 
 def main(quick: bool) -> None:
     import cupy
 
+    started = time.time()
     copy, read = timer.copy_bandwidth(), timer.read_bandwidth()
     print(f"copy {copy['GBps']:.0f} GB/s, read {read['GBps']:.0f} GB/s", flush=True)
-    cases = QUICK if quick else {"paper": PAPER, "sampling": SAMPLING, "moe": MOE}
     rows = [{"kernel": "copy", "op": "copy", "bytes_counted": "read + write", **copy},
             {"kernel": "read", "op": "read", "bytes_counted": "read", **read}]
-    for case, shapes in cases.items():
-        for n_rows, n_cols, k, dtype in shapes:
-            new = measure_case(case, n_rows, n_cols, k, dtype, read["GBps"])
-            rows += new
-            ours = new[0]
-            print(f"{case} {n_rows}x{n_cols} k={k} {dtype}: {ours['ms'] * 1e3:.1f} us, "
-                  f"{ours['fraction_of_read']:.2f} of read, x{ours['speedup_vs_torch_softmax_topk']:.2f} torch "
-                  f"softmax+topk, x{ours['speedup_vs_torch_topk']:.2f} torch.topk", flush=True)
-            cupy.get_default_memory_pool().free_all_blocks()
-    if not quick:
-        print("wrote", results.write_results("softmax-topk", rows, results.gpu_meta()), file=sys.stderr)
+    for case, n_rows, n_cols, k, dtype in shapes(quick):
+        new = measure_case(case, n_rows, n_cols, k, dtype, read["GBps"])
+        rows += new
+        for row in (r for r in new if "correct" in r):
+            print(f"{case} {n_rows}x{n_cols} k={k} {dtype} {row['kernel']}{' (auto)' if row['auto'] else ''}: "
+                  f"{row['ms'] * 1e3:.1f} us, {row['fraction_of_read']:.2f} of read, "
+                  f"x{row['speedup_vs_torch_softmax_topk']:.2f} torch softmax+topk, "
+                  f"x{row['speedup_vs_torch_topk']:.2f} torch.topk", flush=True)
+        cupy.get_default_memory_pool().free_all_blocks()
+    meta = results.gpu_meta(f"device: {timer.METHOD} | end_to_end: {timer.METHOD_END_TO_END}")
+    meta["wall_s"] = time.time() - started
+    print("wrote", results.write_results(SUITE + ("-quick" if quick else ""), rows, meta), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     y = osm.softmax(x)              # numpy x: the kernel's NumPy model; cupy x: the CUDA kernel
     lse = osm.logsumexp(x, axis=1)  # float32
     p, i = osm.softmax_topk(x, k=5) # the 5 largest probabilities of each row and their columns
+    v, i = osm.topk_logits(x, k=5)  # the 5 largest logits (as torch.topk)
     o = osm.attention(q, k, v, causal=True)  # softmax(q k^T / sqrt(d)) v, never storing the scores
     osm.reload()                    # after editing a kernel under kernels/: rebuild on the next call
 
@@ -19,16 +20,18 @@ from onlinesoftmax.kernels import softmax_split_merge  # noqa: F401  (softmax_06
 from onlinesoftmax.kernels import logsumexp_online  # noqa: F401  (logsumexp_01_online, log_softmax_01_online)
 from onlinesoftmax.kernels import logsumexp_state  # noqa: F401  (logsumexp_02_state: (m, l) per row, for merges across GPUs)
 from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
-from onlinesoftmax.kernels import softmax_topk  # noqa: F401  (softmax_topk_01_online: softmax + top-k, one read)
+from onlinesoftmax.kernels import softmax_topk  # noqa: F401  (softmax_topk_01 .. 04: the paper's four)
+from onlinesoftmax.kernels import softmax_topk_moe  # noqa: F401  (softmax_topk_05_warp_rows: MoE gating)
+from onlinesoftmax.kernels import softmax_topk_split  # noqa: F401  (softmax_topk_06_split: few long rows, k <= 1024)
 from onlinesoftmax.kernels import attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
 from onlinesoftmax.kernels import attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
 from onlinesoftmax import reference
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
-from onlinesoftmax.topk import softmax_topk
+from onlinesoftmax.topk import softmax_topk, topk_logits
 from onlinesoftmax.attention_api import attention
 from onlinesoftmax.registry import REGISTRY, variants
 from onlinesoftmax.runtime.loader import reload
 
 VARIANTS = ("auto",) + tuple(v.name for v in variants("softmax"))
 
-__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_topk", "attention", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]
+__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_topk", "topk_logits", "attention", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]

@@ -295,3 +295,86 @@ def run_checked(fn, x, shape=None, dtype=None):
     missing = unwritten(out)
     assert missing == 0, f"{missing} of {out.size} outputs were never written"
     return out
+
+
+# ---- softmax + top-k ----------------------------------------------------------------------------
+
+COLUMN_POISON = -12345   # int64 columns never written by a kernel keep it (and fail every check)
+SUBNORMAL_STEP = {"float32": 2.0**-148, "bfloat16": 2.0**-132, "float16": 2.0**-23}   # twice the spacing
+
+
+def _host(a):
+    """numpy (or cupy, copied to the host; bfloat16 through its 16-bit words) -> numpy."""
+    if not hasattr(a, "get"):
+        return np.asarray(a)
+    if a.dtype.name == "bfloat16":
+        import cupy
+
+        return cupy.ascontiguousarray(a).view(cupy.uint16).get().view(np_dtype("bfloat16"))
+    return a.get()
+
+
+def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_on: str = "logits",
+                 lse=None) -> tuple[bool, str]:
+    """(passed, message): the k probabilities and columns of a softmax + top-k of the rows of x (2-D,
+    numpy or cupy) against the float64 definition (reference.softmax_topk).
+
+    selects_on="logits" (the fused kernels): the columns are the definition's exactly (equal logits
+    to the lower column, NaN first). "probabilities" (a top-k of stored probabilities, as the unfused
+    path and torch do): the columns of each row are distinct, and at every rank the returned column's
+    float64 probability is within the tolerance of the definition's (rounded probabilities may tie
+    and swap columns); a row whose softmax is NaN returns columns 0 .. k-1. Probabilities: NaN exactly
+    where the definition's are, and an error at most twice the baseline's (the softmax in fp32
+    rounded once to x's dtype, at the same columns) plus two ulps of the largest. lse, if given:
+    within 4 fp32 ulps (of max(|lse|, 1)) of the float64 log-sum-exp where that is finite."""
+    x_host, probs_host, got = _host(x), _host(probs), _host(columns)
+    x64 = np.asarray(as_float64(x_host))
+    n_rows, n_cols = x64.shape
+    if got.shape != (n_rows, k) or got.dtype != np.int64 or probs_host.shape != (n_rows, k):
+        return False, f"expected ({n_rows}, {k}) probabilities and int64 columns, got {probs_host.shape} and " \
+                      f"{got.shape} {got.dtype}"
+    if probs_host.dtype != x_host.dtype:
+        return False, f"probabilities in {probs_host.dtype}, expected x's {x_host.dtype}"
+    if (got < 0).any() or (got >= n_cols).any():
+        return False, f"columns outside 0 .. {n_cols - 1} (unwritten: {int((got == COLUMN_POISON).sum())})"
+    want_p, want_c = reference.softmax_topk(x64, k, renormalize)
+    p64 = reference.softmax(x64)
+    if selects_on == "logits":
+        if not (got == want_c).all():
+            row = int(np.flatnonzero((got != want_c).any(axis=1))[0])
+            return False, f"row {row}: columns {got[row].tolist()}, the definition's {want_c[row].tolist()}"
+    elif selects_on == "probabilities":
+        if any(len(set(r)) != k for r in got.tolist()):
+            return False, "a row returns a column twice"
+        nan_rows = np.isnan(p64).all(axis=1)
+        at_got = np.take_along_axis(p64, got, axis=1)[~nan_rows]
+        at_want = np.take_along_axis(p64, want_c, axis=1)[~nan_rows]
+        # two probabilities can swap only if they round to the same stored value: a few ulps apart
+        # (relative), or both below the dtype's normal range (absolute: twice its subnormal spacing)
+        slack = 4 * (EPS[x_host.dtype.name] + 2.0**-23) * np.abs(at_want) + SUBNORMAL_STEP[x_host.dtype.name]
+        if (nan_rows & (got != np.arange(k)).any(axis=1)).any() or not (np.abs(at_got - at_want) <= slack).all():
+            return False, "columns whose probabilities are not the k largest"
+    else:
+        raise ValueError(f"selects_on must be 'logits' or 'probabilities', got {selects_on!r}")
+    probs64 = np.asarray(as_float64(probs_host))
+    if not np.array_equal(np.isnan(probs64), np.isnan(want_p)):
+        return False, "NaN where the definition has none, or a number where it is NaN"
+    base = np.take_along_axis(np.asarray(baseline_softmax(x_host)), want_c, axis=1)
+    if renormalize:
+        with np.errstate(all="ignore"):
+            base = base / base.sum(axis=1, keepdims=True)
+    finite = np.isfinite(want_p)
+    base_err = float(np.abs(base - want_p)[finite].max()) if finite.any() else 0.0
+    tol = tolerance(base_err if np.isfinite(base_err) else 0.0, want_p, x_host.dtype)
+    err = float(np.abs(probs64 - want_p)[finite].max()) if finite.any() else 0.0
+    if not err <= tol:
+        return False, f"probabilities: error {err:.3e}, tolerance {tol:.3e}"
+    message = f"{x_host.dtype} k={k}: error {err:.3e}, tolerance {tol:.3e}"
+    if lse is not None:
+        lse_host, want_lse = _host(lse).astype(np.float64), reference.logsumexp(x64)
+        ok = np.isfinite(want_lse)
+        lse_tol = 4 * 2.0**-23 * np.maximum(np.abs(want_lse[ok]), 1)
+        if not (np.abs(lse_host[ok] - want_lse[ok]) <= lse_tol).all() or \
+                not np.array_equal(np.isnan(lse_host[~ok]), np.isnan(want_lse[~ok])):
+            return False, "the log-sum-exp is off"
+    return True, message

@@ -130,3 +130,27 @@ def combine(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, floa
     m = max(m1, m2)
     base = 0.0 if m == NEG_INF else m
     return m, l1 * np.exp(m1 - base) + l2 * np.exp(m2 - base)
+
+
+def topk_order(x) -> np.ndarray:
+    """Columns of each row (2-D, host) in the top-k order: NaN first, then larger values, equal
+    values (and NaNs among themselves) by the lower column. -0.0 equals +0.0."""
+    x = np.asarray(x, dtype=np.float64)
+    key = np.where(np.isnan(x), -np.inf, -x)          # ascending: NaN and large values first
+    not_nan = ~np.isnan(x)                             # False (NaN) sorts before True
+    columns = np.broadcast_to(np.arange(x.shape[1]), x.shape)
+    return np.lexsort((columns, key, not_nan), axis=-1)
+
+
+def softmax_topk(x, k: int, renormalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, columns) of the k largest softmax probabilities of each row of x (2-D, host),
+    in float64: the columns of topk_order, softmax(x) at them, or with renormalize the kept
+    e^(x - max) over their own sum. Rows whose softmax is NaN (NaN, +inf, all -inf) give NaN."""
+    x64 = np.asarray(x, dtype=np.float64)
+    columns = topk_order(x64)[:, :k]
+    if not renormalize:
+        return np.take_along_axis(softmax(x64), columns, axis=1), columns
+    with np.errstate(all="ignore"):
+        m = x64.max(axis=1, keepdims=True)
+        e = np.take_along_axis(np.exp(x64 - m), columns, axis=1)
+        return e / e.sum(axis=1, keepdims=True), columns

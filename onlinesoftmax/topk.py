@@ -2,6 +2,7 @@
 
     probs, indices = onlinesoftmax.softmax_topk(x, k)                 # numpy x: model; cupy x: kernel
     probs, indices, lse = onlinesoftmax.softmax_topk(x, k, return_lse=True)
+    values, indices = onlinesoftmax.topk_logits(x, k)                 # the k largest logits (no softmax)
 
 TopK(softmax(x)) picks the same columns as TopK(x) (e^x is increasing), so one read of the logits
 gives both the selection and the normalizer. Conventions (tested against softmax followed by a
@@ -11,7 +12,15 @@ top-k on the same row):
 - renormalize=True divides by the sum of the k kept (MoE gating, top-k sampling), so they sum to 1;
 - a row of all -inf gives NaN probabilities (softmax of it is NaN, as torch) and indices 0 .. k-1;
   a row holding NaN or +inf gives NaN probabilities, and NaN ranks above every number (as
-  torch.topk ranks it), so its NaN columns come first.
+  torch.topk ranks it), so its NaN columns come first (+inf next). torch.topk of the NaN
+  probabilities would return whichever columns it meets first; softmax_topk_02_safe_unfused,
+  which selects on the probabilities as torch does, returns columns 0 .. k-1 there.
+- k from 1 to min(N, 1024).
+
+variant="auto" (`choose`): a warp per row for short rows (softmax_topk_05_warp_rows), a block per
+row with register lists when there are enough rows to fill the GPU and k <= 16
+(softmax_topk_04_online_fused), the row split over blocks for few long rows and for larger k
+(softmax_topk_06_split).
 """
 from __future__ import annotations
 
@@ -19,25 +28,68 @@ import numpy as np
 
 from onlinesoftmax import api
 from onlinesoftmax.kernels import softmax_topk as kt
+from onlinesoftmax.kernels import softmax_topk_moe as moe
+from onlinesoftmax.kernels import softmax_topk_split as split
+from onlinesoftmax.runtime import device
 from onlinesoftmax.runtime.plan import get_runner
 
 AUTO = ("auto",)
-AUTO_WARP_MAX_COLS = 512     # rows up to this length go to softmax_topk_02_warp_rows (k <= 8)
+MAX_K = split.MAX_K
+AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_topk_05_warp_rows
+# Split a row over blocks when there are fewer rows than this many per SM and a row holds at least
+# SPLIT_MIN_ROW_BYTES: a block per row would leave SMs idle. Not measured yet: the suite
+# softmax-topk times both kernels on the sampling shapes, from which these two should be set.
+SPLIT_BELOW_ROWS_PER_SM = 4
+SPLIT_MIN_ROW_BYTES = 32768
+# Register lists up to this k: the bucket K = 32 needs about 150 registers a thread, one block of 256
+# per SM (kernels/common/topk_rows.cuh); above it the split kernel's radix select. Also to be set
+# from the suite (its large_k case times both for k = 1 .. 32).
+AUTO_LIST_MAX_K = 16
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def _check_k(k, n_cols: int) -> int:
+def check_k(k, n_cols: int, function: str = "softmax_topk") -> int:
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"softmax_topk: k must be an int, got {type(k).__name__} {k!r}")
+        raise TypeError(f"{function}: k must be an int, got {type(k).__name__} {k!r}")
     if not 1 <= k <= n_cols:
-        raise ValueError(f"softmax_topk: k must lie in 1 .. N = {n_cols} (the row length), got {k}")
-    if k > kt.MAX_K:
-        raise ValueError(f"softmax_topk: k of at most {kt.MAX_K} for now, got {k}")
+        raise ValueError(f"{function}: k must lie in 1 .. N = {n_cols} (the row length), got {k}")
+    if k > MAX_K:
+        raise ValueError(f"{function}: k of at most {MAX_K} (the split kernel's radix select and merge), got {k}; "
+                         "torch.topk takes any k")
     return int(k)
 
 
-def choose(n_cols: int, k: int):
-    """variant="auto": a warp per row for short rows (N <= AUTO_WARP_MAX_COLS, k <= 8), else a block."""
-    return kt.WARP_ROWS if n_cols <= AUTO_WARP_MAX_COLS and k <= kt.WARP_MAX_K else kt.ONLINE_FUSED
+def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | None = None):
+    """variant="auto": the kernel for n_rows rows of n_cols elements of `dtype`, k kept, on `sms` SMs
+    (None: the current device's; 132 without a GPU)."""
+    sms = device.sm_count() if sms is None else sms
+    if n_cols <= AUTO_WARP_MAX_COLS and k <= moe.MAX_K:
+        return moe.WARP_ROWS
+    few_long_rows = n_rows < SPLIT_BELOW_ROWS_PER_SM * sms and n_cols * ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
+    if k <= AUTO_LIST_MAX_K and not few_long_rows:
+        return kt.ONLINE_FUSED
+    return split.SPLIT
+
+
+def _check_variant(chosen, k: int, n_cols: int, dtype: str) -> None:
+    """The limits of a kernel asked for by name, said before anything runs."""
+    if chosen is kt.TOPK_ONLY:
+        raise ValueError(f"softmax_topk: {chosen.name} returns the k largest logits, not probabilities: "
+                         "call onlinesoftmax.topk_logits(x, k)")
+    if chosen is moe.WARP_ROWS:
+        moe.check_shape(chosen, k, n_cols)
+    elif chosen is split.SPLIT:
+        split.split_shape(1, n_cols, k, dtype)        # raises for a k the split cannot hold
+    else:
+        kt.check_k(chosen, k)
+
+
+def run(chosen, rows, k: int, renormalize: bool, probs, indices, lse=None) -> None:
+    """Launch `chosen` on 2-D cupy rows into the given outputs (probs (rows, k) in x's dtype, indices
+    (rows, k) int64, lse (rows,) float32 or None) through its cached plan: softmax_topk's GPU path, and
+    the tests' and benchmarks' way to run a kernel into outputs they poisoned first."""
+    options = {"k": k, "renormalize": renormalize, "columns": indices, "lse": lse}
+    get_runner(chosen, rows, probs, options)(rows, probs, **options)
 
 
 def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return_lse: bool = False,
@@ -49,27 +101,47 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
     on_gpu = api.check_array(x, "softmax_topk")
     axis = api.normalize_axis(axis, x.ndim, "softmax_topk")
     api.check_length(x, axis, "softmax_topk")
-    k = _check_k(k, x.shape[axis])
+    k = check_k(k, x.shape[axis])
     if not isinstance(renormalize, (bool, np.bool_)):
         raise TypeError(f"softmax_topk: renormalize must be True or False, got {renormalize!r}")
+    rows, _ = api.as_rows(x, axis)
     if variant not in AUTO:
         chosen = api.resolve(variant, "softmax_topk", "softmax_topk")
+        _check_variant(chosen, k, rows.shape[1], rows.dtype.name)
     else:
-        chosen = choose(x.shape[axis], k)
-    if chosen is kt.WARP_ROWS and (k > kt.WARP_MAX_K or x.shape[axis] > kt.WARP_MAX_COLS):
-        raise ValueError(f"softmax_topk: {kt.WARP_ROWS.name} takes k <= {kt.WARP_MAX_K} and rows of at most "
-                         f"{kt.WARP_MAX_COLS} elements, got k = {k}, N = {x.shape[axis]}; variant='auto' chooses for you")
-    rows, _ = api.as_rows(x, axis)
+        chosen = choose(rows.shape[0], rows.shape[1], k, rows.dtype.name)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
     if not on_gpu:
-        probs, indices, lse = chosen.simulate(rows, k, renormalize)
+        probs, indices, lse = chosen.simulate(rows, k, bool(renormalize))
     else:
         import cupy
 
         probs = cupy.empty((rows.shape[0], k), dtype=rows.dtype)
         indices = cupy.empty((rows.shape[0], k), dtype=cupy.int64)
         lse = cupy.empty(rows.shape[0], dtype=cupy.float32)
-        options = {"k": k, "renormalize": bool(renormalize), "columns": indices, "lse": lse}
-        get_runner(chosen, rows, probs, options)(rows, probs, **options)
+        run(chosen, rows, k, bool(renormalize), probs, indices, lse)
     probs, indices, lse = probs.reshape(lead + (k,)), indices.reshape(lead + (k,)), lse.reshape(lead)
     return (probs, indices, lse) if return_lse else (probs, indices)
+
+
+def topk_logits(x, k: int, axis: int = -1):
+    """(values, indices) of the k largest logits of each row along `axis`, as torch.topk(x, k) (sorted,
+    ties to the lower index, NaN first): softmax_topk_01_topk_only, the baseline of the fused kernels.
+    values in x's dtype, indices int64; k <= 32 (the kernel's register lists)."""
+    on_gpu = api.check_array(x, "topk_logits")
+    axis = api.normalize_axis(axis, x.ndim, "topk_logits")
+    api.check_length(x, axis, "topk_logits")
+    k = check_k(k, x.shape[axis], "topk_logits")
+    kt.check_k(kt.TOPK_ONLY, k)
+    rows, _ = api.as_rows(x, axis)
+    lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
+    if not on_gpu:
+        values, indices = kt.simulate_topk_only(rows, k)
+    else:
+        import cupy
+
+        values = cupy.empty((rows.shape[0], k), dtype=rows.dtype)
+        indices = cupy.empty((rows.shape[0], k), dtype=cupy.int64)
+        options = {"k": k, "columns": indices}
+        get_runner(kt.TOPK_ONLY, rows, values, options)(rows, values, **options)
+    return values.reshape(lead + (k,)), indices.reshape(lead + (k,))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck, racecheck, synccheck) over the attention kernels
 # (attention_01_blocked, attention_02_decode_split with one split and with several, causal and
-# not, every head dimension) and the fused softmax + top-k kernels (block and warp per row), all three
-# dtypes, short awkward shapes. Host API errors are not reported (cuda-bindings probes the driver).
+# not, every head dimension) and the fused softmax + top-k kernels, all three
+# dtypes, short awkward shapes; the top-k kernels are softmax_topk_01 .. 06 (the paper's four, the
+# warp-per-row kernel, the split kernel with its two launches). Host API errors are not reported
+# (cuda-bindings probes the driver).
 # Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -25,12 +27,19 @@ for dtype in checks.DTYPES:
                 osm.attention(q, k, v, causal=causal, return_lse=True, variant=variant)
                 launches += 1
     for n_rows, n_cols, k in ((3, 1, 1), (2, 33, 4), (2, 1000, 16), (1, 4097, 32), (2, 70000, 5)):
-        x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=4)
-        osm.softmax_topk(x, k, return_lse=True, variant="softmax_topk_01_online")
+        x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=4)[:, :n_cols - (n_cols > 3)]   # misaligned tails too
+        for variant in ("softmax_topk_02_safe_unfused", "softmax_topk_03_safe_fused", "softmax_topk_04_online_fused"):
+            osm.softmax_topk(x, min(k, x.shape[1]), return_lse=True, variant=variant)
+            launches += 1
+        osm.topk_logits(x, min(k, x.shape[1]))            # softmax_topk_01_topk_only
         launches += 1
     for n_rows, n_cols, k in ((3, 1, 1), (9, 33, 4), (17, 300, 8), (5, 1024, 2)):   # the warp-per-row kernel
         x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=5)
-        osm.softmax_topk(x, k, return_lse=True, variant="softmax_topk_02_warp_rows")
+        osm.softmax_topk(x, k, return_lse=True, variant="softmax_topk_05_warp_rows")
+        launches += 1
+    for n_rows, n_cols, k in ((1, 3, 2), (2, 4097, 50), (1, 151936, 20), (3, 20000, 1024), (40, 3000, 5)):
+        x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=6)[:, 1:]           # the split kernel
+        osm.softmax_topk(x, k, return_lse=True, renormalize=True, variant="softmax_topk_06_split")
         launches += 1
 cp.cuda.Device().synchronize()
 print("sanitized", launches, "calls")

@@ -1,15 +1,23 @@
-"""softmax_topk against the float64 definition — softmax of the row, then its k largest with ties
-toward the lower index — on numpy (the kernel's NumPy model) and on cupy (the kernel, GPU tier):
-every dtype, awkward lengths, k from 1 to 32, ties, -inf / +inf / NaN rows, views; and bad k."""
+"""softmax_topk and topk_logits against the float64 definition (reference.softmax_topk: softmax of the
+row, then its k largest with ties toward the lower index), every kernel by name, on numpy (each
+kernel's NumPy model) and on cupy (the kernel into poisoned outputs, GPU tier): every dtype, awkward
+lengths, k from 1 to 1024, ties, -inf / +inf / NaN rows, views; the replays of the lists, threshold
+and radix select against the exact selection; wrong answers the check must reject; bad arguments."""
 import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, reference
+from onlinesoftmax import checks, reference, topk
 from onlinesoftmax.kernels import softmax_topk as kt
+from onlinesoftmax.kernels import softmax_topk_moe as moe
+from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.kernels import topk_keys as tk
+from onlinesoftmax.kernels import topk_rows_model as rm
 
 COLS = (1, 2, 3, 31, 33, 100, 257, 1000, 4097)
-KS = (1, 2, 4, 5, 16, 17, 32)
+KS = (1, 2, 5, 16, 17, 32)
+PROBABILITY_KERNELS = (kt.SAFE_UNFUSED, kt.SAFE_FUSED, kt.ONLINE_FUSED, sp.SPLIT)   # any N
+NAMES = [v.name for v in PROBABILITY_KERNELS]
 
 
 @pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
@@ -21,142 +29,292 @@ def xp(request):
     return cupy
 
 
-def host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
+def run(variant, x, k: int, renormalize: bool = False):
+    """(probs, columns, lse): the model on numpy x; on cupy x the kernel, into poisoned outputs."""
+    if isinstance(x, np.ndarray):
+        return variant.simulate(x, k, renormalize)
+    import cupy
+
+    rows = x.shape[0]
+    probs = checks.poisoned_like(x, shape=(rows, k))
+    columns = cupy.full((rows, k), checks.COLUMN_POISON, dtype=cupy.int64)
+    lse = checks.poisoned_like(x, dtype="float32", shape=(rows,))
+    topk.run(variant, x, k, renormalize, probs, columns, lse)
+    cupy.cuda.Device().synchronize()
+    return probs, columns, lse
 
 
-def expected_topk(x64: np.ndarray, k: int, renormalize: bool = False):
-    """The definition, in float64: columns by (NaN first, larger logit, lower column), probabilities
-    of softmax(x) at them (or the kept exponentials over their own sum)."""
-    columns = kt.order(x64)[:, :k]
-    p = reference.softmax(x64)
-    if renormalize:
-        with np.errstate(all="ignore"):
-            m = x64.max(axis=1, keepdims=True)
-            e = np.take_along_axis(np.exp(x64 - m), columns, axis=1)
-            return e / e.sum(axis=1, keepdims=True), columns
-    return np.take_along_axis(p, columns, axis=1), columns
+def selects_on(variant) -> str:
+    return "probabilities" if variant is kt.SAFE_UNFUSED else "logits"
 
 
-def check(x, k, renormalize=False):
-    probs, columns, lse = osm.softmax_topk(x, k, renormalize=renormalize, return_lse=True)
-    x64 = checks.as_float64(host(x)) if hasattr(checks, "as_float64") else np.asarray(host(x), np.float64)
-    want_p, want_c = expected_topk(np.asarray(x64), k, renormalize)
-    probs64 = np.asarray(checks.as_float64(host(probs)))
-    assert host(columns).dtype == np.int64 and probs.dtype == x.dtype and host(lse).dtype == np.float32
-    np.testing.assert_array_equal(host(columns), want_c)
-    assert np.array_equal(np.isnan(probs64), np.isnan(want_p)), "NaN where softmax is NaN, nowhere else"
-    # the tests' rule: twice the error of the same softmax computed in fp32 and rounded once to
-    # x's dtype (checks.baseline_softmax), plus two ulps of the largest probability
-    base = np.take_along_axis(np.asarray(checks.as_float64(checks.baseline_softmax(host(x)))), want_c, axis=1)
-    if renormalize:
-        base = base / base.sum(axis=1, keepdims=True)
-    finite = np.isfinite(want_p)
-    base_err = float(np.abs(base - want_p)[finite].max()) if finite.any() else 0.0
-    tol = checks.tolerance(base_err, want_p, x.dtype)
-    assert (np.abs(probs64 - want_p)[finite] <= tol).all(), (np.abs(probs64 - want_p)[finite].max(), tol)
-    want_lse = reference.logsumexp(np.asarray(x64))
-    ok = np.isfinite(want_lse)
-    assert (np.abs(host(lse)[ok] - want_lse[ok]) <= 4 * 2.0**-23 * np.maximum(np.abs(want_lse[ok]), 1)).all()
+def assert_topk(variant, x, k, renormalize=False):
+    probs, columns, lse = run(variant, x, k, renormalize)
+    ok, message = checks.compare_topk(probs, columns, x, k, renormalize, selects_on(variant), lse=lse)
+    assert ok, f"{variant.name} k={k} renormalize={renormalize}: {message}"
 
 
-@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("n_cols", COLS)
-def test_matches_the_definition(xp, dtype, n_cols):
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_kernel_matches_the_definition(xp, name, dtype, n_cols):
+    variant = osm.REGISTRY[name]
     x = checks.random_rows(xp, 5, n_cols, dtype, seed=n_cols)
     for k in KS:
         if k <= n_cols:
-            check(x, k)
-            check(x, k, renormalize=True)
+            assert_topk(variant, x, k)
+            assert_topk(variant, x, k, renormalize=True)
 
 
-def test_ties_go_to_the_lower_column_and_renormalized_rows_sum_to_one(xp):
-    x = xp.asarray(np.array([[1.0, 3.0, 3.0, 2.0, 3.0, 0.0], [0.0] * 6], np.float32))
-    probs, columns = osm.softmax_topk(x, 4, renormalize=True)
-    assert host(columns).tolist() == [[1, 2, 4, 3], [0, 1, 2, 3]]
-    np.testing.assert_allclose(host(probs).sum(axis=1), 1.0, rtol=1e-6)
-    check(x, 4)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_the_warp_kernel_on_gating_shapes(xp, dtype):
+    for n_rows, n_cols in ((1, 8), (9, 64), (17, 257), (3, 1024), (40, 512)):
+        x = checks.random_rows(xp, n_rows, n_cols, dtype, seed=n_cols)
+        for k in (1, 2, 5, 8):
+            assert_topk(moe.WARP_ROWS, x, k)
+            assert_topk(moe.WARP_ROWS, x, k, renormalize=True)
 
 
-def test_rows_with_inf_and_nan(xp):
+@pytest.mark.parametrize("name", NAMES + [moe.WARP_ROWS.name])
+def test_ties_and_rows_with_inf_and_nan(xp, name):
+    variant = osm.REGISTRY[name]
+    ties = np.array([[1.0, 3.0, 3.0, 2.0, 3.0, 0.0] * 6, [0.0] * 36, [-0.0, 0.0] * 18], np.float32)
     special, _ = checks.special_rows(np, 300)
-    for k in (1, 5, 32):
-        check(xp.asarray(special), k)
-    all_neg_inf = xp.asarray(np.full((1, 40), -np.inf, np.float32))
-    probs, columns = osm.softmax_topk(all_neg_inf, 3)
-    assert np.isnan(host(probs)).all() and host(columns).tolist() == [[0, 1, 2]]
+    for x, ks in ((ties, (1, 4, 8)), (special, (1, 5, 8))):
+        for k in ks:
+            assert_topk(variant, checks.on_device(xp, x), k)
+            assert_topk(variant, checks.on_device(xp, x), k, renormalize=True)
+    all_neg_inf = checks.on_device(xp, np.full((2, 40), -np.inf, np.float32))
+    probs, columns, lse = run(variant, all_neg_inf, 3)
+    assert np.isnan(checks._host(probs)).all() and checks._host(columns).tolist() == [[0, 1, 2]] * 2
+    assert (checks._host(lse) == -np.inf).all()
 
 
-def test_n_d_input_and_another_axis(xp):
+@pytest.mark.parametrize("name", NAMES)
+def test_misaligned_and_strided_rows(xp, name):
+    variant = osm.REGISTRY[name]
+    for dtype in ("float32", "bfloat16"):
+        base = checks.random_rows(xp, 6, 4200, dtype, seed=4)
+        for view in (base[:, 3:4100], base[1::2, 1:], base[:, 5:2000]):
+            assert_topk(variant, view, 7)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_the_split_kernel_takes_large_k(xp, dtype):
+    for n_rows, n_cols, ks in ((3, 4097, (33, 50, 300, 1024)), (2, 20000, (50, 1000)), (2, 1024, (1024,)),
+                               (4, 700, (64, 700))):
+        x = checks.random_rows(xp, n_rows, n_cols, dtype, seed=n_cols)
+        for k in ks:
+            assert_topk(sp.SPLIT, x, k)
+            assert_topk(sp.SPLIT, x, k, renormalize=True)
+
+
+def test_the_split_kernel_over_many_chunks(xp):
+    """Batch 1 and a vocabulary: many chunks per row, the head and tail in the first and last."""
+    for n_cols in (32000, 151936):
+        x = checks.random_rows(xp, 1, n_cols, "bfloat16", seed=n_cols)[:, 1:]
+        shape = sp.split_shape(1, x.shape[1], 20, "bfloat16")
+        assert shape.n_chunks > 8
+        for k in (1, 20, 50):
+            assert_topk(sp.SPLIT, x, k)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_topk_logits_is_the_k_largest_logits(xp, dtype):
+    x = checks.random_rows(xp, 7, 1000, dtype, seed=11)
+    special, _ = checks.special_rows(np, 300, dtype)
+    for rows in (x, checks.on_device(xp, special)):
+        for k in (1, 5, 32):
+            values, columns = osm.topk_logits(rows, k)
+            x64 = np.asarray(checks.as_float64(checks._host(rows)))
+            want = reference.topk_order(x64)[:, :k]
+            np.testing.assert_array_equal(checks._host(columns), want)
+            got = np.asarray(checks.as_float64(checks._host(values)))
+            np.testing.assert_array_equal(got, np.take_along_axis(x64, want, axis=1))   # NaN == NaN here
+
+
+def test_n_d_input_another_axis_and_auto(xp):
     x = checks.random_rows(xp, 6, 50, seed=3).reshape(2, 3, 50)
     probs, columns = osm.softmax_topk(x, 5)
     assert probs.shape == columns.shape == (2, 3, 5)
     moved = xp.ascontiguousarray(xp.moveaxis(x, -1, 1))
     probs_1, columns_1 = osm.softmax_topk(moved, 5, axis=1)
-    np.testing.assert_array_equal(host(columns_1), host(columns))
-    view = checks.random_rows(xp, 4, 300, seed=4)[:, 3:250]   # misaligned, strided rows
-    check(view, 7)
+    np.testing.assert_array_equal(checks._host(columns_1), checks._host(columns))
+    for shape, k in (((3, 100), 4), ((2, 50000), 20), ((600, 3000), 5), ((2, 3000), 200)):
+        x = checks.random_rows(xp, *shape, seed=5)
+        probs, columns, lse = osm.softmax_topk(x, k, return_lse=True)
+        assert checks.compare_topk(probs, columns, x, k, lse=lse)[0]
 
+
+# ---- the replays: lists, threshold, radix select (CPU) -------------------------------------------
+
+def test_keys_sort_in_the_order_of_the_definition():
+    rng = np.random.default_rng(0)
+    x = rng.choice(np.array([-np.inf, np.inf, np.nan, -0.0, 0.0, 1.0, -1.0, 2.5, 1e-42, -1e30], np.float32),
+                   size=(20, 64))
+    keys = tk.row_keys(x)
+    by_keys = np.argsort(keys, axis=1)[:, ::-1]
+    np.testing.assert_array_equal(by_keys, reference.topk_order(x))
+    values = tk.key_values(keys)
+    same = np.isnan(values) == np.isnan(x)
+    assert same.all() and ((values == x) | np.isnan(x)).all()   # -0.0 comes back as 0.0 (equal)
+    np.testing.assert_array_equal(tk.key_columns(keys), np.broadcast_to(np.arange(64), x.shape))
+    assert (keys != tk.EMPTY).all() and tk.key_columns(np.array([0], tk.U64))[0] == -1
+
+
+@pytest.mark.parametrize("n, k", [(5000, 5), (5000, 1), (10, 20), (4096, 1024), (3000, 2999), (3000, 3000),
+                                  (100000, 50), (777, 300)])
+def test_the_radix_select_leaves_exactly_k(n, k):
+    rng = np.random.default_rng(n + k)
+    v = rng.standard_normal(n).astype(np.float32)
+    v[::7] = v[0]                                     # many equal values: the column digits decide
+    keys = tk.make_keys(v, np.arange(n))
+    threshold, passes = tk.radix_kth_key(keys, k)
+    chosen = np.sort(keys[keys >= np.uint64(threshold)])[::-1]
+    assert len(chosen) == min(n, k) and (chosen == np.sort(keys)[::-1][:k]).all() and 1 <= passes <= 8
+
+
+def test_the_warp_bitonic_network_sorts():
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2**63, (50, 32), dtype=np.uint64)
+    x[:10, ::3] = 0
+    for k in (1, 2, 5, 17, 32):
+        np.testing.assert_array_equal(rm.warp_kth_key(x, k), np.sort(x, axis=1)[:, ::-1][:, k - 1])
+
+
+@pytest.mark.parametrize("n_cols", (1, 3, 33, 257, 1000, 4097, 20000))
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+def test_the_replayed_lists_hold_the_k_best(n_cols, dtype):
+    """Every thread's list with the shared threshold, replayed step by step: the block's k best of the
+    lists are the row's k best (the proof's claim), with and without the threshold."""
+    x = checks.random_rows(np, 4, n_cols, dtype, seed=n_cols)
+    view = checks.random_rows(np, 4, n_cols + 3, dtype, seed=n_cols)[:, 3:]   # other 16-byte phases
+    for rows in (x, view):
+        for k in (1, 5, 16, 32):
+            if k <= n_cols:
+                want = tk.top_keys(tk.row_keys(rows), k)
+                for shared in (True, False):
+                    got = rm.block_top(rm.thread_lists(rows, k, kt.bucket(k), shared=shared), k)
+                    np.testing.assert_array_equal(got, want)
+
+
+def test_the_models_with_replay_agree_with_the_exact_selection():
+    x = checks.random_rows(np, 3, 5000, "bfloat16", seed=2)
+    special, _ = checks.special_rows(np, 300)
+    for rows in (x, special):
+        for variant in (kt.SAFE_FUSED, kt.ONLINE_FUSED, kt.SAFE_UNFUSED, sp.SPLIT):
+            for k in (1, 7, 32):
+                fast = variant.simulate(rows, k, True)
+                replayed = variant.simulate(rows, k, True, replay=True)
+                np.testing.assert_array_equal(fast[1], replayed[1])
+        values, columns = kt.simulate_topk_only(rows, 9, replay=True)
+        np.testing.assert_array_equal(columns, reference.topk_order(rows)[:, :9])
+
+
+def test_the_threshold_is_what_keeps_pushes_rare():
+    """The shared threshold: after the first steps few elements enter a list (fewer walks of a list
+    per warp and element slot than with no threshold, where every element enters)."""
+    x = np.random.default_rng(0).standard_normal((2, 32768)).astype(np.float32)
+    with_threshold, without = rm.ListStats(), rm.ListStats()
+    rm.thread_lists(x, 5, kt.bucket(5), stats=with_threshold)
+    rm.thread_lists(x, 5, kt.bucket(5), stats=without, shared=False)
+    assert without.pushed == without.elements and without.walks_per_slot == 1.0
+    assert with_threshold.pushed < 0.2 * with_threshold.elements and with_threshold.walks_per_slot < 0.3
+
+
+# ---- wrong answers the check rejects ---------------------------------------------------------------
+
+def test_the_check_rejects_wrong_answers():
+    x = checks.random_rows(np, 4, 2000, seed=9)
+    probs, columns, lse = kt.simulate_online_fused(x, 5)
+    assert checks.compare_topk(probs, columns, x, 5, lse=lse)[0]
+    # columns of a list shorter than k: thread 0's slice (vectors 0 and 256 of its first step: columns
+    # 0 .. 3 and 1024 .. 1027 of an aligned row) holds the row's 8 best, a list of 4 keeps half of them
+    crowded = np.zeros((1, 4096), np.float32)
+    assert rm.sim.row_heads(crowded)[0] == 0
+    crowded[0, [0, 1, 2, 3, 1024, 1025, 1026, 1027]] = np.arange(10, 18)
+    short = rm.block_top(rm.thread_lists(crowded, 8, 4), 8)
+    good = rm.block_top(rm.thread_lists(crowded, 8, 8), 8)
+    p_good, c_good, _ = kt.simulate_online_fused(crowded, 8)
+    assert (tk.key_columns(good) == c_good).all() and not (tk.key_columns(short) == c_good).all()
+    assert not checks.compare_topk(p_good, tk.key_columns(short), crowded, 8)[0]
+    wrong = {"a column off by one": (probs, columns + 1), "swapped ranks": (probs[:, ::-1], columns[:, ::-1]),
+             "probabilities over the wrong sum": (probs * np.float32(1.01), columns),
+             "a column never written": (probs, np.where(np.arange(5) == 2, checks.COLUMN_POISON, columns)),
+             "a probability never written": (np.where(np.arange(5) == 4, np.float32(checks.POISON["float32"]), probs),
+                                             columns)}
+    for what, (p, c) in wrong.items():
+        assert not checks.compare_topk(p, c, x, 5)[0], what
+    assert not checks.compare_topk(probs, columns, x, 5, lse=lse + np.float32(1e-3))[0]
+    special, _ = checks.special_rows(np, 300)
+    p_nan, c_nan, _ = kt.simulate_online_fused(special, 5)
+    assert checks.compare_topk(p_nan, c_nan, special, 5)[0]
+    assert not checks.compare_topk(np.nan_to_num(p_nan), c_nan, special, 5)[0], "NaN rows must stay NaN"
+    # the unfused selection is judged by probabilities: the fused columns pass, a wrong set does not
+    p_u, c_u, _ = kt.simulate_safe_unfused(special, 5)
+    assert checks.compare_topk(p_u, c_u, special, 5, selects_on="probabilities")[0]
+    assert not checks.compare_topk(p_u, c_u, special, 5)[0], "NaN rows of the unfused path return 0 .. k-1"
+    assert not checks.compare_topk(probs, columns + 1, x, 5, selects_on="probabilities")[0]
+
+
+# ---- arguments, limits and the choice of kernel ---------------------------------------------------
 
 @pytest.mark.parametrize("k, error, match", [
-    (0, ValueError, "1 .. N"), (-1, ValueError, "1 .. N"), (101, ValueError, "1 .. N"),
-    (2.0, TypeError, "int"), (True, TypeError, "int"), (33, ValueError, "at most 32"),
+    (0, ValueError, "1 .. N"), (-1, ValueError, "1 .. N"), (2001, ValueError, "1 .. N"),
+    (2.0, TypeError, "int"), (True, TypeError, "int"), (1025, ValueError, "at most 1024"),
 ])
 def test_bad_k_is_a_clear_error(k, error, match):
     with pytest.raises(error, match=match):
-        osm.softmax_topk(np.ones((2, 100), np.float32), k)
+        osm.softmax_topk(np.ones((2, 2000), np.float32), k)
 
 
-def test_bad_input_names_what_was_passed():
+def test_bad_input_and_kernel_limits_name_what_was_passed():
     with pytest.raises(TypeError, match="float64"):
         osm.softmax_topk(np.ones((2, 10)), 2)
     with pytest.raises(ValueError, match="unknown variant"):
         osm.softmax_topk(np.ones((2, 10), np.float32), 2, variant="heap")
     with pytest.raises(TypeError, match="renormalize"):
         osm.softmax_topk(np.ones((2, 10), np.float32), 2, renormalize="yes")
-
-
-def test_the_model_is_the_online_kernels_schedule():
-    """The normalizer is the online kernel's (m, l), the same bits as softmax_02_online's model."""
-    x = checks.random_rows(np, 3, 700, seed=8)
-    probs, columns, lse = kt.simulate_topk(x, 3)
-    y = osm.api.run(osm.REGISTRY["softmax_02_online"], x)
-    np.testing.assert_array_equal(probs, np.take_along_axis(y, columns, axis=1))
-    assert kt.bucket(1) == 1 and kt.bucket(5) == 16 and kt.bucket(32) == 32
-
-
-@pytest.mark.parametrize("variant", ["softmax_topk_01_online", "softmax_topk_02_warp_rows"])
-@pytest.mark.parametrize("dtype", checks.DTYPES)
-def test_both_kernels_on_short_rows(xp, variant, dtype):
-    """MoE-gating shapes through each kernel by name: the same answers (auto picks the warp kernel
-    up to N = 512 and k = 8, the block kernel beyond)."""
-    for n_rows, n_cols in ((1, 8), (9, 64), (17, 257), (3, 1024)):
-        x = checks.random_rows(xp, n_rows, n_cols, dtype, seed=n_cols)
-        for k in (1, 2, 5, 8):
-            probs, columns, lse = osm.softmax_topk(x, k, return_lse=True, variant=variant)
-            x64 = np.asarray(checks.as_float64(host(x)))
-            np.testing.assert_array_equal(host(columns), expected_topk(x64, k)[1])
-            p64 = np.asarray(checks.as_float64(host(probs)))
-            want = expected_topk(x64, k)[0]
-            assert np.abs(p64 - want).max() <= 4 * checks.EPS[dtype] * max(1.0, want.max())
-            assert np.abs(host(lse) - reference.logsumexp(x64)).max() <= 1e-5 * max(1.0, np.abs(x64).max())
-    special, _ = checks.special_rows(np, 300)
-    x = xp.asarray(special)
-    probs, columns = osm.softmax_topk(x, 8, variant=variant)
-    want_p, want_c = expected_topk(np.asarray(special, np.float64), 8)
-    np.testing.assert_array_equal(host(columns), want_c)
-    assert np.array_equal(np.isnan(host(probs)), np.isnan(want_p))
-
-
-def test_auto_chooses_by_length_and_k():
-    from onlinesoftmax import topk
-
-    assert topk.choose(256, 8) is kt.WARP_ROWS and topk.choose(512, 2) is kt.WARP_ROWS
-    assert topk.choose(513, 2) is kt.ONLINE_FUSED and topk.choose(64, 9) is kt.ONLINE_FUSED
-
-
-def test_the_warp_kernel_refuses_what_it_cannot_hold():
-    with pytest.raises(ValueError, match="k <= 8"):
-        osm.softmax_topk(np.ones((2, 100), np.float32), 9, variant="warp_rows")
-    with pytest.raises(ValueError, match="at most 1024"):
+    x = np.ones((2, 2000), np.float32)
+    with pytest.raises(ValueError, match="at most 32.*got k = 33"):
+        osm.softmax_topk(x, 33, variant="online_fused")
+    with pytest.raises(ValueError, match="k in 1 .. 8"):
+        osm.softmax_topk(x[:, :100], 9, variant="warp_rows")
+    with pytest.raises(ValueError, match="at most 1024 elements"):
         osm.softmax_topk(np.ones((2, 1025), np.float32), 2, variant="warp_rows")
+    with pytest.raises(ValueError, match="topk_logits"):
+        osm.softmax_topk(x, 2, variant="topk_only")
+    with pytest.raises(ValueError, match="at most 32"):
+        osm.topk_logits(x, 40)
+    with pytest.raises(ValueError, match="takes k in 1 .. 256"):
+        osm.softmax_topk(np.ones((1, 2**20), np.float32), 1000, variant="split")
+
+
+def test_auto_chooses_by_rows_length_k_and_dtype():
+    choose = topk.choose
+    assert choose(4096, 256, 8, sms=132) is moe.WARP_ROWS and choose(1, 512, 2, sms=132) is moe.WARP_ROWS
+    assert choose(4000, 32768, 5, sms=132) is kt.ONLINE_FUSED and choose(4000, 1000, 16, sms=132) is kt.ONLINE_FUSED
+    assert choose(4000, 1000, 17, sms=132) is sp.SPLIT                 # above the list bucket of 16
+    assert choose(8, 128256, 20, sms=132) is sp.SPLIT and choose(256, 262144, 1, "bfloat16", sms=132) is sp.SPLIT
+    assert choose(4000, 32768, 33, sms=132) is sp.SPLIT and choose(64, 513, 50, sms=132) is sp.SPLIT
+    assert choose(8, 4096, 5, sms=132) is kt.ONLINE_FUSED          # a short row: one block reads it
+    assert choose(8, 8192, 5, "float32", sms=132) is sp.SPLIT and choose(8, 8192, 5, "bfloat16", sms=132) \
+        is kt.ONLINE_FUSED                                          # 32 KiB rows split, 16 KiB do not
+
+
+def test_the_split_rule():
+    for n_rows, n_cols, k in ((1, 32000, 1), (1, 262144, 50), (256, 262144, 1024), (4000, 32768, 100),
+                              (8, 151936, 20), (1, 2**20, 256), (3, 100, 3)):
+        for dtype in ("float32", "bfloat16"):
+            shape = sp.split_shape(n_rows, n_cols, k, dtype)
+            vec = 4 if dtype == "float32" else 8
+            chunk = shape.threads * sp.ELEMS_PER_THREAD
+            assert shape.n_chunks * chunk >= (n_cols // vec) * vec and (shape.n_chunks - 1) * chunk < n_cols
+            assert shape.n_chunks * k <= sp.MERGE_CAPACITY and shape.threads in sp.THREAD_CHOICES
+            assert k <= shape.merge_threads <= 1024 and shape.merge_shared_bytes <= 227 * 1024
+    assert sp.split_shape(1, 262144, 50).threads == 64                       # batch 1: as many blocks as it can
+    assert sp.split_shape(256, 262144, 20).threads == 1024                   # full GPU: the fewest records
+    assert sp.max_k(2**20) == 256 and sp.max_k(262144) == 1024 and sp.max_k(500) == 500
+    assert sp.merge_capacity(227 * 1024) == sp.MERGE_CAPACITY and sp.merge_capacity(99 * 1024) < 16384
+    with pytest.raises(ValueError, match="got k = 300"):
+        sp.split_shape(1, 2**20, 300)

@@ -1,0 +1,51 @@
+"""The suite softmax-topk's script without a GPU: its shapes are ones the kernels take, the kernels it
+times for each shape are registered and able to run it, and its check before timing passes a right
+answer and stops a wrong one (on the kernels' NumPy models)."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from onlinesoftmax import checks, topk
+from onlinesoftmax.kernels import softmax_topk as kt
+from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.runtime.loader import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("bench_softmax_topk", REPO_ROOT / "benchmarks" / "bench_softmax_topk.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_shape_has_kernels_that_take_it(quick):
+    shapes = list(bench.shapes(quick))
+    assert {case for case, *_ in shapes} == {"paper", "sampling", "moe", "large_k"}
+    for case, n_rows, n_cols, k, dtype in shapes:
+        ours = bench.ours_for(case, n_rows, n_cols, k, dtype)
+        assert ours and len(set(ours)) == len(ours)
+        assert case == "paper" or ours[0] is topk.choose(n_rows, n_cols, k, dtype)
+        for variant in ours:
+            if variant is not kt.TOPK_ONLY:
+                topk._check_variant(variant, k, n_cols, dtype)     # raises for a shape it cannot take
+    if quick:
+        assert len(shapes) <= 8
+    else:
+        assert (4000, 32768, 5) in {(r, n, k) for case, r, n, k, _ in shapes if case == "paper"}
+        assert {k for case, *_, k, _ in shapes if case == "paper"} == set(bench.PAPER_KS)
+        assert {k for case, *_, k, _ in shapes if case == "sampling"} == {1, 20, 50}
+
+
+def test_the_check_before_timing_passes_right_answers_and_stops_wrong_ones():
+    x = checks.random_rows(np, 20, 3000, "bfloat16", seed=1)
+    for variant in (kt.SAFE_UNFUSED, kt.SAFE_FUSED, kt.ONLINE_FUSED, sp.SPLIT):
+        assert "error" in bench.check_ours(variant, x, 5)
+    assert "equal" in bench.check_logits(x, 5)
+    right = kt.ONLINE_FUSED.simulate
+
+    def off_by_one(x, k, renormalize=False):
+        probs, columns, lse = right(x, k, renormalize)
+        return probs, np.where(np.arange(x.shape[0])[:, None] == x.shape[0] - 1, columns + 1, columns), lse
+
+    wrong = type("WrongKernel", (), {"simulate": staticmethod(off_by_one), "name": "wrong"})()
+    with pytest.raises(AssertionError, match="not timed"):
+        bench.check_ours(wrong, x, 5)     # the last row's columns are off by one: the edge rows catch it
