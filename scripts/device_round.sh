@@ -3,7 +3,14 @@
 # chapters run as scripts, sanitizers. Everything it records lands in data/<gpu>/ and
 # is packed into $OUT/round.tar.gz (with the logs) so it comes back in one file.
 #
-#   bash scripts/device_round.sh "<pytest selection>" "<benchmark scripts>" [chapters] ["<sanitizer scripts>"]
+#   bash scripts/device_round.sh "<pytest selection>[; <selection> ...]" "<benchmark command>[; ...]" \
+#        [chapters] ["<sanitizer scripts>"]
+#
+# Test selections separated by ';' run at the same time, one pytest process each (their kernel
+# compilations overlap; the tests themselves are checks, never timings); their logs are joined
+# into one file. Benchmark commands separated by ';' run one after the other, alone on the GPU
+# (e.g. "benchmarks/bench_fast.py --quick; benchmarks/bench_attention.py"), each under a timeout
+# of BENCH_TIMEOUT seconds (300).
 #
 # "chapters" runs scripts/run_chapters.sh over build/chapter_scripts/ (made here beforehand by
 # scripts/chapters_to_scripts.sh and carried, with the IPython/ipywidgets wheels in .whl/).
@@ -33,18 +40,32 @@ fi
 } 2>&1 | tee "$log"
 
 if [ -n "$tests" ]; then
-  echo "== GPU tier: pytest -m gpu $tests" | tee -a "$log"
-  python3 -m pytest -m gpu -q -rfE -p no:cacheprovider $tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -40 >> "$log"
-  rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=1
+  IFS=';' read -r -a groups <<< "$tests"
+  pids=()
+  for i in "${!groups[@]}"; do
+    selection=$(echo "${groups[$i]}" | xargs)
+    echo "== GPU tier [$i]: pytest -m gpu $selection" | tee -a "$log"
+    python3 -m pytest -m gpu -q -rfE -p no:cacheprovider $selection > "$OUT/gpu-tests-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"; group_rc=$?; [ "$group_rc" = 0 ] || rc=$group_rc
+    echo "== GPU tier [$i] exit $group_rc: $(tail -n 1 "$OUT/gpu-tests-$i.log")" | tee -a "$log"
+  done
+  [ "$rc" = 0 ] || status=1
   suffix=${TESTS_LOG_SUFFIX:-gpu-tests}
   { echo "# pytest -m gpu $tests on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}, exit $rc"
-    cat "$OUT/gpu-tests.log"; } > "$gpu_dir/$day-$suffix.log"
-  tail -3 "$OUT/gpu-tests.log"; pack
+    for i in "${!groups[@]}"; do echo "## pytest -m gpu $(echo "${groups[$i]}" | xargs)"; cat "$OUT/gpu-tests-$i.log"; done
+  } > "$gpu_dir/$day-$suffix.log"
+  rm -f "$OUT"/gpu-tests-*.log; pack
 fi
 
-for bench in $benches; do
+IFS=';' read -r -a bench_commands <<< "$benches"
+for bench in "${bench_commands[@]}"; do
+  bench=$(echo "$bench" | xargs); [ -n "$bench" ] || continue
   echo "== benchmark $bench" | tee -a "$log"
-  timeout "${BENCH_TIMEOUT:-300}" python3 "$bench" 2>&1 | tee -a "$log" | tail -30 || status=1
+  timeout "${BENCH_TIMEOUT:-300}" python3 $bench 2>&1 | tee -a "$log" | tail -30 || status=1
   pack
 done
 
