@@ -162,14 +162,13 @@ def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", 
     softmax_topk's NumPy model returns, over the row's whole softmax in float64, sorted."""
     import onlinesoftmax
     from onlinesoftmax import checks
-    from onlinesoftmax.book.topk_figures import kernel_color
     from onlinesoftmax.kernels import softmax_topk as kt
     from onlinesoftmax.topk import choose
 
     fig = Figure("topk-choice", "The k probabilities softmax_topk returns, over the whole row",
                  [select("N", "N", list(n_options), 1000), slider("k", "k", 1, kt.MAX_K, value=5),
                   select("dtype", "dtype", list(dtypes), "float32"), checkbox("renormalize", "renormalize")],
-                 digits=3, caption=f"{MODEL_NOTE} of softmax_topk; the row's softmax in float64 (its largest {shown})")
+                 digits=3, caption=f"{MODEL_NOTE} of softmax_topk on one row; the row's softmax in float64 (its largest {shown})")
     panel = fig.panel("probabilities", x="rank (largest probability first)", y="probability", x_scale="ordinal",
                       y_scale="log", width=560, height=230)
     for n_cols in n_options:
@@ -184,13 +183,13 @@ def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", 
                      when={"N": n_cols, "dtype": dtype})
             for k_asked in range(1, kt.MAX_K + 1):
                 k = min(k_asked, n_cols)
-                name = choose(n_cols, k).name
+                name = choose(1, n_cols, k, dtype).name   # the kernel variant="auto" picks for one row
                 for renormalize in (False, True):
                     probs, _ = onlinesoftmax.softmax_topk(x, k, renormalize=renormalize)
                     probs = np.asarray(checks.as_float64(probs))[0]
                     when = {"N": n_cols, "dtype": dtype, "k": k_asked, "renormalize": renormalize}
                     fig.series(panel, f"{name}: the k returned ({MODEL_NOTE})", range(k), probs, mark="bar_narrow",
-                               color=kernel_color(name), when=when)
+                               color=color(name), when=when)
                     fig.note(f"the k = {k} returned sum to {probs.sum():.4f}", when=when, slot=1)
     return fig
 
