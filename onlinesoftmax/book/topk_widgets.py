@@ -86,3 +86,46 @@ def show_measured(n_rows: int = 8, n_cols: int = 32000, k: int = 20, dtype: str 
     right.set_title(f"the kernel variant='auto' picks: {kernel}", fontsize=8)
     fig.tight_layout()
     plt.show()
+
+
+def measured_figure(data=None, rows_options=(1, 8, 256, 4000), n_options=(4096, 32000, 151936),
+                    k_options=(1, 5, 20, 50), dtypes=("float32", "bfloat16")):
+    """The static page's counterpart of `show_measured`: for each setting, the kernel variant="auto"
+    picks, its NumPy model's error by rank over the tolerance, and the recorded device times of that
+    shape (or that it was not recorded). The model runs once per (kernel, N, k, dtype)."""
+    import onlinesoftmax
+    from onlinesoftmax import checks, reference
+    from onlinesoftmax.book.counterparts import MODEL_NOTE, REFERENCE
+    from onlinesoftmax.book.interactive import Figure, select
+    from onlinesoftmax.topk import choose
+
+    fig = Figure("topk-measured", "The kernel auto picks and its error by rank",
+                 [select("rows", "rows", list(rows_options), 8), select("N", "N", list(n_options), 32000),
+                  select("k", "k", list(k_options), 20), select("dtype", "dtype", list(dtypes), "bfloat16")],
+                 digits=3, caption=f"{MODEL_NOTE} of the chosen kernel on {MODEL_ROWS} rows; times from the recorded "
+                                   "suite when it holds the shape")
+    panel = fig.panel("error", x="rank", y="|p − p64| / tolerance", width=560, height=220, y_zero=True)
+    errors: dict = {}
+    for n_cols in n_options:
+        for k in k_options:
+            for dtype in dtypes:
+                for n_rows in rows_options:
+                    kernel = choose(n_rows, n_cols, k, dtype).name
+                    key = (kernel, n_cols, k, dtype)
+                    if key not in errors:
+                        x = checks.random_rows(np, MODEL_ROWS, n_cols, dtype, seed=1)
+                        got, _ = onlinesoftmax.softmax_topk(x, k, variant=kernel)
+                        want, _ = reference.softmax_topk(np.asarray(checks.as_float64(x)), k)
+                        tol = checks.tolerance(0.0, want, checks.np_dtype(dtype))
+                        errors[key] = (np.abs(np.asarray(checks.as_float64(got)) - want) / tol).max(axis=0)
+                    when = {"rows": n_rows, "N": n_cols, "k": k, "dtype": dtype}
+                    fig.series(panel, f"{kernel} ({MODEL_NOTE})", range(1, k + 1), errors[key], mark="point",
+                               when=when)
+                    fig.series(panel, "the tolerance (at most 1 passes)", [1, k], [1.0, 1.0], color=REFERENCE,
+                               source="reference", dash=True, when=when)
+                    times = _recorded_times(data, n_rows, n_cols, k, dtype)
+                    fig.note(f"{n_rows} × {n_cols} {dtype}, k = {k}: variant='auto' picks {kernel}", when=when)
+                    fig.note("recorded device time: " + (", ".join(f"{name} {us:.1f} µs" for name, us in times.items())
+                                                         if times else "not recorded for this shape"),
+                             when=when, slot=1)
+    return fig
