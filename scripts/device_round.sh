@@ -7,8 +7,8 @@
 #        [chapters] ["<sanitizer scripts>"]
 #
 # Test selections separated by ';' run at the same time, one pytest process each (their kernel
-# compilations overlap; the tests themselves are checks, never timings); their logs are joined
-# into one file. Benchmark commands separated by ';' run one after the other, alone on the GPU
+# compilations overlap; the tests themselves are checks, never timings), each under a timeout of
+# TEST_TIMEOUT seconds (600); their logs are joined into one file. Benchmark commands separated by ';' run one after the other, alone on the GPU
 # (e.g. "benchmarks/bench_fast.py --quick; benchmarks/bench_attention.py"), each under a timeout
 # of BENCH_TIMEOUT seconds (300).
 #
@@ -25,6 +25,7 @@ gpu_dir=data/h200
 mkdir -p "$gpu_dir"
 log="$OUT/round.log"
 status=0
+trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }   # (xargs would drop quotes)
 pack() { tar czf "$OUT/round.tar.gz" "$gpu_dir" 2>/dev/null; }  # after every step: a timeout keeps what was done
 
 if [ -d .whl ]; then
@@ -43,9 +44,11 @@ if [ -n "$tests" ]; then
   IFS=';' read -r -a groups <<< "$tests"
   pids=()
   for i in "${!groups[@]}"; do
-    selection=$(echo "${groups[$i]}" | xargs)
+    selection=$(trim "${groups[$i]}")
     echo "== GPU tier [$i]: pytest -m gpu $selection" | tee -a "$log"
-    python3 -m pytest -m gpu -q -rfE -p no:cacheprovider $selection > "$OUT/gpu-tests-$i.log" 2>&1 &
+    # eval: a selection may quote its -k expression ("-k 'quick or long'")
+    eval timeout "${TEST_TIMEOUT:-600}" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$selection" \
+      > "$OUT/gpu-tests-$i.log" 2>&1 &
     pids+=($!)
   done
   rc=0
@@ -56,14 +59,14 @@ if [ -n "$tests" ]; then
   [ "$rc" = 0 ] || status=1
   suffix=${TESTS_LOG_SUFFIX:-gpu-tests}
   { echo "# pytest -m gpu $tests on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}, exit $rc"
-    for i in "${!groups[@]}"; do echo "## pytest -m gpu $(echo "${groups[$i]}" | xargs)"; cat "$OUT/gpu-tests-$i.log"; done
+    for i in "${!groups[@]}"; do echo "## pytest -m gpu $(trim "${groups[$i]}")"; cat "$OUT/gpu-tests-$i.log"; done
   } > "$gpu_dir/$day-$suffix.log"
   rm -f "$OUT"/gpu-tests-*.log; pack
 fi
 
 IFS=';' read -r -a bench_commands <<< "$benches"
 for bench in "${bench_commands[@]}"; do
-  bench=$(echo "$bench" | xargs); [ -n "$bench" ] || continue
+  bench=$(trim "$bench"); [ -n "$bench" ] || continue
   echo "== benchmark $bench" | tee -a "$log"
   timeout "${BENCH_TIMEOUT:-300}" python3 $bench 2>&1 | tee -a "$log" | tail -30 || status=1
   pack
