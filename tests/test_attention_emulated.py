@@ -1,9 +1,9 @@
 """CPU tier: the tensor-core attention kernels' own CUDA source (attention_03_mma,
 attention_04_ldmatrix, attention_05_pipelined) run on the CPU by the emulator of kernels/emulator/
-(onlinesoftmax/runtime/emulator.py: one fiber per thread, barriers, warp-collective mma.sync /
-ldmatrix / shuffles computed from the PTX ISA's definitions, cp.async copies landing only at the
-wait, shared memory poisoned with NaN, inputs and outputs followed by inaccessible pages, warps
-interleaved at random).
+(onlinesoftmax/runtime/emulator.py, through attention_mma.emulate: one fiber per thread, barriers,
+warp-collective mma.sync / ldmatrix / shuffles computed from the PTX ISA's definitions, cp.async
+copies landing only at the wait, shared memory poisoned with NaN, inputs and outputs followed by
+inaccessible pages, warps interleaved at random; the launch in a child process).
 
 Each kernel is checked on awkward shapes against the float64 reference with the error rule (at most
 twice the error of the kernels' NumPy model, which has the same rounding points, plus two ulps), and
@@ -12,7 +12,7 @@ within 1e-5 relative, rows that see no key exactly 0 and -inf, every output writ
 deliberately broken copies of the kernels (a barrier removed, the swizzle or .trans dropped, the
 mask or the zero fill or the cp.async wait left out, the -inf guard off) must be rejected: that
 is what makes the check worth having. The emulator's own fragment maps are compared with
-mma_fragments.py's. Needs a C++17 compiler with _Float16 (g++ 12); skipped without one except
+mma_fragments.py's, and every schedule gives the same bits. Needs a C++17 compiler with _Float16 (g++ 12); skipped without one except
 under CI=true.
 """
 import os
@@ -46,8 +46,7 @@ def make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed, q_scale=1.0):
 
 
 def emulate(stem, q, k, v, causal, seed=1, **build):
-    binary = emulator.build(stem, **build)
-    return emulator.run(binary, q, k, v, causal, shared_bytes=am.shared_bytes(stem, q.shape[-1]), seed=seed)
+    return am.emulate(stem, q, k, v, causal, seed=seed, **build)
 
 
 def judge(out, lse, q, k, v, causal) -> str | None:
@@ -98,7 +97,7 @@ def test_the_kernel_source_on_the_emulator(stem, shape):
 
 def test_the_emulator_reads_fragments_as_mma_fragments_says():
     maps = {"A": mf.A_MAP, "B": mf.B_MAP}
-    elements = emulator.layouts(emulator.build(STEMS[0]))
+    elements = emulator.Module(KERNELS_DIR / "attention" / f"{STEMS[0]}.cu", []).fragment_maps()
     assert len(elements) == 32 * (8 + 4 + 4)
     for kind, lane, reg, half, row, col in elements:
         expected = mf.C_MAP[lane, reg] if kind == "C" else maps[kind][lane, reg, half]
@@ -127,10 +126,21 @@ def test_a_broken_kernel_is_rejected(stem, old, new, why):
     q, k, v = make_qkv(1, 2, 1, 150, 200, 64, "bfloat16", seed=3)     # causal, a short last key tile
     try:
         out, lse = emulate(stem, q, k, v, True, seed=5, source=source.replace(old, new, 1), optimize="-O1")
-    except emulator.EmulatorError as caught:
-        assert "build" not in str(caught), caught    # caught by the emulator, not a compile error
+    except emulator.EmulatorFault:                    # caught by the emulator (a build error fails the test)
         return
     assert judge(out, lse, q, k, v, True) is not None, f"a kernel without {why} passed"
+
+
+def test_every_schedule_gives_the_same_bits():
+    """Each output element is summed by the same lanes in the same order whatever the interleaving:
+    the fixed order and two random ones must agree to the bit (a race would make them differ)."""
+    q, k, v = make_qkv(1, 2, 1, 150, 130, 64, "bfloat16", seed=8)
+    runs = [am.emulate("attention_05_pipelined", q, k, v, True, schedule=schedule, seed=seed)
+            for schedule, seed in (("fixed", 0), ("random", 1), ("random", 2))]
+    bits = [(out.view(np.uint16), lse.view(np.uint32)) for out, lse in runs]
+    for out, lse in bits[1:]:
+        assert (out == bits[0][0]).all() and (lse == bits[0][1]).all()
+    assert judge(*runs[0], q, k, v, True) is None
 
 
 def test_the_unguarded_softmax_is_rejected():

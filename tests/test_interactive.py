@@ -208,6 +208,24 @@ def test_chapter_07_and_08_counterparts():
         assert band["x"] == [-0.5] and band["x2"] == [4.5]   # bottom-right causal: rows 0-4 see no key
 
 
+def test_chapter_09_counterpart():
+    from onlinesoftmax.kernels import attention_mma as am
+
+    spec = counterparts.tensor_core_figure(n_q_options=(1, 200), n_k_options=(1, 64)).spec()
+    assert check(spec) == []
+    rows = table(spec)
+    setting = {"n_q": 200, "n_k": 64, "d": 64, "causal": True, "step": 3}
+    blind = next(r for r in visible(rows, setting) if r["series"].startswith("rows that see no key"))
+    assert blind["x"] == list(range(136)) and set(blind["y"]) == {0}   # bottom-right causal: rows 0-135, O = 0
+    bars = {step: next(r for r in visible(rows, {**setting, "step": step}) if r["mark"] == "bar")
+            for step in (3, 4, 5)}
+    assert bars[3]["y"] == [512, 512] and bars[4]["y"] == bars[5]["y"] == [64, 64]   # ldmatrix: 8x fewer
+    assert bars[4]["series"].startswith(am.LDMATRIX.name) and bars[5]["series"].startswith(am.PIPELINED.name)
+    points = [r for r in visible(rows, {**setting, "causal": False}) if r["mark"] == "point"]
+    assert len(points) == 1 and points[0]["x"] == list(range(200))           # no causal mask: every row sees a key
+    assert 0 < max(points[0]["y"]) < 0.02                                     # bf16 products, fp32 sums
+
+
 # --- the page side: Sphinx adds Vega only where a figure is --------------------------------------
 
 def test_vega_is_added_only_to_pages_with_a_figure(tmp_path):

@@ -1,9 +1,9 @@
 """The CUDA exercises on CPU: every starter and solution builds (nvcc and NVRTC), a compile error
 names the reader's line, the reader's copy is never the book's kernel; on the CPU emulator
-(cpu_emulator.h: the same .cu, every thread a fiber in a fixed order) every solution passes its
-grader, and every starter of a fix-the-bug exercise, every unwritten starter and every
-deliberately wrong kernel in tests/wrong_kernels/ is rejected with the message that names its
-bug; a kernel that crashes or hangs is a report, and the caller goes on. The GPU tier
+(kernels/emulator/ with its fixed schedule: the same .cu, every thread a fiber, run in thread
+order) every solution passes its grader, and every starter of a fix-the-bug exercise, every
+unwritten starter and every deliberately wrong kernel in tests/wrong_kernels/ is rejected with the
+message that names its bug; a kernel that crashes or hangs is a report, and the caller goes on. The GPU tier
 (tests/gpu/test_kernel_exercises_gpu.py) runs the same kernels on the device."""
 import importlib.util
 import os
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import cpu_emulator, kernel_runner
+from onlinesoftmax.book import kernel_runner
 from onlinesoftmax.book import kernel_exercises as kx
-from onlinesoftmax.runtime import loader
+from onlinesoftmax.runtime import emulator, loader
 
 try:
     import cuda.bindings.nvrtc  # noqa: F401
@@ -24,7 +24,7 @@ except ImportError:
     HAVE_COMPILER = loader.nvcc_available()
 
 WRONG = Path(__file__).parent / "wrong_kernels"
-needs_emulator = pytest.mark.skipif(not cpu_emulator.available() and not os.environ.get("CI"),
+needs_emulator = pytest.mark.skipif(not emulator.available() and not os.environ.get("CI"),
                                     reason="the CPU emulator needs g++ (under CI=true a missing g++ fails)")
 
 # What the grader must say about each kernel that is not right (on the CPU emulator).
@@ -211,20 +211,6 @@ def test_without_a_gpu_compare_prints_the_recorded_kernels_of_the_same_designs(c
 
 
 @needs_emulator
-def test_the_emulator_names_a_barrier_some_threads_skip(tmp_path):
-    path = tmp_path / "k.cu"
-    path.write_text('extern "C" __global__ void k(float* y) {\n  if (threadIdx.x < 40) __syncthreads();\n'
-                    '  y[threadIdx.x] = 1.0f;\n}\n')
-    module = cpu_emulator.Module(path, ["k"])
-    with pytest.raises(cpu_emulator.EmulatorFault, match=r"__syncthreads\(\) reached by only some.*threads 0-39 wait at "
-                                                         r"__syncthreads\(\) \(line 2\); threads 40-63 returned"):
-        module.launch("k", (1,), (64,), (np.zeros(64, np.float32),))
-    y = np.zeros(64, np.float32)
-    module.launch("k", (1,), (32,), (y,))              # the whole block reaches it: fine
-    assert (y[:32] == 1).all() and (y[32:] == 0).all()
-
-
-@needs_emulator
 def test_the_gpu_path_with_the_emulator_standing_in(monkeypatch):
     """The GPU branch of the grading subprocess (timing, one copy for all, compare), with the
     emulator as the device and a timer that does not run the 4000 x 4096 launch."""
@@ -263,49 +249,3 @@ def test_the_exercises_benchmark_writes_one_row_per_kernel_and_stops_on_a_wrong_
     monkeypatch.setattr(kx, "run_compare", lambda items, timeout_s: {"passed": False, "results": [wrong] * len(items)})
     with pytest.raises(SystemExit, match="FAILED on the row"):
         bench.measure()
-
-
-@needs_emulator
-def test_the_emulators_warp_intrinsics_match_cuda(tmp_path):
-    path = tmp_path / "warp.cu"
-    path.write_text('''extern "C" __global__ void warp(int* out) {
-    const int lane = threadIdx.x & 31;
-    const int t = threadIdx.x;
-    out[0 * 64 + t] = __shfl_xor_sync(0xffffffffu, lane * 10, 1);
-    out[1 * 64 + t] = __shfl_down_sync(0xffffffffu, lane, 4);
-    out[2 * 64 + t] = __shfl_up_sync(0xffffffffu, lane, 4);
-    out[3 * 64 + t] = __shfl_sync(0xffffffffu, lane, 5);
-    out[4 * 64 + t] = __shfl_sync(0xffffffffu, lane, 3, 8);
-    out[5 * 64 + t] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
-    out[6 * 64 + t] = __any_sync(0xffffffffu, t == 40) + 2 * __all_sync(0xffffffffu, lane < 32);
-    __shared__ int partial[2];
-    int v = lane;
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if (lane == 0) partial[t >> 5] = v;
-    __syncthreads();
-    out[7 * 64 + t] = partial[0] + partial[1];
-}
-''')
-    out = np.full(8 * 64, -1, np.int32)
-    cpu_emulator.Module(path, ["warp"]).launch("warp", (1,), (64,), (out,))
-    lane = np.arange(64) % 32
-    rows = out.reshape(8, 64)
-    np.testing.assert_array_equal(rows[0], (lane ^ 1) * 10)
-    np.testing.assert_array_equal(rows[1], np.where(lane + 4 < 32, lane + 4, lane))
-    np.testing.assert_array_equal(rows[2], np.where(lane >= 4, lane - 4, lane))
-    np.testing.assert_array_equal(rows[3], np.full(64, 5))
-    np.testing.assert_array_equal(rows[4], (lane // 8) * 8 + 3)
-    ballot = sum(1 << i for i in range(32) if i % 3 == 0)
-    np.testing.assert_array_equal(rows[5], np.full(64, np.int32(np.uint32(ballot).view(np.int32))))
-    np.testing.assert_array_equal(rows[6], np.r_[np.full(32, 2), np.full(32, 3)])   # t == 40 is in warp 1
-    np.testing.assert_array_equal(rows[7], np.full(64, 2 * sum(range(32))))
-
-
-@needs_emulator
-def test_the_emulator_names_a_lane_outside_the_mask(tmp_path):
-    path = tmp_path / "mask.cu"
-    path.write_text('extern "C" __global__ void mask(float* y) {\n'
-                    '  if (threadIdx.x < 16) y[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, 1.0f, 16);\n}\n')
-    with pytest.raises(cpu_emulator.EmulatorFault, match=r"line 2: lane 0 reads lane 16 in __shfl_xor_sync, but the "
-                                                         r"mask 0x0000ffff leaves lane 16 out"):
-        cpu_emulator.Module(path, ["mask"]).launch("mask", (1,), (32,), (np.zeros(32, np.float32),))

@@ -11,6 +11,7 @@ build time, so the page is the same wherever it was built; each series says whic
     running_max_figure(scores)   chapter 05, the running maximum over blocks of keys
     topk_figure()                chapter 07, the k probabilities softmax_topk returns
     attention_figure()           chapter 08, blocked attention against the float64 reference
+    tensor_core_figure()         chapter 09, a step of the tensor-core ladder: error and wavefronts
 
 Chapter 03's kernel explorer and chapter 06's explorer build theirs next to their widgets
 (widgets_online.explorer_figure, explorer.explorer_figure).
@@ -243,4 +244,59 @@ def attention_figure(n_q_options=(1, 8, 64, 200), n_k_options=(1, 64, 200, 512),
                     fig.note(f"{MODEL_NOTE}: max |O − reference| = {err.max():.2e}, max |LSE − reference| = "
                              f"{np.nanmax(lse_err) if seen.any() else 0.0:.2e} (rows that see a key)\nrows that "
                              f"see no key: {int(blind.sum())} of {n_q}; all-zero and −∞ there: {zero}", when=when)
+    return fig
+
+
+def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 150, 300)) -> Figure:
+    """Chapter 09: the tensor-core kernels' NumPy model (attention_mma.simulate, one model: the three
+    steps compute the same numbers) against the float64 reference on the widget's random bf16
+    inputs, 2 query heads over 1 key/value head, error per query row (0 where a row sees no key:
+    both are 0 there); and the shared-memory
+    wavefronts one warp makes per key tile for K and V in the chosen step (tile_wavefronts)."""
+    from onlinesoftmax import checks
+    from onlinesoftmax.kernels import attention_blocked as ab
+    from onlinesoftmax.kernels import attention_mma as am
+    from onlinesoftmax.kernels import mma_fragments as mf
+
+    steps = {3: am.MMA, 4: am.LDMATRIX, 5: am.PIPELINED}
+    ds = list(am.SUPPORTED_D)
+    fig = Figure("tensor-cores-try", "A step of the tensor-core ladder: error and shared-memory wavefronts",
+                 [select("n_q", "n_q", list(n_q_options), 100 if 100 in n_q_options else n_q_options[-1]),
+                  select("n_k", "n_k", list(n_k_options), 150 if 150 in n_k_options else n_k_options[-1]),
+                  select("d", "d", ds, 64), checkbox("causal", "causal", True),
+                  select("step", "step", list(steps), 4, labels=[f"{s:02d} {v.short}" for s, v in steps.items()])],
+                 caption=f"{MODEL_NOTE} of the three kernels, bf16 inputs; wavefronts counted from the addresses "
+                         "the kernels compute", digits=3)
+    out_panel = fig.panel("out", x="query row", y="max |O − reference|", title="output O", width=300, height=200,
+                          y_zero=True, y_format=".1e")
+    wave_panel = fig.panel("wavefronts", x="loads of", y="wavefronts per warp per key tile", x_scale="ordinal",
+                           title="shared memory, one key tile", width=200, height=200, y_zero=True)
+    for step, variant in steps.items():
+        for d in ds:
+            counts = mf.tile_wavefronts(min(step, 4), d)
+            fig.series(wave_panel, f"{variant.name} (shared-memory model)", ["K", "V"],
+                       [counts["K"]["wavefronts"], counts["V"]["wavefronts"]], mark="bar", when={"step": step, "d": d})
+    for n_q in n_q_options:
+        for n_k in n_k_options:
+            for d in ds:
+                rng = np.random.default_rng(n_q * 1000 + n_k + d)   # the widget's inputs (the chapter's qkv)
+                q, k, v = (checks.to_dtype(rng.standard_normal(shape).astype(np.float32), "bfloat16")
+                           for shape in ((1, 2, n_q, d), (1, 1, n_k, d), (1, 1, n_k, d)))
+                for causal in (False, True):
+                    out, _ = am.simulate(q, k, v, causal=causal)
+                    ref, lse_ref = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)), causal=causal)
+                    err = np.abs(checks.as_float64(out) - ref).max(axis=(0, 1, 3))
+                    blind = np.isneginf(lse_ref[0, 0])
+                    when = {"n_q": n_q, "n_k": n_k, "d": d, "causal": causal}
+                    fig.series(out_panel, f"rows that see a key ({MODEL_NOTE})", np.arange(n_q)[~blind], err[~blind],
+                               mark="point", color=MAXIMUM, when=when)
+                    if blind.any():   # points, not a band: a layer that empties and fills again redraws otherwise
+                        fig.series(out_panel, f"rows that see no key (O = 0 exactly, {MODEL_NOTE})", np.arange(n_q)[blind],
+                                   err[blind], mark="point", color=CHOSEN, when=when)
+                    for step, variant in steps.items():
+                        counts = mf.tile_wavefronts(min(step, 4), d)
+                        fig.note(f"{variant.name}, {MODEL_NOTE}: max |O − reference| = {err.max():.2e}; rows that see "
+                                 f"no key: {int(blind.sum())} of {n_q}\nshared-memory wavefronts per warp per key tile: "
+                                 f"{counts['K']['wavefronts'] + counts['V']['wavefronts']} for K and V",
+                                 when={**when, "step": step})
     return fig

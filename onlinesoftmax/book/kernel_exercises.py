@@ -10,9 +10,9 @@ touched), the solutions in exercises/solutions/. Grading a kernel:
    compile error is shown with the line numbers of your file;
 2. runs it **in a separate process with a timeout** (kernel_runner.py), so an illegal address, a
    hang or a poisoned CUDA context ends that process, never the notebook: the report says which.
-   On a GPU it runs the real kernel; without one, the CPU emulator (cpu_emulator.h: every thread
-   a fiber, scheduled in a fixed order) runs the same source, so a missing barrier or a shuffle
-   some lanes never reach fails there every time;
+   On a GPU it runs the real kernel; without one, the CPU emulator (kernels/emulator/, its fixed
+   schedule: every thread a fiber, run in thread order) runs the same source, so a missing barrier
+   or a shuffle some lanes never reach fails there every time;
 3. checks every case of the exercise's task (kernel_tasks.py: the edge matrix of sizes 1 .. 4097,
    -inf, all -inf, +inf, NaN, logits near +-1000, rows off a 16-byte boundary) against the float64
    reference, on outputs poisoned beforehand and followed by a guard band, and quotes the first
@@ -264,7 +264,7 @@ def report(name: str, result: dict) -> str:
 def grade(name: str, path: Path | None = None, timeout_s: float = TIMEOUT_S, measure: bool = True) -> bool:
     """Build your copy (or `path`), run and check it (on the GPU, or on the CPU emulator without
     one); print what happened; True if it passed everything that can be checked here."""
-    from onlinesoftmax.book import cpu_emulator
+    from onlinesoftmax.runtime import emulator
 
     exercise = _exercise(name)
     path = Path(path) if path is not None else your_copy(name)
@@ -276,7 +276,7 @@ def grade(name: str, path: Path | None = None, timeout_s: float = TIMEOUT_S, mea
         print(f"{name}: does not compile:\n{log}")
         return False
     backend = _backend_here()
-    if backend == "cpu" and not cpu_emulator.available():
+    if backend == "cpu" and not emulator.available():
         print(f"{name}: {log}; running it needs an NVIDIA GPU or, for the CPU emulator, g++ (neither is here)")
         return False
     result = run(path, name, timeout_s, measure, backend)
@@ -303,13 +303,13 @@ def verify_chapter(chapter: str) -> list[str]:
     (on the GPU, else on the CPU emulator when g++ is there), and every starter but the slow one of
     the copy-ceiling exercise is rejected (tests/test_kernel_exercises.py builds the starters).
     Raises AssertionError naming the first that does not; returns the exercises' names."""
-    from onlinesoftmax.book import cpu_emulator
+    from onlinesoftmax.runtime import emulator
 
     names = [n for n, e in EXERCISES.items() if e.chapter == chapter]
     for name in names:
         ok, log = build(SOLUTIONS / f"{name}.cu", name)
         assert ok, f"solutions/{name}.cu: {log}"
-    if _backend_here() == "cpu" and not cpu_emulator.available():
+    if _backend_here() == "cpu" and not emulator.available():
         return names
     jobs = [(folder / f"{n}.cu", n, folder is SOLUTIONS or bool(EXERCISES[n].min_fraction_of_copy))
             for n in names for folder in (SOLUTIONS, STARTERS)]

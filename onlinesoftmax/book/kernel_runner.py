@@ -6,9 +6,9 @@ address, a hang or a poisoned CUDA context ends this process and never the reade
 spec: {"mode": "grade" | "compare" | "racecheck", "backend": "gpu" | "cpu",
        "items": [[exercise, path], ...], "measure": true | false}
 
-It builds the kernel (cupy's NVRTC on a GPU, g++ and cpu_emulator.h on the CPU), runs it on every
-case of its task (kernel_tasks.py), checks every output against the float64 reference and every
-guard band, and on a GPU times it (onlinesoftmax.measure.timer) against a device-to-device copy
+It builds the kernel (cupy's NVRTC on a GPU; on the CPU, g++ and the emulator of kernels/emulator/
+with its fixed schedule), runs it on every case of its task (kernel_tasks.py), checks every output
+against the float64 reference and every guard band, and on a GPU times it (onlinesoftmax.measure.timer) against a device-to-device copy
 measured in the same process. It prints one JSON line: what kernel_exercises.report reads.
 """
 from __future__ import annotations
@@ -47,9 +47,9 @@ class CpuBackend:
     xp = np
 
     def __init__(self, path, entries):
-        from onlinesoftmax.book import cpu_emulator
+        from onlinesoftmax.runtime import emulator
 
-        self.module = cpu_emulator.Module(path, entries)
+        self.module = emulator.Module(path, entries)
 
     def launch(self, entry, grid, block, args, shared_bytes=0):
         self.module.launch(entry, grid, block, args, shared_bytes)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import math
+from pathlib import Path
 
 import numpy as np
 
 from onlinesoftmax import checks
 from onlinesoftmax.registry import DTYPE_TAGS, Launch, Variant, register
-from onlinesoftmax.runtime import driver
-from onlinesoftmax.runtime.loader import get_kernel
+from onlinesoftmax.runtime import driver, emulator
+from onlinesoftmax.runtime.loader import KERNELS_DIR, get_kernel
 
 BLOCK_Q, BLOCK_K, THREADS, WARP_ROWS = 128, 64, 256, 16
 SUPPORTED_D = (64, 128)
@@ -120,6 +121,40 @@ def plan_mma(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, s
     def run(q, out, k=None, v=None, lse=None, **_):
         launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, None if lse is None else lse.data.ptr)
     return run
+
+
+POISON_BITS = 0x7B7B          # emulate() fills out with these first: 1.3e36 in bf16, 61280 in fp16, never an answer
+LSE_POISON = np.float32(1.2345e30)
+
+
+def emulate(name: str, q, k, v, causal: bool = False, scale: float | None = None, *, path=None,
+            source: str | None = None, stem: str | None = None, flags=(), optimize: str = "-O2",
+            schedule: str = "random", seed: int = 1):
+    """(out, lse) of one launch of kernel `name`'s own CUDA source on the CPU emulator
+    (runtime/emulator.py), with this launcher's grid, block, shared memory and arguments, isolated
+    in a child process: q (batch, heads, n_q, d), k and v (batch, kv_heads, n_k, d) numpy arrays in
+    float16 or bfloat16. The file `path` or the text `source` may stand in for the kernel's file
+    (entries <stem>_<bf16|f16>_d<64|128>, stem the file's own by default). EmulatorFault when the
+    emulator stops the launch, when it touches memory outside an array, or leaves outputs unwritten."""
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    if q.dtype.name not in DTYPES or d not in SUPPORTED_D:
+        raise ValueError(f"the tensor-core kernels take {' or '.join(DTYPES)} with d in {SUPPORTED_D}, got "
+                         f"{q.dtype.name} with d = {d}")
+    path = Path(path) if path is not None else KERNELS_DIR / "attention" / f"{name}.cu"
+    entry = f"{stem or path.stem}_{DTYPE_TAGS[q.dtype.name]}_d{d}"
+    module = emulator.Module(path, [entry], source=source, flags=flags, optimize=optimize, schedule=schedule, seed=seed)
+    out = np.full(q.shape, POISON_BITS, np.uint16)
+    lse = np.full(q.shape[:3], LSE_POISON, np.float32)
+    scale_log2 = np.float32((1 / math.sqrt(d) if scale is None else scale) * LOG2E)
+    inputs = (np.ascontiguousarray(a).view(np.uint16) for a in (q, k, v))
+    module.launch(entry, grid(batch, heads, n_q), (THREADS,),
+                  (*inputs, out, lse, *map(np.int32, (heads, kv_heads, n_q, n_k)), scale_log2, np.int32(bool(causal))),
+                  shared_bytes(name, d), isolated=True)
+    unwritten = int((out == POISON_BITS).sum())
+    if unwritten:
+        raise emulator.EmulatorFault(f"{path.name} left {unwritten} of {out.size} outputs unwritten")
+    return out.view(q.dtype), lse
 
 
 def _geometry(name: str):

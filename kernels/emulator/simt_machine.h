@@ -1,0 +1,343 @@
+// simt_machine.h — the machine of simt.h: fibers, the two schedules, barriers, the release of warp
+// collectives, shared memory, errors and the launch. Included by simt.h only.
+#pragma once
+
+// The dynamic shared memory (an `extern __shared__` array of the kernel names it) and its guard band.
+#define SIMT_SHARED_CAPACITY (227 * 1024)   // the H200's most dynamic shared memory per block
+#define SIMT_SHARED_GUARD 4096
+extern "C" {
+alignas(128) unsigned char simt_dynamic_shared[SIMT_SHARED_CAPACITY + SIMT_SHARED_GUARD];
+}
+// The linker marks where the section of the static __shared__ variables starts and ends (hidden:
+// each library its own).
+extern char __start_simt_shared[] __attribute__((weak, visibility("hidden")));
+extern char __stop_simt_shared[] __attribute__((weak, visibility("hidden")));
+
+namespace simt {
+
+constexpr int MAX_THREADS = 1024;
+constexpr size_t STACK_BYTES = 256 * 1024;
+
+enum Wait { RUNNABLE, BARRIER, COLLECTIVE, YIELD, DONE };
+enum Op { OP_VALUES, OP_MMA_BF16, OP_MMA_F16, OP_LDMATRIX, OP_LDMATRIX_TRANS };
+
+// What a lane brings to a warp collective, and what it takes away (it lives on the lane's stack
+// while the lane waits).
+struct Post {
+    uint64_t value;          // a shuffle's or a vote's
+    uint64_t values[32];     // OP_VALUES: every lane's value, once the collective completes
+    const void* address;     // ldmatrix: this lane's row
+    u32 a[4], b[2], r[4];    // mma operands; ldmatrix results
+    float c[4];              // mma accumulators, in and out
+};
+
+struct Copy { void* dst; unsigned char bytes[16]; };   // a cp.async on its way
+
+struct Fiber {
+    ucontext_t context;
+    char* stack = nullptr;
+    dim3 tid;
+    Wait wait = DONE;
+    int op = OP_VALUES;        // the collective it waits in, with its mask, line and name
+    unsigned mask = 0;
+    int line = 0;
+    const char* what = "";
+    Post* post = nullptr;
+    std::vector<Copy> pending;
+};
+
+struct State {
+    Fiber fibers[MAX_THREADS];
+    int n_threads = 0;
+    int current = -1;          // the fiber running; -1 while the scheduler runs
+    ucontext_t scheduler;
+    size_t shared_bytes = 0;
+    bool random = false;       // the schedule (simt_configure)
+    unsigned seed = 0;
+    std::mt19937 rng;
+    void (*body)(void*) = nullptr;
+    void* body_arg = nullptr;
+    char error[4096] = "";
+};
+inline State state;
+
+// A complete warp collective: compute every lane's result (simt_warp.h).
+inline void complete(int op, Post* const* posts);
+
+inline int lane_of(int thread) { return thread & 31; }
+inline int warp_of(int thread) { return thread >> 5; }
+inline int lanes_in_warp(int warp) { return std::min(32, state.n_threads - 32 * warp); }
+inline unsigned lane_bits(int warp) {
+    const int n = lanes_in_warp(warp);
+    return n >= 32 ? 0xffffffffu : ((1u << n) - 1u);
+}
+
+// Record the first error. From a thread, the thread stops there: the scheduler sees the error and
+// ends the launch. The message gets the block (and the thread) appended.
+__attribute__((format(printf, 1, 2))) inline void fail(const char* format, ...) {
+    if (!state.error[0]) {
+        va_list args;
+        va_start(args, format);
+        int used = std::vsnprintf(state.error, sizeof state.error, format, args);
+        va_end(args);
+        used = std::min<int>(used, sizeof state.error - 1);
+        if (state.current >= 0)
+            std::snprintf(state.error + used, sizeof state.error - used, " (block %u,%u,%u, thread %d)", blockIdx.x,
+                          blockIdx.y, blockIdx.z, state.current);
+        else
+            std::snprintf(state.error + used, sizeof state.error - used, " (block %u,%u,%u)", blockIdx.x, blockIdx.y,
+                          blockIdx.z);
+    }
+    if (state.current >= 0) {
+        Fiber& f = state.fibers[state.current];
+        swapcontext(&f.context, &state.scheduler);   // never resumed
+    }
+}
+
+inline void switch_out(Wait wait, const char* what, int line, unsigned mask = 0) {
+    Fiber& f = state.fibers[state.current];
+    f.wait = wait;
+    f.what = what;
+    f.line = line;
+    f.mask = mask;
+    swapcontext(&f.context, &state.scheduler);
+}
+
+// Shared memory: a static __shared__ variable, or the dynamic array up to the launch's size.
+inline bool in_shared(const void* p, size_t bytes) {
+    const char* c = static_cast<const char*>(p);
+    if (__start_simt_shared != __stop_simt_shared && c >= __start_simt_shared && c + bytes <= __stop_simt_shared)
+        return true;
+    const char* dynamic = reinterpret_cast<const char*>(simt_dynamic_shared);
+    return c >= dynamic && c + bytes <= dynamic + state.shared_bytes;
+}
+
+// ---- why no thread can go on: the threads grouped by where they stand ----------------------------
+
+inline void describe(char* out, size_t size, int first, int last, const Fiber& f) {
+    if (f.wait == DONE)
+        std::snprintf(out, size, "threads %d-%d returned", first, last);
+    else if (f.wait == BARRIER)
+        std::snprintf(out, size, "threads %d-%d wait at %s (line %d)", first, last, f.what, f.line);
+    else
+        std::snprintf(out, size, "threads %d-%d wait in %s (mask 0x%08x, line %d)", first, last, f.what, f.mask, f.line);
+}
+
+inline bool same_wait(const Fiber& a, const Fiber& b) {
+    return a.wait == b.wait && (a.wait == DONE || (a.line == b.line && a.mask == b.mask && a.what == b.what));
+}
+
+inline void deadlock(const char* headline) {
+    char text[3500];
+    int used = std::snprintf(text, sizeof text, "%s:", headline);
+    for (int t = 0; t < state.n_threads && used < (int)sizeof text - 200;) {
+        int u = t;
+        while (u + 1 < state.n_threads && same_wait(state.fibers[u + 1], state.fibers[t])) ++u;
+        char part[256];
+        describe(part, sizeof part, t, u, state.fibers[t]);
+        used += std::snprintf(text + used, sizeof text - used, "%s %s", t ? ";" : "", part);
+        t = u + 1;
+    }
+    fail("%s", text);
+}
+
+// ---- releasing waits ------------------------------------------------------------------------------
+
+// A barrier that every live thread has reached opens; one that returned threads never reach is an error.
+inline bool open_barrier() {
+    int live = 0, at_barrier = 0, done = 0;
+    for (int t = 0; t < state.n_threads; ++t) {
+        const Wait w = state.fibers[t].wait;
+        live += w != DONE;
+        done += w == DONE;
+        at_barrier += w == BARRIER;
+    }
+    if (!at_barrier || at_barrier != live) return false;
+    if (done) {
+        deadlock("__syncthreads() reached by only some of the block's threads: the others returned before it");
+        return false;
+    }
+    for (int t = 0; t < state.n_threads; ++t) state.fibers[t].wait = RUNNABLE;
+    return true;
+}
+
+// Complete the collectives of `warp` that every lane of their mask has joined: 1 if one was,
+// 0 if none, -1 on an error (a lane of the mask returned before it).
+inline int release_warp(int warp) {
+    int released = 0;
+    for (int lane = 0; lane < lanes_in_warp(warp); ++lane) {
+        const Fiber& f = state.fibers[warp * 32 + lane];
+        if (f.wait != COLLECTIVE) continue;
+        const unsigned mask = f.mask & lane_bits(warp);
+        bool whole = true;
+        for (int other = 0; other < 32; ++other) {
+            if (!(mask >> other & 1u)) continue;
+            const Fiber& g = state.fibers[warp * 32 + other];
+            if (g.wait == DONE) {
+                fail("line %d: lane %d of warp %d calls %s with mask 0x%08x, but lane %d returned before it", f.line,
+                     lane, warp, f.what, f.mask, other);
+                return -1;
+            }
+            whole &= g.wait == COLLECTIVE && g.mask == f.mask && g.line == f.line && g.op == f.op && g.what == f.what;
+        }
+        if (!whole) continue;
+        Post* posts[32] = {};
+        for (int other = 0; other < 32; ++other)
+            if (mask >> other & 1u) posts[other] = state.fibers[warp * 32 + other].post;
+        complete(f.op, posts);
+        for (int other = 0; other < 32; ++other)
+            if (mask >> other & 1u) state.fibers[warp * 32 + other].wait = RUNNABLE;
+        released = 1;
+    }
+    return released;
+}
+
+// Release what can be released once no thread runs: a barrier, complete collectives, the threads
+// that yielded. False when nothing could be (with the error that says why the launch cannot go on).
+inline bool release() {
+    if (open_barrier()) return true;
+    if (state.error[0]) return false;
+    bool released = false, live = false;
+    for (int warp = 0; warp * 32 < state.n_threads; ++warp) {
+        const int r = release_warp(warp);
+        if (r < 0) return false;
+        released |= r > 0;
+    }
+    for (int t = 0; t < state.n_threads; ++t) {
+        Fiber& f = state.fibers[t];
+        if (f.wait == YIELD) f.wait = RUNNABLE;
+        released |= f.wait == RUNNABLE;
+        live |= f.wait != DONE;
+    }
+    if (!released && live) deadlock("no thread can go on");
+    return released;
+}
+
+// The random schedule releases as soon as a thread's wait completes something.
+inline void settle(int thread, Wait wait) {
+    if (wait == BARRIER || wait == DONE) open_barrier();
+    if (!state.error[0] && (wait == COLLECTIVE || wait == DONE)) release_warp(warp_of(thread));
+}
+
+// ---- running a block ------------------------------------------------------------------------------
+
+inline void fiber_entry(int index) {
+    state.body(state.body_arg);
+    Fiber& f = state.fibers[index];
+    if (!f.pending.empty()) fail("a thread ended with cp.async copies it never waited for");
+    f.wait = DONE;   // returning goes to uc_link: the scheduler
+}
+
+inline void run_fiber(int t) {
+    state.current = t;
+    threadIdx = state.fibers[t].tid;
+    swapcontext(&state.scheduler, &state.fibers[t].context);
+    state.current = -1;
+}
+
+inline int run_block() {
+    if (__start_simt_shared != __stop_simt_shared)
+        std::memset(__start_simt_shared, 0xff, __stop_simt_shared - __start_simt_shared);
+    std::memset(simt_dynamic_shared, 0xff, state.shared_bytes + SIMT_SHARED_GUARD);
+    for (int t = 0; t < state.n_threads; ++t) {
+        Fiber& f = state.fibers[t];
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = f.stack;
+        f.context.uc_stack.ss_size = STACK_BYTES;
+        f.context.uc_link = &state.scheduler;
+        makecontext(&f.context, reinterpret_cast<void (*)()>(fiber_entry), 1, t);
+        f.tid = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
+        f.wait = RUNNABLE;
+        f.pending.clear();
+    }
+    int runnable[MAX_THREADS];
+    for (;;) {
+        if (state.random) {   // one random runnable thread until it waits
+            int n = 0;
+            for (int t = 0; t < state.n_threads; ++t)
+                if (state.fibers[t].wait == RUNNABLE) runnable[n++] = t;
+            if (n) {
+                const int t = runnable[state.rng() % n];
+                run_fiber(t);
+                if (!state.error[0]) settle(t, state.fibers[t].wait);
+                if (state.error[0]) return 1;
+                continue;
+            }
+        } else {              // every runnable thread in order, each until it waits
+            for (int t = 0; t < state.n_threads; ++t) {
+                if (state.fibers[t].wait != RUNNABLE) continue;
+                run_fiber(t);
+                if (state.error[0]) return 1;
+            }
+        }
+        bool all_done = true;
+        for (int t = 0; t < state.n_threads; ++t) all_done &= state.fibers[t].wait == DONE;
+        if (all_done) break;
+        if (!release() || state.error[0]) return 1;
+    }
+    for (size_t i = 0; i < SIMT_SHARED_GUARD; ++i)
+        if (simt_dynamic_shared[state.shared_bytes + i] != 0xff) {
+            fail("shared memory written past the dynamic size (%zu bytes): %zu bytes after it", state.shared_bytes, i);
+            return 1;
+        }
+    return 0;
+}
+
+inline int launch_body(const unsigned* dims, unsigned shared_bytes, void (*body)(void*), void* arg) {
+    state.error[0] = 0;
+    state.current = -1;
+    gridDim = dim3(dims[0], dims[1], dims[2]);
+    blockDim = dim3(dims[3], dims[4], dims[5]);
+    blockIdx = dim3(0, 0, 0);
+    const long long threads = 1LL * blockDim.x * blockDim.y * blockDim.z;
+    if (threads < 1 || threads > MAX_THREADS || shared_bytes > SIMT_SHARED_CAPACITY) {
+        fail("a block of %lld threads with %u bytes of dynamic shared memory: at most %d threads and %d bytes", threads,
+             shared_bytes, MAX_THREADS, SIMT_SHARED_CAPACITY);
+        return 1;
+    }
+    state.n_threads = static_cast<int>(threads);
+    state.shared_bytes = shared_bytes;
+    state.body = body;
+    state.body_arg = arg;
+    state.rng.seed(state.seed);
+    for (int t = 0; t < state.n_threads; ++t)
+        if (!state.fibers[t].stack) state.fibers[t].stack = static_cast<char*>(std::malloc(STACK_BYTES));
+    std::vector<dim3> blocks;
+    for (unsigned z = 0; z < gridDim.z; ++z)
+        for (unsigned y = 0; y < gridDim.y; ++y)
+            for (unsigned x = 0; x < gridDim.x; ++x) blocks.emplace_back(x, y, z);
+    if (state.random) std::shuffle(blocks.begin(), blocks.end(), state.rng);
+    for (const dim3& block : blocks) {
+        blockIdx = block;
+        if (run_block()) return 1;
+    }
+    return 0;
+}
+
+template <class... P, size_t... I>
+inline void call(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
+    kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
+}
+
+template <class... P>
+struct Call {
+    void (*kernel)(P...);
+    void** args;
+    static void run(void* self) {
+        auto* c = static_cast<Call*>(self);
+        call(c->kernel, c->args, std::index_sequence_for<P...>{});
+    }
+};
+
+// Launch `kernel` on the grid dims[0..2] of blocks dims[3..5]; args[i] points at parameter i.
+template <class... P>
+inline int launch(void (*kernel)(P...), const unsigned* dims, unsigned shared_bytes, void** args) {
+    Call<P...> c{kernel, args};
+    return launch_body(dims, shared_bytes, &Call<P...>::run, &c);
+}
+
+}  // namespace simt
+
+// ---- block synchronisation ------------------------------------------------------------------------
+inline void __syncthreads(int line = __builtin_LINE()) { simt::switch_out(simt::BARRIER, "__syncthreads()", line); }
+inline void __nanosleep(unsigned) { simt::switch_out(simt::YIELD, "__nanosleep", 0); }
