@@ -30,14 +30,17 @@
 #define THREAD_FOLD_CHUNK 16
 #define THREAD_FOLD_LEVELS 8
 
-// The fold of this thread's columns: `push(state, j)` folds column j into a state, `merge(a, b)`
-// merges two states (a holds the earlier columns), `identity` is the empty state.
-template <class State, class Push, class Merge>
-__device__ __forceinline__ State thread_fold(int n_cols, State identity, Push push, Merge merge) {
+// The fold of this thread's columns: `load(j)` reads column j (as the float the kernel folds),
+// `push(state, v)` folds a value into a state, `merge(a, b)` merges two states (a holds the
+// earlier columns), `identity` is the empty state. A whole chunk issues its CHUNK loads before its
+// first push, so they are in flight together (one push waits on the one before: a load behind each
+// push would wait a memory latency per element); only the row's last chunk is guarded column by column.
+template <class State, class Load, class Push, class Merge>
+__device__ __forceinline__ State thread_fold(int n_cols, State identity, Load load, Push push, Merge merge) {
     const int step = blockDim.x;
 #if THREAD_FOLD_SEQUENTIAL
     State s = identity;
-    for (int j = threadIdx.x; j < n_cols; j += step) push(s, j);
+    for (int j = threadIdx.x; j < n_cols; j += step) push(s, load(j));
     return s;
 #else
     const int chunk_cols = THREAD_FOLD_CHUNK * step;  // columns one chunk spans, all threads together
@@ -46,12 +49,20 @@ __device__ __forceinline__ State thread_fold(int n_cols, State identity, Push pu
     for (int c = 0; c < n_chunks; ++c) {
         State s = identity;  // a fresh state for every chunk
         const int first = c * chunk_cols + threadIdx.x;
+        if (first + (THREAD_FOLD_CHUNK - 1) * step < n_cols) {  // the whole chunk is in the row
+            float v[THREAD_FOLD_CHUNK];
 #pragma unroll
-        for (int k = 0; k < THREAD_FOLD_CHUNK; ++k) {  // independent loads, all issued at once
-            const int j = first + k * step;
-            if (j < n_cols) push(s, j);
+            for (int k = 0; k < THREAD_FOLD_CHUNK; ++k) v[k] = load(first + k * step);
+#pragma unroll
+            for (int k = 0; k < THREAD_FOLD_CHUNK; ++k) push(s, v[k]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < THREAD_FOLD_CHUNK; ++k) {
+                const int j = first + k * step;
+                if (j < n_cols) push(s, load(j));
+            }
         }
-        // binary carry: merge with every occupied level from the bottom, land on the first free one
+    // binary carry: merge with every occupied level from the bottom, land on the first free one
         bool carrying = true;
 #pragma unroll
         for (int k = 0; k < THREAD_FOLD_LEVELS; ++k) {

@@ -76,7 +76,8 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
 
     const OnlineState s = thread_fold(  // pass 1: statistics of the masked row
         n_cols, online_identity(),
-        [&](OnlineState& state, int j) { online_push(state, masked_logit<Row>(row_x, row_mask, j, limit, fill)); },
+        [&](int j) { return masked_logit<Row>(row_x, row_mask, j, limit, fill); },
+        [](OnlineState& state, float v) { online_push(state, v); },
         [](OnlineState a, OnlineState b) { return online_combine(a, b); });
     const OnlineState stats = online_block_reduce(s, scratch);
 
