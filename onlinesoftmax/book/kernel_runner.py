@@ -25,6 +25,18 @@ from onlinesoftmax.book.grading import first_mismatch
 COPY_BYTES = 2**28
 
 
+# Shared memory is not cleared between kernels: a block that reads a slot no thread of it wrote sees
+# whatever an earlier kernel left there, often harmless zeros. Before every checked launch this
+# kernel fills the shared memory of every SM with NaN (as the CPU emulator fills each block's), so
+# such a read shows in the output on the GPU too.
+POISON_SHARED = r"""
+extern "C" __global__ void poison_shared(int n_words) {
+    extern __shared__ unsigned int words[];
+    for (int i = threadIdx.x; i < n_words; i += blockDim.x) words[i] = 0xffffffffu;  // a NaN
+}
+"""
+
+
 class GpuBackend:
     def __init__(self, path, entries):
         import cupy
@@ -35,8 +47,17 @@ class GpuBackend:
         text, _ = loader.expand_source(Path(path))
         module = cupy.RawModule(code=text, options=("-std=c++17",))
         self.functions = {entry: module.get_function(entry) for entry in entries}
+        self.poisoning = False   # check_values turns it on; timed launches run alone
+        attributes = cupy.cuda.Device().attributes
+        self.poison_bytes = attributes["MaxSharedMemoryPerBlockOptin"]
+        self.poison_blocks = 2 * attributes["MultiProcessorCount"]   # at least one on every SM
+        self.poison = cupy.RawModule(code=POISON_SHARED).get_function("poison_shared")
+        self.poison.max_dynamic_shared_size_bytes = self.poison_bytes
 
     def launch(self, entry, grid, block, args, shared_bytes=0):
+        if self.poisoning:
+            self.poison((self.poison_blocks,), (1024,), (np.int32(self.poison_bytes // 4),),
+                        shared_mem=self.poison_bytes)
         self.functions[entry](tuple(grid), tuple(block), tuple(args), shared_mem=shared_bytes)
 
     def sync(self):
@@ -45,6 +66,7 @@ class GpuBackend:
 
 class CpuBackend:
     xp = np
+    poisoning = False   # the emulator fills every block's shared memory with NaN itself
 
     def __init__(self, path, entries):
         from onlinesoftmax.runtime import emulator
@@ -73,7 +95,9 @@ def _mismatch(check: kt.Check, index, case: str) -> dict:
 
 
 def check_values(backend, task, exercise: str) -> dict:
-    """Every case; the first wrong output (or guard band) as a dict; {"passed": True} otherwise."""
+    """Every case; the first wrong output (or guard band) as a dict; {"passed": True} otherwise.
+    Each launch finds shared memory full of NaN (GpuBackend.poisoning)."""
+    backend.poisoning = True
     for case, inputs in task.cases():
         arena = kt.Arena(backend.xp)
         try:
@@ -95,6 +119,7 @@ def measure(backend, task, exercise: str) -> dict:
     """Device time at the task's timed shape (the book's one timer) and the ideal bytes over it."""
     from onlinesoftmax.measure import timer
 
+    backend.poisoning = False
     arena = kt.Arena(backend.xp)
     launch, ideal_bytes = task.timed(backend, exercise, arena)
     ms = timer.time_gpu(launch, [()])["ms"]
