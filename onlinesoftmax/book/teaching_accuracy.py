@@ -89,18 +89,31 @@ def recorded_times(rows) -> list[dict]:
     return [{"n_rows": n, "n_cols": c, **times} for (n, c), times in sorted(shapes.items())]
 
 
-def commit_has_file(commit: str, path: str) -> bool | None:
-    """Whether the git commit a recording names holds `path` (None when git cannot tell: no git, a
-    shallow clone, a commit not in this clone)."""
+def _git_show(commit: str, path: str):
+    """(known, text): whether git knows the commit a recording names, and `path` at it (None: no
+    such file). known is None when git cannot tell: no git, a shallow clone, a commit not here."""
     commit = str(commit).split("+")[0]   # "abc123+dirty": the commit the tree was based on
     try:
         def git(*args):
             return subprocess.run(["git", *args], capture_output=True, timeout=20, cwd=REPO_ROOT)
 
         known = git("cat-file", "-e", f"{commit}^{{commit}}")
-        result = git("cat-file", "-e", f"{commit}:{path}")
+        shown = git("show", f"{commit}:{path}")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return None, None
     if known.returncode != 0:
-        return None
-    return result.returncode == 0
+        return None, None
+    return True, (shown.stdout.decode(errors="replace") if shown.returncode == 0 else None)
+
+
+def commit_has_file(commit: str, path: str) -> bool | None:
+    """Whether the git commit a recording names holds `path` (None when git cannot tell)."""
+    known, text = _git_show(commit, path)
+    return None if known is None else text is not None
+
+
+def fold_loads_together(commit: str) -> bool | None:
+    """Whether the fold at that commit issues a whole chunk's loads before its first push (the
+    build the chapter shows), rather than one load before each push (None: git cannot tell)."""
+    known, text = _git_show(commit, "kernels/common/thread_fold.cuh")
+    return None if known is None else text is not None and "float v[THREAD_FOLD_CHUNK]" in text
