@@ -58,6 +58,17 @@ def round_to_bf16(x32):
     return xp.where(xp.isnan(x32), x32, rounded)
 
 
+def rounded_to(values32, dtype: str):
+    """float32 values rounded to `dtype` (as float64): what a kernel that stores `dtype` can return;
+    numpy or cupy."""
+    xp = array_module(values32)
+    if dtype == "float16":
+        values32 = values32.astype(xp.float16).astype(xp.float32)
+    elif dtype == "bfloat16":
+        values32 = round_to_bf16(values32)
+    return values32.astype(xp.float64)
+
+
 def from_float32(x32, dtype: str):
     """fp32 (numpy or cupy) -> dtype, rounding to nearest even."""
     xp = array_module(x32)

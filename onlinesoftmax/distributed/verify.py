@@ -22,16 +22,6 @@ EPS32 = 2.0**-23
 IGNORE_INDEX = -100
 
 
-def _round_to(values32, dtype: str):
-    """float32 values as a kernel storing `dtype` returns them, as float64."""
-    xp = array_module(values32)
-    if dtype == "float16":
-        values32 = values32.astype(xp.float16).astype(xp.float32)
-    elif dtype == "bfloat16":
-        values32 = checks.round_to_bf16(values32)
-    return values32.astype(xp.float64)
-
-
 def _largest(ref) -> float:
     xp = array_module(ref)
     finite = xp.abs(ref[xp.isfinite(ref)])
@@ -55,9 +45,9 @@ def compare_shard(op: str, y, x, start: int) -> tuple[bool, str]:
     x32 = x64.astype(array_module(x64).float32)
     cols = slice(start, start + y.shape[-1])
     if op == "softmax":
-        ref, base = reference.softmax(x64), _round_to(reference.softmax_same_dtype(x32), dtype)
+        ref, base = reference.softmax(x64), checks.rounded_to(reference.softmax_same_dtype(x32), dtype)
     else:
-        ref, base = reference.log_softmax(x64), _round_to(reference.log_softmax_same_dtype(x32), dtype)
+        ref, base = reference.log_softmax(x64), checks.rounded_to(reference.log_softmax_same_dtype(x32), dtype)
     ref, base = ref[:, cols], base[:, cols]
     err, base_err = _errors(checks.as_float64(y), ref, base)
     scale = _largest(ref) if op == "softmax" else max(_largest(ref), 1.0)
@@ -114,7 +104,7 @@ def _attention_float32(q, k, v, causal: bool, scale):
         l = e.sum(axis=-1, keepdims=True)
         out = xp.where(l > 0, xp.matmul(e, v32) / xp.where(l > 0, l, 1), 0)
         lse = xp.where(l[..., 0] > 0, m[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1)), -xp.inf)
-    return _round_to(out.astype(xp.float32), q.dtype.name), lse.astype(xp.float64)
+    return checks.rounded_to(out.astype(xp.float32), q.dtype.name), lse.astype(xp.float64)
 
 
 def compare_decode(out, lse, q, k, v, causal: bool = False, scale=None) -> tuple[bool, str]:

@@ -122,16 +122,6 @@ def _effective_logits(x64, mask, row0: int):
     return x64 + xp.asarray(mask, dtype=xp.float64)
 
 
-def _round_to(values32, dtype: str):
-    """float32 values rounded to `dtype` (as float64): what a kernel that stores `dtype` can return."""
-    xp = array_module(values32)
-    if dtype == "float16":
-        values32 = values32.astype(xp.float16).astype(xp.float32)
-    elif dtype == "bfloat16":
-        values32 = checks.round_to_bf16(values32)
-    return values32.astype(xp.float64)
-
-
 def compare_rows(y, x, op: str = "softmax", mask=None, max_elements: int = 2**25) -> tuple[bool, str]:
     """(passed, message): y = op(x (+ mask)) against the float64 reference, `max_elements` at a time.
 
@@ -157,9 +147,9 @@ def compare_rows(y, x, op: str = "softmax", mask=None, max_elements: int = 2**25
         x64 = _effective_logits(checks.as_float64(x[row0:row1]), cut, row0)
         x32 = x64.astype(xp.float32)
         if op == "softmax":
-            ref, base = reference.softmax(x64), _round_to(reference.softmax_same_dtype(x32), dtype)
+            ref, base = reference.softmax(x64), checks.rounded_to(reference.softmax_same_dtype(x32), dtype)
         elif op == "log_softmax":
-            ref, base = reference.log_softmax(x64), _round_to(reference.log_softmax_same_dtype(x32), dtype)
+            ref, base = reference.log_softmax(x64), checks.rounded_to(reference.log_softmax_same_dtype(x32), dtype)
         else:
             ref, base = reference.logsumexp(x64), reference.logsumexp_same_dtype(x32).astype(xp.float64)
         err = max(err, checks.max_abs_error(checks.as_float64(y[row0:row1]), ref))
