@@ -1,6 +1,7 @@
 """The chapter "Fused softmax + top-k" reads its recorded suite in sentences: `reading_markdown(data)`
 turns the numbers of topk_figures.reading into Markdown bullets (every number from the file), or
-says plainly that nothing is recorded yet."""
+says plainly that nothing is recorded yet. Markdown shown from a cell's output is not typeset as
+math: symbols are written in italics (*k*), never between dollar signs."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,7 +38,7 @@ def reading_markdown(data: dict | None) -> str:
                        "below rests on those few shapes.")
     if "head_vs_unfused" in r:
         bullets.append(
-            f"**The headline shape.** At 4000 rows of 32768 fp32 logits and $k = 5$, "
+            f"**The headline shape.** At 4000 rows of 32768 fp32 logits and *k* = 5, "
             f"`softmax_topk_04_online_fused` takes {r['head_us']:.0f} µs: {_times(r['head_vs_unfused'])} "
             f"`torch.softmax` followed by `torch.topk` ({_met(r['head_vs_unfused'], 10)} the goal of ten times), "
             f"{_times(r['head_vs_topk'])} `torch.topk` alone, and it reads the logits at "
@@ -46,11 +47,11 @@ def reading_markdown(data: dict | None) -> str:
     if ks:
         ours = ", ".join(f"{r[f'paper_k{k}_total']:.2f}" for k in ks)
         theirs = ", ".join(f"{tf.PAPER_V100_BY_K[k]:g}" for k in ks)
-        text = (f"**The paper's comparison.** At batch 4000 and $N = {r['paper_big_n']}$ the online fused kernel "
-                f"over the safe unfused path is {ours} for $K$ = {', '.join(map(str, ks))}; the paper's V100 "
+        text = (f"**The paper's comparison.** At batch 4000 and *N* = {r['paper_big_n']} the online fused kernel "
+                f"over the safe unfused path is {ours} for *K* = {', '.join(map(str, ks))}; the paper's V100 "
                 f"figures are {theirs} (the paper's, against its own baselines).")
         if "paper_k5_fusion" in r:
-            text += (f" At $K = 5$ the fusion alone (02 over 03) gives {r['paper_k5_fusion']:.2f} and the online "
+            text += (f" At *K* = 5 the fusion alone (02 over 03) gives {r['paper_k5_fusion']:.2f} and the online "
                      f"normalizer (03 over 04) {r['paper_k5_online']:.2f}; the paper's split is "
                      f"{tf.PAPER_V100['k5_fusion']:g} and {tf.PAPER_V100['k5_online']:g} (the paper's figures).")
         bullets.append(text)
@@ -77,15 +78,15 @@ def reading_markdown(data: dict | None) -> str:
                  "µs at the median shape, launch and host costs included.")
         bullets.append(text)
     if "k1024_vs_topk" in r:
-        bullets.append(f"**Large k.** At 256 rows of 262144 and $k = 1024$ the split kernel is "
+        bullets.append(f"**Large k.** At 256 rows of 262144 and *k* = 1024 the split kernel is "
                        f"{_times(r['k1024_vs_topk'])} `torch.topk`.")
     crossover = lists_stop(data)
     if crossover is not None:
         k, n_rows, n_cols = crossover
         bullets.append(f"**Where the register lists stop.** At {n_rows} rows of {n_cols}, the split kernel's radix "
-                       f"select is faster than the register lists from $k = {k}$ on." if k else
+                       f"select is faster than the register lists from *k* = {k} on." if k else
                        f"**Where the register lists stop.** At {n_rows} rows of {n_cols} the register lists stay "
-                       "faster than the split kernel up to $k = 32$, their last bucket.")
+                       "faster than the split kernel up to *k* = 32, their last bucket.")
     return "\n".join(f"- {b}" for b in bullets)
 
 
