@@ -353,6 +353,9 @@ def test_shared_memory_limit_is_only_ever_raised():
                              (220 * 1024, 220 * 1024)):
         driver.raise_shared_limit(kernel, shared)
         assert kernel.max_dynamic_shared_size_bytes == expected
+    kernel.max_dynamic_shared_size_bytes = 44 * 1024      # 48 KiB less 4 KiB of static shared arrays
+    driver.raise_shared_limit(kernel, 48 * 1024)          # 48 KiB of dynamic memory beside them needs the raise
+    assert kernel.max_dynamic_shared_size_bytes == 48 * 1024
 
 
 # ---- rows at any start: the 16-byte builds of softmax_09 .. 12 on odd N and misaligned rows ----------------

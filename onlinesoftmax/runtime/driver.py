@@ -59,8 +59,11 @@ def raise_shared_limit(kernel, shared_bytes: int) -> None:
     The limit belongs to the function (the CUfunction that cuLaunchKernelEx launches too), not to a
     launch shape: setting it to each shape's size would let a smaller shape lower it under a larger
     shape whose plan is cached (that launch then fails with CUDA_ERROR_INVALID_VALUE; seen on the
-    H200). Plans call this when they are built; the limit only grows, so every cached plan stays valid."""
-    if shared_bytes > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < shared_bytes:
+    H200). Plans call this when they are built; the limit only grows, so every cached plan stays valid.
+    The comparison is with the function's own limit, never with 48 KiB: a kernel's default limit is 48 KiB
+    less its static shared memory, so 48 KiB of dynamic memory beside 4 KiB of static arrays needs the
+    raise too (softmax_topk_06's merge at N = 4096, k = 1024 failed so on the H200)."""
+    if kernel.max_dynamic_shared_size_bytes < shared_bytes:
         kernel.max_dynamic_shared_size_bytes = shared_bytes
 
 
