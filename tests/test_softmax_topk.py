@@ -257,6 +257,19 @@ def test_the_check_rejects_wrong_answers():
     assert not checks.compare_topk(probs, columns + 1, x, 5, selects_on="probabilities")[0]
 
 
+def test_probabilities_flushed_to_zero_tie_and_larger_ones_do_not():
+    """Selecting on stored probabilities: under fp32's smallest normal the hardware exponential returns 0,
+    so columns whose probabilities are all stored as 0 tie (the H200 returned columns 0 and 1 beside a
+    true 8e-45: the row below); a column whose probability is a normal number never swaps with them."""
+    x = np.full((1, 31), 15.0, np.float32)
+    x[0, 17], x[0, 30], x[0, 0] = 119.6, 18.1, 14.9      # p = 1, 8e-45, 3e-46: the last two stored as 0
+    p = np.array([[1.0, 0.0]], np.float32)
+    assert checks.compare_topk(p, np.array([[17, 0]]), x, 2, selects_on="probabilities")[0]
+    assert checks.compare_topk(p, np.array([[17, 30]]), x, 2, selects_on="probabilities")[0]
+    x[0, 30] = 119.6 - 80.0                              # p = e^-80 = 1.8e-35, a normal fp32 number
+    assert not checks.compare_topk(p, np.array([[17, 0]]), x, 2, selects_on="probabilities")[0]
+
+
 # ---- arguments, limits and the choice of kernel ---------------------------------------------------
 
 @pytest.mark.parametrize("k, error, match", [

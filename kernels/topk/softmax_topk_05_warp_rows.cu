@@ -1,76 +1,146 @@
 // softmax_topk_05_warp_rows — fused softmax + top-k for short rows (MoE gating: 8 to 1024
-// experts, k up to 8): one warp per row, 8 rows per block, no shared memory, no barrier.
+// experts, k up to 8): one warp per row, 8 rows per block, the row held in registers, no shared
+// memory, no barrier.
 //
 // Changed from softmax_topk_04_online_fused: a 256-thread block per row leaves most threads
 //               with one or two elements of a 256-element row and pays block-wide barriers
-//               for its states and its merge of lists. Here one warp owns a row: each lane folds its
-//               strided slice (columns lane, lane + 32, ...) into its (m, l) and a register list
-//               of K, the warp combines the states with the butterfly of softmax_02
-//               (online_warp_reduce), and k rounds of warp_best pick the row's k best — a
-//               round is 5 shuffle steps and no barrier; the winning lane pops its list head.
-//               Lane i keeps the i-th winner and lanes 0 .. k-1 write the probabilities and
-//               columns side by side (coalesced).
+//               for its states and its merge of lists. Here one warp owns a row and keeps all
+//               of it in registers: lane t holds E elements (E = 4, 8, 16 or 32, the smallest
+//               with 32 E >= N), loaded as 16-byte vectors when every row starts on a 16-byte
+//               boundary and N is a multiple of a vector (lane t takes vectors t, t + 32, ...),
+//               else as scalars (columns t, t + 32, ...). Each lane folds its elements into
+//               (m, l) in that order (online_push), the warp combines the states with the
+//               butterfly of softmax_02 (online_warp_reduce). Then k rounds of argmax, with no
+//               list: a lane's candidate is its best element not yet taken (its largest key,
+//               top_keys.cuh's order: NaN first, ties to the lower column); the warp's best key
+//               is two 32-bit maximum reductions (__reduce_max_sync: the value's order bits,
+//               then ~column among the lanes holding them); the winning lane marks that element
+//               taken and looks over its E registers again. Lane r keeps round r's winner and
+//               lanes 0 .. k-1 write the probabilities and columns side by side (coalesced).
 // Launch:       grid = (ceil(n_rows / 8)), block = (256): warp w of block b takes row 8 b + w.
 // Traffic:      1 read per element + 12 B per kept (value, column) pair; the ideal is the read.
-// Helpers:      the order, TopList and warp_best are in common/top_list.cuh.
-// Limits:       x float32, float16 or bfloat16 (entries softmax_topk_05_warp_rows_<tag>_k<K>,
-//               K = 1, 2, 4, 8); 1 <= k <= K <= 8, k <= n_cols <= 1024 (the list of K per
-//               lane holds at most 32 elements of the row); rows strided, scalar loads.
+// Limits:       x float32, float16 or bfloat16 (entries softmax_topk_05_warp_rows_<tag>_e<E> with
+//               scalar loads, softmax_topk_05_warp_rows_<tag>_e<E>_vec with 16-byte loads: E = 4
+//               (fp32 only for _vec), 8, 16, 32); 1 <= k <= 8, k <= n_cols <= 32 E; rows strided.
+//               On GPUs before sm_80 the reductions are 5-step shuffle butterflies.
 #include "online_rows.cuh"
-#include "top_list.cuh"
+#include "top_keys.cuh"
 #include "topk_build.cuh"
 
 #define ROWS_PER_BLOCK 8
 
-template <class Row, int K>
+// The largest 32-bit value among the warp's lanes, in every lane.
+__device__ __forceinline__ unsigned int warp_max_u32(unsigned int x) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(TOP_FULL_MASK, x);
+#else
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) x = max(x, __shfl_xor_sync(TOP_FULL_MASK, x, offset));
+    return x;
+#endif
+}
+
+// Column of this lane's j-th register: vectors t, t + 32, ... (VECTOR) or columns t, t + 32, ...
+template <class Row, bool VECTOR>
+__device__ __forceinline__ int register_column(int lane, int j) {
+    constexpr int VEC = Row::VEC;
+    return VECTOR ? (j / VEC) * 32 * VEC + lane * VEC + j % VEC : j * 32 + lane;
+}
+
+// This lane's best element not yet taken: (order bits, ~column), 0 when none is left. Columns
+// grow with j, so the first of equal order bits has the lower column.
+template <class Row, int E, bool VECTOR>
+__device__ __forceinline__ void lane_best(const float (&v)[E], unsigned int taken, int lane, int n_cols,
+                                          unsigned int& best_hi, unsigned int& best_lo) {
+    best_hi = 0u;
+    best_lo = 0u;
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+        const int column = register_column<Row, VECTOR>(lane, j);
+        const unsigned int o = order_bits(v[j]);
+        if (column < n_cols && !((taken >> j) & 1u) && o > best_hi) {
+            best_hi = o;
+            best_lo = ~static_cast<unsigned int>(column);
+        }
+    }
+}
+
+template <class Row, int E, bool VECTOR>
 __device__ __forceinline__ void softmax_topk_warp_row(const typename Row::Elem* __restrict__ x,
                                                       typename Row::Elem* __restrict__ probs,
                                                       long long* __restrict__ columns, float* __restrict__ lse,
                                                       int n_rows, int n_cols, long long x_row_stride, int k,
                                                       int renormalize) {
+    constexpr int VEC = Row::VEC;
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (row >= n_rows) return;   // a whole warp leaves: no barrier and no shuffle of other warps follow
     const typename Row::Elem* row_x = x + row * x_row_stride;
 
-    OnlineState s = online_identity();
-    TopList<K> list;
-    list.clear();
-    for (int j = lane; j < n_cols; j += 32) {
-        const float v = Row::load1(row_x + j);
-        online_push(s, v);
-        list.push(v, j);
+    float v[E];
+    if constexpr (VECTOR) {
+        const typename Row::Vec* vec = reinterpret_cast<const typename Row::Vec*>(row_x);
+#pragma unroll
+        for (int u = 0; u < E / VEC; ++u) {
+            const int index = u * 32 + lane;
+            if (index * VEC < n_cols) {
+                Row::unpack(__ldg(vec + index), v + u * VEC);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) v[u * VEC + e] = neg_inf();
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < E; ++j) v[j] = j * 32 + lane < n_cols ? Row::load1(row_x + j * 32 + lane) : neg_inf();
     }
+    OnlineState s = online_identity();
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+        if (register_column<Row, VECTOR>(lane, j) < n_cols) online_push(s, v[j]);
     const OnlineState stats = online_warp_reduce(s);   // every lane holds the row's (m, l)
 
-    Candidate mine{neg_inf(), -1};                       // lane i keeps the i-th winner
+    unsigned int taken = 0u, hi, lo;
+    lane_best<Row, E, VECTOR>(v, taken, lane, n_cols, hi, lo);
+    unsigned int mine_hi = 0u, mine_lo = 0u;            // lane r keeps round r's winner
     for (int round = 0; round < k; ++round) {
-        const Candidate best = warp_best({list.value[0], list.column[0]});
-        if (best.column == list.column[0] && list.holds(0)) list.pop();   // columns are unique
-        if (lane == round) mine = best;
-    }
-    const float base = online_base(stats.m);
-    const float e = lane < k ? expf(mine.value - base) : 0.0f;
-    float total = e;                                     // the sum of the k kept, for renormalize
+        const unsigned int best_hi = warp_max_u32(hi);
+        const unsigned int best_lo = warp_max_u32(hi == best_hi ? lo : 0u);
+        if (lane == round) { mine_hi = best_hi; mine_lo = best_lo; }
+        if (hi == best_hi && lo == best_lo) {            // keys are unique: one lane took it
+            const int column = static_cast<int>(~best_lo);
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+            for (int j = 0; j < E; ++j)
+                if (register_column<Row, VECTOR>(lane, j) == column) taken |= 1u << j;
+            lane_best<Row, E, VECTOR>(v, taken, lane, n_cols, hi, lo);
+        }
+    }
+    const float value = order_value(mine_hi);
+    const float base = online_base(stats.m);
+    const float e = lane < k ? expf(value - base) : 0.0f;
+    const float total = warp_sum(e);                     // the sum of the k kept, for renormalize
     if (lane < k) {
         probs[row * k + lane] = Row::from_float(e * (renormalize ? 1.0f / total : 1.0f / stats.l));
-        columns[row * k + lane] = mine.column;
+        columns[row * k + lane] = static_cast<int>(~mine_lo);
     }
     if (lane == 0 && lse != nullptr) lse[row] = stats.m + logf(stats.l);
 }
 
-#define SOFTMAX_TOPK_05(TAG, ROW, K)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256) softmax_topk_05_warp_rows_##TAG##_k##K(           \
+#define SOFTMAX_TOPK_05(TAG, ROW, E, VECTOR, SUFFIX)                                                     \
+    extern "C" __global__ void __launch_bounds__(256) softmax_topk_05_warp_rows_##TAG##_e##E##SUFFIX(   \
         const ROW::Elem* __restrict__ x, ROW::Elem* __restrict__ probs, long long* __restrict__ columns, \
         float* __restrict__ lse, int n_rows, int n_cols, long long x_row_stride, int k, int renormalize) { \
-        if constexpr (topk_builds<ROW, K>())                                                             \
-            softmax_topk_warp_row<ROW, K>(x, probs, columns, lse, n_rows, n_cols, x_row_stride, k, renormalize); \
+        if constexpr (topk_builds<ROW, E>() && (!VECTOR || E % ROW::VEC == 0))                           \
+            softmax_topk_warp_row<ROW, E, VECTOR>(x, probs, columns, lse, n_rows, n_cols, x_row_stride, k,  \
+                                                  renormalize);                                          \
     }
-#define SOFTMAX_TOPK_05_ALL_K(TAG, ROW) \
-    SOFTMAX_TOPK_05(TAG, ROW, 1) SOFTMAX_TOPK_05(TAG, ROW, 2) SOFTMAX_TOPK_05(TAG, ROW, 4) SOFTMAX_TOPK_05(TAG, ROW, 8)
+#define SOFTMAX_TOPK_05_ALL_E(TAG, ROW)                                                                \
+    SOFTMAX_TOPK_05(TAG, ROW, 4, false, ) SOFTMAX_TOPK_05(TAG, ROW, 8, false, )                        \
+    SOFTMAX_TOPK_05(TAG, ROW, 16, false, ) SOFTMAX_TOPK_05(TAG, ROW, 32, false, )                      \
+    SOFTMAX_TOPK_05(TAG, ROW, 8, true, _vec) SOFTMAX_TOPK_05(TAG, ROW, 16, true, _vec)                 \
+    SOFTMAX_TOPK_05(TAG, ROW, 32, true, _vec)
 
-SOFTMAX_TOPK_05_ALL_K(f32, F32Row)
-SOFTMAX_TOPK_05_ALL_K(f16, F16Row)
-SOFTMAX_TOPK_05_ALL_K(bf16, BF16Row)
+SOFTMAX_TOPK_05_ALL_E(f32, F32Row)
+SOFTMAX_TOPK_05(f32, F32Row, 4, true, _vec)
+SOFTMAX_TOPK_05_ALL_E(f16, F16Row)
+SOFTMAX_TOPK_05_ALL_E(bf16, BF16Row)

@@ -1,9 +1,11 @@
 """softmax_topk_05_warp_rows: fused softmax + top-k for short rows (MoE gating), a warp per row
 (plan, NumPy model, registration).
 
-Rows of at most 1024 elements (8 to 512 experts), k <= 8: 8 rows per block of 256 threads, each
-lane a strided slice of its row with its own (m, l) and register list, k rounds of warp argmax.
-The order and the outputs are softmax_topk_04's (softmax_topk.py).
+Rows of at most 1024 elements (8 to 512 experts), k <= 8: 8 rows per block of 256 threads, the row in
+registers (E elements a lane: 16-byte vectors t, t + 32, ... when every row starts on a 16-byte
+boundary and N is a multiple of a vector, else columns t, t + 32, ...), each lane's (m, l) over its
+elements in that order, the warp's butterfly, then k rounds of warp argmax by two 32-bit maximum
+reductions. The order and the outputs are softmax_topk_04's (softmax_topk.py).
 """
 from __future__ import annotations
 
@@ -19,21 +21,52 @@ from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
 ROWS_PER_BLOCK = 8
-K_BUCKETS = (1, 2, 4, 8)
-MAX_K, MAX_COLS = K_BUCKETS[-1], 1024
+E_BUCKETS = (4, 8, 16, 32)       # elements a lane holds (entries ..._e<E>, ..._e<E>_vec)
+MAX_K, MAX_COLS = 8, 32 * E_BUCKETS[-1]
 POINTER, INT, LONG = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 F32 = np.float32
 
 
-def bucket(k: int) -> int:
-    return next(b for b in K_BUCKETS if b >= k)
+def vector_width(dtype: str) -> int:
+    """Elements of one 16-byte vector."""
+    return 16 // np.dtype(ITEMSIZE_OF[dtype]).itemsize
 
 
-def simulate_warp_rows(x, k: int, renormalize: bool = False, replay: bool = False):
-    """NumPy model: (m, l) by one warp's schedule (lane t folds columns t, t + 32, ... with expf, then
-    the butterfly), the selection exact, e^(v - m) in float32 times 1 / l (or 1 / the lanes' sum)."""
+ITEMSIZE_OF = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def uses_vectors(address: int, row_stride_bytes: int, n_cols: int, dtype: str) -> bool:
+    """The 16-byte build: every row starts on a 16-byte boundary and N is a multiple of a vector."""
+    return address % 16 == 0 and row_stride_bytes % 16 == 0 and n_cols % vector_width(dtype) == 0
+
+
+def elements_per_lane(n_cols: int, dtype: str, vectors: bool) -> int:
+    """E: the smallest bucket with 32 E >= N (at least one vector a lane in the 16-byte build)."""
+    need = max(-(-n_cols // 32), vector_width(dtype) if vectors else 1)
+    return next(e for e in E_BUCKETS if e >= need)
+
+
+def lane_columns(n_cols: int, dtype: str, vectors: bool) -> np.ndarray:
+    """(E, 32): the column lane t folds j-th (padding past N: -1), as register_column in the kernel."""
+    e = elements_per_lane(n_cols, dtype, vectors)
+    j, t = np.arange(e)[:, None], np.arange(32)[None, :]
+    vec = vector_width(dtype)
+    columns = (j // vec) * 32 * vec + t * vec + j % vec if vectors else j * 32 + t
+    return np.where(columns < n_cols, columns, -1)
+
+
+def simulate_warp_rows(x, k: int, renormalize: bool = False, replay: bool = False, vectors: bool | None = None):
+    """NumPy model: (m, l) by one warp's schedule (lane t folds its registers in order with expf, then
+    the butterfly), the selection exact, e^(v - m) in float32 times 1 / l (or 1 / the lanes' sum).
+    vectors: the load order of the 16-byte build (None: as a contiguous, 16-byte aligned array would be
+    loaded, i.e. when N is a multiple of a vector)."""
     x32 = np.asarray(x).astype(F32)
-    m, l = sim.online_row_state(x32, 32)
+    dtype = np.asarray(x).dtype.name
+    vectors = x32.shape[1] % vector_width(dtype) == 0 if vectors is None else vectors
+    columns = lane_columns(x32.shape[1], dtype, vectors)                  # (E, 32): position j * 32 + t
+    order = columns.reshape(-1)
+    lanes = np.where(order >= 0, x32[:, np.maximum(order, 0)], -np.inf).astype(F32)   # padding adds nothing
+    m, l = sim.online_row_state(lanes, 32)
     keys = tk.top_keys(tk.row_keys(x32), k)
     with np.errstate(all="ignore"):
         base = np.where(m == -np.inf, F32(0), m).astype(F32)
@@ -61,9 +94,11 @@ def plan_warp_rows(variant: Variant, x, probs, k: int = 1, renormalize: bool = F
     if probs.dtype != x.dtype:
         raise TypeError(f"{variant.name}: probs must have x's dtype {x.dtype.name}, got {probs.dtype.name}")
     check_shape(variant, k, x.shape[1])
-    entry = f"{variant.path.stem}_{DTYPE_TAGS[x.dtype.name]}_k{bucket(k)}"
+    vectors = uses_vectors(x.data.ptr, x.strides[0], x.shape[1], x.dtype.name)
+    e = elements_per_lane(x.shape[1], x.dtype.name, vectors)
+    entry = f"{variant.path.stem}_{DTYPE_TAGS[x.dtype.name]}_e{e}{'_vec' if vectors else ''}"
     geometry_ = variant.geometry(*x.shape)
-    defines = (f"TOPK_BUILD_ROW={ROW_IDS[x.dtype.name]}", f"TOPK_BUILD_K={bucket(k)}")   # topk_build.cuh
+    defines = (f"TOPK_BUILD_ROW={ROW_IDS[x.dtype.name]}", f"TOPK_BUILD_K={e}")   # topk_build.cuh: K is E here
     launch = driver.prepare_launch(
         get_kernel(variant.path, entry, defines), geometry_.grid, geometry_.block, 0, 1,
         (POINTER, POINTER, POINTER, POINTER, INT, INT, LONG, INT, INT),
@@ -71,14 +106,17 @@ def plan_warp_rows(variant: Variant, x, probs, k: int = 1, renormalize: bool = F
 
     def run(x, probs, columns=None, lse=None, **_):
         launch(x.data.ptr, probs.data.ptr, columns.data.ptr, None if lse is None else lse.data.ptr)
+    run.entry = entry            # for the tests: which load order this layout gets
     return run
 
 
 WARP_ROWS = register(Variant(
     name="softmax_topk_05_warp_rows", family="softmax_topk", file="topk/softmax_topk_05_warp_rows.cu",
     short="warp_rows",
-    story="short rows (MoE gating): a warp per row, 8 rows per block, k rounds of warp argmax, no barrier",
+    story="short rows (MoE gating): a warp per row held in registers, 8 rows per block, k rounds of warp argmax "
+          "by 32-bit max reductions, no barrier",
     geometry=geometry, simulate=simulate_warp_rows, plan=plan_warp_rows, reads_per_element=1,
-    writes_per_element=0, dtypes=DTYPES, entry="softmax_topk_05_warp_rows_f32_k1", max_cols=MAX_COLS,
-    entries=lambda variant: tuple(f"{variant.path.stem}_{DTYPE_TAGS[d]}_k{b}" for d in variant.dtypes
-                                  for b in K_BUCKETS), min_cc=70))
+    writes_per_element=0, dtypes=DTYPES, entry="softmax_topk_05_warp_rows_f32_e4", max_cols=MAX_COLS,
+    entries=lambda variant: tuple(f"{variant.path.stem}_{DTYPE_TAGS[d]}_e{e}{suffix}" for d in variant.dtypes
+                                  for e in E_BUCKETS for suffix in ("", "_vec")
+                                  if not (suffix and e % vector_width(d))), min_cc=70))

@@ -84,6 +84,30 @@ def test_quick_the_shapes_of_the_benchmark():
 
 
 @pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_warp_rows_both_load_orders(dtype):
+    """softmax_topk_05_warp_rows: 16-byte loads for aligned rows whose N is a multiple of a vector, scalar
+    loads otherwise (a misaligned view, an odd N), each E bucket, every k, special rows and ties."""
+    vec = moe.vector_width(dtype)
+    special, _ = checks.special_rows(np, 256, dtype)
+    for n_cols in (8, 16, 24, 64, 128, 136, 256, 264, 384, 512, 520, 1000, 1024):
+        base = checks.random_rows(cp, 19, n_cols + vec, dtype, seed=n_cols)
+        inputs = {"aligned": cp.ascontiguousarray(base[:, :n_cols]), "strided": base[:, :n_cols],
+                  "misaligned": base[:, 1:n_cols + 1]}
+        for layout, x in inputs.items():
+            vectors = n_cols % vec == 0 and layout != "misaligned"
+            for k in (1, 2, 3, 5, 8):
+                if k > n_cols:
+                    continue
+                runner = topk.run(moe.WARP_ROWS, x, k, False, *(cp.empty((x.shape[0], k), t) for t in (x.dtype, cp.int64)))
+                assert runner.entry.endswith("_vec") == vectors, (layout, n_cols, runner.entry)
+                assert_kernel(moe.WARP_ROWS, x, k, renormalize=k % 2 == 0)
+    shifted = np.concatenate([special[:, :1], special], axis=1)          # the same rows one element later
+    for x in (checks.on_device(cp, special), checks.on_device(cp, shifted)[:, 1:]):
+        for k in (1, 4, 8):
+            assert_kernel(moe.WARP_ROWS, x, k)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS + checks.HUGE_COLS)
 def test_every_kernel_and_bucket_on_the_edge_matrix(dtype, n_cols):
     n_rows = 3 if n_cols >= 2**16 else 7
