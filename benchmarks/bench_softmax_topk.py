@@ -28,6 +28,9 @@ a wrong answer stops the run. Bytes counted: one read of the logits (`bytes_coun
 Run on a GPU machine:  python benchmarks/bench_softmax_topk.py           (about 4-6 minutes)
                        python benchmarks/bench_softmax_topk.py --quick   (under 40 s: one shape of each
                                                                           case, suite softmax-topk-quick)
+                       python benchmarks/bench_softmax_topk.py --case moe   (one case's shapes: suite
+                                                                          softmax-topk-moe; paper, sampling,
+                                                                          moe or large_k)
 """
 from __future__ import annotations
 
@@ -158,14 +161,16 @@ def measure_case(case: str, n_rows: int, n_cols: int, k: int, dtype: str, read_G
     return rows
 
 
-def shapes(quick: bool):
+def shapes(quick: bool, only: str | None = None):
     cases = QUICK if quick else {"paper": PAPER, "sampling": SAMPLING, "moe": MOE, "large_k": LARGE_K}
     for case, listed in cases.items():
+        if only is not None and case != only:
+            continue
         for shape in listed:
             yield (case, *shape) if len(shape) == 4 else (case, *shape, "float32")
 
 
-def main(quick: bool) -> None:
+def main(quick: bool, only: str | None = None) -> None:
     import cupy
 
     started = time.time()
@@ -173,7 +178,7 @@ def main(quick: bool) -> None:
     print(f"copy {copy['GBps']:.0f} GB/s, read {read['GBps']:.0f} GB/s", flush=True)
     rows = [{"kernel": "copy", "op": "copy", "bytes_counted": "read + write", **copy},
             {"kernel": "read", "op": "read", "bytes_counted": "read", **read}]
-    for case, n_rows, n_cols, k, dtype in shapes(quick):
+    for case, n_rows, n_cols, k, dtype in shapes(quick, only):
         new = measure_case(case, n_rows, n_cols, k, dtype, read["GBps"])
         rows += new
         for row in (r for r in new if "correct" in r):
@@ -184,8 +189,13 @@ def main(quick: bool) -> None:
         cupy.get_default_memory_pool().free_all_blocks()
     meta = results.gpu_meta(f"device: {timer.METHOD} | end_to_end: {timer.METHOD_END_TO_END}")
     meta["wall_s"] = time.time() - started
-    print("wrote", results.write_results(SUITE + ("-quick" if quick else ""), rows, meta), file=sys.stderr)
+    suite = SUITE + ("-quick" if quick else "") + (f"-{only.replace('_', '-')}" if only else "")
+    print("wrote", results.write_results(suite, rows, meta), file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main("--quick" in sys.argv[1:])
+    args = sys.argv[1:]
+    only = args[args.index("--case") + 1] if "--case" in args else None
+    if only is not None and only not in ("paper", "sampling", "moe", "large_k"):
+        raise SystemExit(f"--case takes paper, sampling, moe or large_k, got {only!r}")
+    main("--quick" in args, only)

@@ -33,7 +33,7 @@ for dtype in checks.DTYPES:
             launches += 1
         osm.topk_logits(x, min(k, x.shape[1]))            # softmax_topk_01_topk_only
         launches += 1
-    for n_rows, n_cols, k in ((3, 1, 1), (9, 33, 4), (17, 300, 8), (5, 1024, 2)):   # the warp-per-row kernel
+    for n_rows, n_cols, k in ((3, 1, 1), (9, 33, 4), (17, 300, 8), (6, 264, 8), (5, 1024, 2)):   # the warp-per-row kernel (both load orders)
         x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=5)
         osm.softmax_topk(x, k, return_lse=True, variant="softmax_topk_05_warp_rows")
         launches += 1

@@ -15,9 +15,11 @@
 //               top_keys.cuh's order: NaN first, ties to the lower column); the warp's best key
 //               is two 32-bit maximum reductions (__reduce_max_sync: the value's order bits,
 //               then ~column among the lanes holding them); the winning lane marks that element
-//               taken and looks over its E registers again. Lane r keeps round r's winner and
+//               taken and looks over its E registers (kept as order bits) again. Lane r keeps round r's winner and
 //               lanes 0 .. k-1 write the probabilities and columns side by side (coalesced).
-// Launch:       grid = (ceil(n_rows / 8)), block = (256): warp w of block b takes row 8 b + w.
+// Launch:       grid = (ceil(n_rows / 8)), block = (256): warp w of block b takes row 8 b + w;
+//               __launch_bounds__(256, 2) (at most 128 registers: left to itself, ptxas gave the
+//               fp16 E = 32 build 64 registers and a 16-byte stack).
 // Traffic:      1 read per element + 12 B per kept (value, column) pair; the ideal is the read.
 // Limits:       x float32, float16 or bfloat16 (entries softmax_topk_05_warp_rows_<tag>_e<E> with
 //               scalar loads, softmax_topk_05_warp_rows_<tag>_e<E>_vec with 16-byte loads: E = 4
@@ -47,22 +49,28 @@ __device__ __forceinline__ int register_column(int lane, int j) {
     return VECTOR ? (j / VEC) * 32 * VEC + lane * VEC + j % VEC : j * 32 + lane;
 }
 
-// This lane's best element not yet taken: (order bits, ~column), 0 when none is left. Columns
+// Register of this lane that holds `column` (the inverse of register_column for the lane's own columns).
+template <class Row, bool VECTOR>
+__device__ __forceinline__ int register_index(int column) {
+    constexpr int VEC = Row::VEC;
+    return VECTOR ? (column / (32 * VEC)) * VEC + column % VEC : column / 32;
+}
+
+// This lane's best element not yet taken: (order bits, ~column), (0, 0) when none is left. Columns
 // grow with j, so the first of equal order bits has the lower column.
 template <class Row, int E, bool VECTOR>
-__device__ __forceinline__ void lane_best(const float (&v)[E], unsigned int taken, int lane, int n_cols,
+__device__ __forceinline__ void lane_best(const unsigned int (&order)[E], unsigned int taken, int lane,
                                           unsigned int& best_hi, unsigned int& best_lo) {
     best_hi = 0u;
-    best_lo = 0u;
+    int best_j = -1;
 #pragma unroll
     for (int j = 0; j < E; ++j) {
-        const int column = register_column<Row, VECTOR>(lane, j);
-        const unsigned int o = order_bits(v[j]);
-        if (column < n_cols && !((taken >> j) & 1u) && o > best_hi) {
-            best_hi = o;
-            best_lo = ~static_cast<unsigned int>(column);
+        if (!((taken >> j) & 1u) && order[j] > best_hi) {
+            best_hi = order[j];
+            best_j = j;
         }
     }
+    best_lo = best_j < 0 ? 0u : ~static_cast<unsigned int>(register_column<Row, VECTOR>(lane, best_j));
 }
 
 template <class Row, int E, bool VECTOR>
@@ -95,24 +103,26 @@ __device__ __forceinline__ void softmax_topk_warp_row(const typename Row::Elem* 
         for (int j = 0; j < E; ++j) v[j] = j * 32 + lane < n_cols ? Row::load1(row_x + j * 32 + lane) : neg_inf();
     }
     OnlineState s = online_identity();
+    unsigned int taken = 0u;                             // bit j: register j is taken (or past the row's end)
+    unsigned int order[E];                               // the registers as order bits (top_keys.cuh)
 #pragma unroll
-    for (int j = 0; j < E; ++j)
+    for (int j = 0; j < E; ++j) {
         if (register_column<Row, VECTOR>(lane, j) < n_cols) online_push(s, v[j]);
+        else taken |= 1u << j;
+        order[j] = order_bits(v[j]);
+    }
     const OnlineState stats = online_warp_reduce(s);   // every lane holds the row's (m, l)
 
-    unsigned int taken = 0u, hi, lo;
-    lane_best<Row, E, VECTOR>(v, taken, lane, n_cols, hi, lo);
+    unsigned int hi, lo;
+    lane_best<Row, E, VECTOR>(order, taken, lane, hi, lo);
     unsigned int mine_hi = 0u, mine_lo = 0u;            // lane r keeps round r's winner
     for (int round = 0; round < k; ++round) {
         const unsigned int best_hi = warp_max_u32(hi);
         const unsigned int best_lo = warp_max_u32(hi == best_hi ? lo : 0u);
         if (lane == round) { mine_hi = best_hi; mine_lo = best_lo; }
         if (hi == best_hi && lo == best_lo) {            // keys are unique: one lane took it
-            const int column = static_cast<int>(~best_lo);
-#pragma unroll
-            for (int j = 0; j < E; ++j)
-                if (register_column<Row, VECTOR>(lane, j) == column) taken |= 1u << j;
-            lane_best<Row, E, VECTOR>(v, taken, lane, n_cols, hi, lo);
+            taken |= 1u << register_index<Row, VECTOR>(static_cast<int>(~best_lo));
+            lane_best<Row, E, VECTOR>(order, taken, lane, hi, lo);
         }
     }
     const float value = order_value(mine_hi);
@@ -127,7 +137,7 @@ __device__ __forceinline__ void softmax_topk_warp_row(const typename Row::Elem* 
 }
 
 #define SOFTMAX_TOPK_05(TAG, ROW, E, VECTOR, SUFFIX)                                                     \
-    extern "C" __global__ void __launch_bounds__(256) softmax_topk_05_warp_rows_##TAG##_e##E##SUFFIX(   \
+    extern "C" __global__ void __launch_bounds__(256, 2) softmax_topk_05_warp_rows_##TAG##_e##E##SUFFIX(   \
         const ROW::Elem* __restrict__ x, ROW::Elem* __restrict__ probs, long long* __restrict__ columns, \
         float* __restrict__ lse, int n_rows, int n_cols, long long x_row_stride, int k, int renormalize) { \
         if constexpr (topk_builds<ROW, E>() && (!VECTOR || E % ROW::VEC == 0))                           \

@@ -74,14 +74,14 @@ def visible(rows: list[dict], setting: dict) -> list[dict]:
 
 @lru_cache(maxsize=1)
 def _schema_validator():
-    """A validator for the Vega-Lite schema of the installed vega-lite (None without node_modules)."""
-    import jsonschema
-
+    """A validator for the Vega-Lite schema of the installed vega-lite (None without node_modules, as on
+    a GPU machine running the chapters as scripts, where jsonschema need not be installed either)."""
     from onlinesoftmax.runtime.loader import REPO_ROOT
 
     package = REPO_ROOT / "node_modules" / "vega-lite"
     if not (package / "build" / "vega-lite-schema.json").is_file():
         return None
+    import jsonschema
     major = json.loads((package / "package.json").read_text())["version"].split(".")[0]
     if f"/v{major}.json" not in SCHEMA_URL:
         raise RuntimeError(f"node_modules holds vega-lite {major}.x but the specs name {SCHEMA_URL}")
@@ -91,10 +91,12 @@ def _schema_validator():
 
 def schema_problems(spec: dict) -> list[str]:
     """What the Vega-Lite JSON schema rejects in `spec` (nothing checked where it is not installed)."""
+    validator = _schema_validator()
+    if validator is None:
+        return []
     import jsonschema
 
-    validator = _schema_validator()
-    error = None if validator is None else jsonschema.exceptions.best_match(validator.iter_errors(spec))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(spec))
     if error is None:
         return []
     where = "/".join(str(p) for p in error.absolute_path) or "(top level)"

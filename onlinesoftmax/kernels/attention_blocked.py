@@ -172,6 +172,10 @@ def plan_decode(variant: Variant, q, out, k=None, v=None, lse=None, causal=False
         if merge_launch is not None:
             merge_launch(out.data.ptr, lse_ptr)
     run.splits, run.keys_per_split, run.rows_per_block = splits, keys, r   # for the chapter and the tests
+    # The launches hold only the partials' addresses: the runner must own the arrays, or the pool hands
+    # their memory to the next allocation while every later call still writes there (the H200 showed it
+    # as garbage in the arrays of other simulated ranks that shared this plan).
+    run.workspace = (o_part, lse_part)
     return run
 
 

@@ -148,6 +148,24 @@ def test_a_long_cache_is_split_over_blocks_and_merged(n_k, kv_heads):
     check(ab.DECODE, 1, 4, kv_heads, 4, n_k, 128, "bfloat16", causal=True, seed=3)
 
 
+def test_the_decode_plan_owns_its_partials():
+    """The split launch writes partials at addresses fixed when the plan was built: the runner must keep
+    those arrays, or the pool gives their memory to the next allocation and every call writes into it."""
+    import gc
+
+    q = cp.ones((2, 8, 1, 128), cp.float32)
+    k = cp.ones((2, 2, 3000, 128), cp.float32)
+    out = cp.empty_like(q)
+    runner = get_runner(ab.DECODE, q, out, {"k": k, "v": k, "lse": None, "causal": False, "scale": 1.0})
+    assert runner.splits > 1
+    gc.collect()
+    sentinels = [cp.full(a.size, 7.0, cp.float32) for a in runner.workspace for _ in range(4)]
+    runner(q, out, k=k, v=k, lse=None)
+    cp.cuda.Device().synchronize()
+    assert all(bool((s == 7.0).all()) for s in sentinels), "a later allocation was written by the decode launch"
+    assert float(cp.abs(out - 1.0).max()) < 1e-5
+
+
 def test_one_split_writes_the_output_directly():
     q = cp.zeros((64, 32, 1, 128), cp.float32)
     k = cp.zeros((64, 32, 300, 128), cp.float32)
