@@ -315,7 +315,15 @@ def verify_chapter(chapter: str) -> list[str]:
             for n in names for folder in (SOLUTIONS, STARTERS)]
     results = run_many([{"path": path, "name": n, "measure": False} for path, n, _ in jobs], workers=4)
     for (path, n, should_pass), result in zip(jobs, results):
-        assert bool(result["passed"]) == should_pass, f"{path.parent.name}/{path.name}: {report(n, result)}"
+        passed = bool(result["passed"])
+        if passed and not should_pass and EXERCISES[n].racecheck and _backend_here() == "gpu":
+            # a missing barrier can give the right values by luck on a GPU: the race is the defect
+            race = racecheck(path, n)
+            if race["passed"] is None:
+                print(f"{path.parent.name}/{path.name}: the values passed by luck and racecheck is not available "
+                      f"here ({race['note']})")
+            passed = race["passed"] is not False
+        assert passed == should_pass, f"{path.parent.name}/{path.name}: {report(n, result)}"
     return names
 
 

@@ -1,7 +1,8 @@
 """Figures and readings of the chapter "Fused softmax + top-k", drawn from the recorded suite.
 
 `load()` returns the newest recorded suite `softmax-topk` (benchmarks/bench_softmax_topk.py), else its
-quick run (`softmax-topk-quick`, labelled so), else None. `plot_paper(data)` draws the paper's
+quick run (`softmax-topk-quick`, labelled so), else None; a case recorded alone (`--case moe`: suite
+`softmax-topk-moe`) replaces that case's rows of a quick run (data["case_files"] names the file). `plot_paper(data)` draws the paper's
 comparison (online fused over safe unfused, split into the fusion and online gains) beside the
 paper's own V100 figures; `plot_speedups`, `plot_fraction_of_read` and `plot_large_k` draw the rest;
 `reading(data)` computes the numbers the prose quotes. `show_choice` is the widget (topk_widgets.py).
@@ -28,13 +29,26 @@ SPLIT, LISTS = "softmax_topk_06_split", ONLINE
 
 
 def load() -> dict | None:
-    """The newest recorded suite (its quick run when only that is recorded: data["quick"] says so)."""
+    """The newest recorded suite (its quick run when only that is recorded: data["quick"] says so, and a
+    case recorded alone, newer than the quick run, replaces that case's rows)."""
     for suite, quick in ((SUITE, False), (QUICK_SUITE, True)):
         if results.recorded_files(suite):
             data = results.load_recorded(suite)
             data["quick"] = quick
+            if quick:
+                _merge_case_runs(data)
             return data
     return None
+
+
+def _merge_case_runs(data: dict) -> None:
+    for case, _ in CASES + (("large_k", ""),):
+        files = results.recorded_files(f"{SUITE}-{case.replace('_', '-')}")
+        if not files or files[-1].name[:10] < data["meta"]["date"]:
+            continue
+        alone = results.load_recorded(f"{SUITE}-{case.replace('_', '-')}")
+        data["rows"] = [r for r in data["rows"] if r.get("case") != case] + case_rows(alone, case)
+        data.setdefault("case_files", {})[case] = alone["path"]
 
 
 def is_ours(row: dict) -> bool:

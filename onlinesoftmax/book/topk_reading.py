@@ -34,8 +34,12 @@ def reading_markdown(data: dict | None) -> str:
     r = tf.reading(data)
     bullets = []
     if data.get("quick"):
+        alone = sorted(data.get("case_files", {}))
         bullets.append("Only the quick run of the suite is recorded: one or two shapes per case, so each reading "
-                       "below rests on those few shapes.")
+                       "below rests on those few shapes" +
+                       (", except " + " and ".join(f"the {c.replace('moe', 'gating').replace('_', ' ')} case, whose "
+                                                   f"every shape comes from a run of that case alone "
+                                                   f"(`{data['case_files'][c]}`)" for c in alone) if alone else "") + ".")
     if "head_vs_unfused" in r:
         bullets.append(
             f"**The headline shape.** At 4000 rows of 32768 fp32 logits and *k* = 5, "
