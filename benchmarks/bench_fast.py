@@ -35,6 +35,7 @@ from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 from onlinesoftmax import checks
 from onlinesoftmax.kernels import softmax_fast_configs as configs
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 N_LIST = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
 BATCHES = (1, 10, 64, 4000)
@@ -125,7 +126,7 @@ def measure(quick: bool = False, which: str = "all") -> dict:
     rows = [{"kernel": "copy", **copy}]
     print(f"copy {copy['GBps']:.0f} GB/s; clusters: {bench.clusters()[1]}; shapes: {which}", flush=True)
     for batch, n_rows, n_cols, dtype in shapes(quick, which):
-        itemsize = configs.ITEMSIZE[dtype]
+        itemsize = DTYPE_ITEMSIZE[dtype]
         inputs = [checks.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         poison = cupy.empty_like(out)

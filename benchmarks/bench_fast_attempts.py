@@ -21,6 +21,7 @@ from onlinesoftmax import checks
 from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
 from onlinesoftmax.runtime import driver
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 SUITE = "softmax-fast-attempts"
 SHAPES = [(4000, n, d) for d in ("float32", "float16", "bfloat16") for n in (16384, 65536, 262144)] + \
@@ -30,7 +31,7 @@ SHAPES = [(4000, n, d) for d in ("float32", "float16", "bfloat16") for n in (163
 def cluster_sizes(n_cols: int, dtype: str) -> list[int]:
     sizes = []
     for c in (1, 2, 4, 8, 16):
-        chunk_bytes = n_cols * configs.ITEMSIZE[dtype] // c
+        chunk_bytes = n_cols * DTYPE_ITEMSIZE[dtype] // c
         if (chunk_bytes <= configs.SHARED_LIMIT_BYTES or c == 16) and chunk_bytes >= 32 * 1024:
             sizes.append(c)
     return sizes
@@ -46,7 +47,7 @@ def measure() -> dict:
     for n_rows, n_cols, dtype in SHAPES:
         inputs = [checks.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
-        ideal = 2 * n_rows * n_cols * configs.ITEMSIZE[dtype]
+        ideal = 2 * n_rows * n_cols * DTYPE_ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "batch": 4000, "dtype": dtype}
         timed = [("fast", None, lambda x: osm.softmax(x, variant="fast", out=out)),
                  ("copy_same_size", None, lambda x: out.data.copy_from_device_async(x.data, ideal // 2)),
@@ -66,7 +67,7 @@ def measure() -> dict:
                 plan = configs.chunks_10(n_rows, n_cols, dtype, configs.vector_width(dtype), c)
                 row["clusters_resident"] = driver.max_active_clusters(
                     osm.REGISTRY[name].file, configs.entry(name, dtype, configs.vector_width(dtype)), plan.threads,
-                    plan.cache_elems * configs.ITEMSIZE[dtype], c)
+                    plan.cache_elems * DTYPE_ITEMSIZE[dtype], c)
                 row["threads"] = plan.threads
             if name == "fast":
                 row["variant"] = dispatch.choose(n_rows, n_cols, dtype).variant.name

@@ -27,6 +27,7 @@ from onlinesoftmax import checks
 from onlinesoftmax.kernels import softmax_fast as kf
 from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
 from onlinesoftmax.runtime import driver
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 SUITE = "softmax-fast-cooperative"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -39,7 +40,7 @@ CHUNK_BYTES = (8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024)
 def chunk_counts(n_cols: int, dtype: str) -> list[int]:
     counts = []
     for chunk_bytes in CHUNK_BYTES:
-        c = -(-n_cols * configs.ITEMSIZE[dtype] // chunk_bytes)
+        c = -(-n_cols * DTYPE_ITEMSIZE[dtype] // chunk_bytes)
         if 1 <= c <= configs.COOP_MAX_CHUNKS and c not in counts:
             counts.append(c)
     return counts
@@ -56,7 +57,7 @@ def measure() -> dict:
         inputs = [checks.random_rows(cupy, n_rows, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
         poison = checks.poisoned_like(out)
-        ideal = 2 * n_rows * n_cols * configs.ITEMSIZE[dtype]
+        ideal = 2 * n_rows * n_cols * DTYPE_ITEMSIZE[dtype]
         fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype}
         coop = osm.REGISTRY["softmax_13_cooperative"]
         timed = [("fast", {}, lambda x: osm.softmax(x, variant="fast", out=out)),
@@ -85,7 +86,7 @@ def measure() -> dict:
                 prefetch = options.get("prefetch", True)
                 plan = configs.chunks_13(n_rows, n_cols, dtype, vec, options.get("n_chunks"), prefetch=prefetch)
                 row.update(n_chunks=plan.n_chunks, threads=plan.threads, prefetch=prefetch,
-                           chunk_bytes=plan.chunk_elems * configs.ITEMSIZE[dtype])
+                           chunk_bytes=plan.chunk_elems * DTYPE_ITEMSIZE[dtype])
                 try:
                     row["resident_blocks"] = driver.resident_blocks(
                         coop.file, configs.entry(name, dtype, vec), plan.threads,

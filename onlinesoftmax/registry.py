@@ -26,6 +26,7 @@ MAX_COLS = 2**31 - 2**16
 # Build tags of the storage dtypes in entry names: <file stem>_<tag>[_...] (softmax_08_registers_f16_v8_n4_t256).
 DTYPE_TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 DTYPES = tuple(DTYPE_TAGS)   # the storage dtypes the kernels take (math in float32)
+DTYPE_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}   # bytes per element of each
 
 
 @dataclass(frozen=True)

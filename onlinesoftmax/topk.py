@@ -35,6 +35,7 @@ from onlinesoftmax.kernels import softmax_topk as kt
 from onlinesoftmax.kernels import softmax_topk_moe as moe
 from onlinesoftmax.kernels import softmax_topk_split as split
 from onlinesoftmax.runtime import device, loader
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 from onlinesoftmax.runtime.plan import get_runner
 
 AUTO = ("auto",)
@@ -49,7 +50,6 @@ SPLIT_MIN_ROW_BYTES = 32768
 # per SM (kernels/common/topk_rows.cuh); above it the split kernel's radix select. Also to be set
 # from the suite (its large_k case times both for k = 1 .. 32).
 AUTO_LIST_MAX_K = 16
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 FAST_PATH_LIMIT = 4096
 _fast_path: dict = {}   # _call_key(...) -> (runner, rows, the outputs' leading shape or None for 2-D x)
 loader.on_reload(_fast_path.clear)
@@ -72,7 +72,7 @@ def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | 
     sms = device.sm_count() if sms is None else sms
     if n_cols <= AUTO_WARP_MAX_COLS and k <= moe.MAX_K:
         return moe.WARP_ROWS
-    few_long_rows = n_rows < SPLIT_BELOW_ROWS_PER_SM * sms and n_cols * ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
+    few_long_rows = n_rows < SPLIT_BELOW_ROWS_PER_SM * sms and n_cols * DTYPE_ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
     if k <= AUTO_LIST_MAX_K and not few_long_rows:
         return kt.ONLINE_FUSED
     return split.SPLIT

@@ -17,6 +17,7 @@ from onlinesoftmax.kernels import softmax_fast_configs as configs
 from onlinesoftmax.kernels import softmax_fast_models as models
 from onlinesoftmax.runtime import driver, loader
 from onlinesoftmax.runtime.loader import REPO_ROOT
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 FAST = tuple(v.name for v in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS)
@@ -108,16 +109,16 @@ def test_plans_respect_hardware_limits():
                 p10 = configs.chunks_10(n_rows, n_cols, dtype, vec)
                 assert p10.n_chunks in (1, 2, 4, 8, 16)
                 assert p10.n_chunks * p10.chunk_elems >= n_cols and p10.chunk_elems % vec == 0
-                assert p10.cache_elems * configs.ITEMSIZE[dtype] <= configs.SHARED_LIMIT_BYTES
+                assert p10.cache_elems * DTYPE_ITEMSIZE[dtype] <= configs.SHARED_LIMIT_BYTES
                 p11 = configs.chunks_11(n_rows, n_cols, dtype, vec)
                 assert 1 <= p11.n_chunks <= 1024 and p11.n_chunks * p11.chunk_elems >= n_cols
                 assert 128 <= p11.threads <= 1024
                 p13 = configs.chunks_13(n_rows, n_cols, dtype, vec)
                 assert 1 <= p13.n_chunks <= 1024 and p13.n_chunks * p13.chunk_elems >= n_cols
                 assert p13.cache_elems == p13.chunk_elems and p13.chunk_elems % vec == 0
-                assert configs.coop_buffers(vec) * p13.chunk_elems * configs.ITEMSIZE[dtype] <= configs.SHARED_LIMIT_BYTES
+                assert configs.coop_buffers(vec) * p13.chunk_elems * DTYPE_ITEMSIZE[dtype] <= configs.SHARED_LIMIT_BYTES
                 if n_rows == 4000 and n_cols >= 65536:   # many rows: ~32 KB chunks, several blocks per SM
-                    assert p13.chunk_elems * configs.ITEMSIZE[dtype] <= configs.COOP_CHUNK_BYTES
+                    assert p13.chunk_elems * DTYPE_ITEMSIZE[dtype] <= configs.COOP_CHUNK_BYTES
     with pytest.raises(ValueError, match="shared memory"):
         configs.chunks_13(1, 1 << 20, "float32", 4, n_chunks=2)   # 2 MB chunks cannot be cached
 

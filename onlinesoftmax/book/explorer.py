@@ -14,6 +14,7 @@ GPU, its NumPy model otherwise).
 from __future__ import annotations
 
 from onlinesoftmax import checks
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 from onlinesoftmax.book import widgets_fast
 from onlinesoftmax.book.figures import color
 from onlinesoftmax.measure import results
@@ -22,7 +23,6 @@ from onlinesoftmax.runtime import device
 NEAR_COPY = 0.9        # the fraction of the copy ceiling the chapter and its exercises measure against
 BATCHES_LIVE = (1, 10, 64, 128, 256, 512, 1024, 2048, 4000)
 MAX_ELEMENTS = 2**30   # as the recorded suite: a batch is capped at MAX_ELEMENTS // N rows
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _session: dict = {}
 
 
@@ -65,7 +65,7 @@ def live_points(kernel: str, dtype: str, n_cols: int, batches=BATCHES_LIVE) -> d
     for batch in sorted({rows_of(b, n_cols) for b in batches}):
         inputs = [checks.random_rows(cupy, batch, n_cols, dtype, seed=s) for s in (1, 2)]
         out = cupy.empty_like(inputs[0])
-        ideal = 2 * batch * n_cols * ITEMSIZE[dtype]   # one read and one write per element
+        ideal = 2 * batch * n_cols * DTYPE_ITEMSIZE[dtype]   # one read and one write per element
         reps = bench.reps_for(ideal)
         timed = {
             kernel: bench.measure(kernel, lambda x: osm.softmax(x, variant=variant, out=out), inputs,

@@ -13,13 +13,13 @@ import numpy as np
 
 from onlinesoftmax.book.figures import color
 from onlinesoftmax.measure import results
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 SUITE = "softmax-topk"
 QUICK_SUITE = SUITE + "-quick"
 CASES = (("paper", "the paper's sweep (fp32)"), ("sampling", "sampling: batch × vocabulary"),
          ("moe", "MoE gating: tokens × experts"))
 PEERS = {"torch_softmax_topk": ("torch.softmax + torch.topk", "^"), "torch_topk": ("torch.topk alone", "v")}
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # The paper's own figures (Milakov & Gimelshein 2018, section 4, Fig. 3 and its table: a V100 against
 # its own baselines), typed once here and always shown labelled as the paper's.
 PAPER_V100 = {"k5_total": 5.0, "k5_fusion": 2.5, "k5_online": 2.0, "k10": 3.5, "k15": 2.0, "k30": 1.4}
@@ -56,7 +56,7 @@ def is_ours(row: dict) -> bool:
 
 
 def logits_bytes(row: dict) -> int:
-    return row.get("bytes") or row["n_rows"] * row["n_cols"] * ITEMSIZE[row["dtype"]]
+    return row.get("bytes") or row["n_rows"] * row["n_cols"] * DTYPE_ITEMSIZE[row["dtype"]]
 
 
 def case_rows(data: dict, case: str) -> list[dict]:

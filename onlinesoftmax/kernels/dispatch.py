@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onlinesoftmax.kernels.softmax_fast import CLUSTER, PIPELINED, REGISTERS, SHARED, SPLIT, WARP_PER_ROW
-from onlinesoftmax.kernels.softmax_fast_configs import ITEMSIZE, MAX_CLUSTER, MAX_COLS_07, SHARED_TWO_BLOCKS_BYTES, \
+from onlinesoftmax.kernels.softmax_fast_configs import MAX_CLUSTER, MAX_COLS_07, SHARED_TWO_BLOCKS_BYTES, \
     dtype_name
-from onlinesoftmax.registry import REGISTRY, Variant
+from onlinesoftmax.registry import DTYPE_ITEMSIZE, REGISTRY, Variant
 from onlinesoftmax.runtime import device, driver
 
 PIPELINED_MIN_ROWS = 1024   # 16-bit rows of 64K go to softmax_12 from here (measured at 4000)
@@ -54,7 +54,7 @@ def choose(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None, 
 
 
 def _rule(n_rows: int, n_cols: int, dtype: str, sms: int, clusters: bool) -> Choice:
-    row_bytes = n_cols * ITEMSIZE[dtype]
+    row_bytes = n_cols * DTYPE_ITEMSIZE[dtype]
     few_rows = n_rows < sms
     if n_cols <= MAX_COLS_07:
         return Choice(WARP_PER_ROW, "N <= 1024: a lane group per row, the row in registers")
@@ -70,7 +70,7 @@ def _rule(n_rows: int, n_cols: int, dtype: str, sms: int, clusters: bool) -> Cho
     if clusters and not few_rows and dtype == "float32" and row_bytes > MAX_CLUSTER * SHARED_TWO_BLOCKS_BYTES:
         return Choice(PIPELINED, "many fp32 rows too long for a cluster's shared memory: persistent clusters, "
                                  "the next row's loads in flight during this row's stores")
-    if clusters and n_rows >= PIPELINED_MIN_ROWS and ITEMSIZE[dtype] == 2 and row_bytes <= 256 * 1024:
+    if clusters and n_rows >= PIPELINED_MIN_ROWS and DTYPE_ITEMSIZE[dtype] == 2 and row_bytes <= 256 * 1024:
         return Choice(PIPELINED, "thousands of 16-bit rows of 64-256 KB: persistent clusters")
     if not few_rows and row_bytes > MAX_CLUSTER * SHARED_TWO_BLOCKS_BYTES:
         return Choice(SPLIT, "many rows too long for a 16-block cluster at two blocks per SM: split, second read from L2")

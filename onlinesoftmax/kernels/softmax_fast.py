@@ -15,13 +15,13 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax.kernels.softmax_fast_configs import (
-    CONFIGS_07, CONFIGS_08, DTYPES, ITEMSIZE, MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK, aligned_for_vectors,
+    CONFIGS_07, CONFIGS_08, DTYPES, MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK, aligned_for_vectors,
     check_chunks, chunks_09, chunks_10, chunks_11, chunks_13, config_07, config_08, coop_buffers, dtype_name,
     entry, geometry_07, geometry_08, geometry_09, geometry_10, geometry_11, geometry_12, geometry_13, launches_11,
     rows_aligned_for_vectors, vector_width)
 from onlinesoftmax.kernels.softmax_fast_models import (
     simulate_07, simulate_08, simulate_09, simulate_10, simulate_11, simulate_12, simulate_13)
-from onlinesoftmax.registry import Variant, register
+from onlinesoftmax.registry import DTYPE_ITEMSIZE, Variant, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel, nvcc_available, ptxas_reports
 
@@ -84,7 +84,7 @@ def plan_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int | N
     chunks = chunks_09(x.shape[1], dtype, v)
     cache = _cache(chunks, cache_elems, v)
     fn = get_kernel(variant.path, entry(variant.name, dtype, v))
-    shared = cache * ITEMSIZE[dtype]
+    shared = cache * DTYPE_ITEMSIZE[dtype]
     launch = driver.prepare_launch(fn, (x.shape[0],), (chunks.threads,), shared, 1,
                                    (POINTER, POINTER, INT, LONG, LONG, INT),
                                    fixed=_fixed(2, x.shape[1], *_strides(x, y), cache))
@@ -100,7 +100,7 @@ def _resident_cluster_plan(variant, x, dtype, v, n_chunks, cache_elems):
     name = entry(variant.name, dtype, v)
     while True:  # a cluster that cannot be resident (shared memory, GPC size) would fail to launch
         cache = _cache(chunks, cache_elems, v)
-        shared = cache * ITEMSIZE[dtype]
+        shared = cache * DTYPE_ITEMSIZE[dtype]
         resident = 1 if chunks.n_chunks == 1 and variant.name == CLUSTER_NAME else \
             driver.max_active_clusters(variant.file, name, chunks.threads, shared, chunks.n_chunks)
         if resident > 0:
@@ -197,11 +197,11 @@ def plan_13(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
     name = entry(variant.name, dtype, v)
     defines = () if prefetch else ("COOPERATIVE_PREFETCH=0",)
     chunks = chunks_13(x.shape[0], x.shape[1], dtype, v, n_chunks, prefetch=prefetch)
-    shared = coop_buffers(v, prefetch) * chunks.chunk_elems * ITEMSIZE[dtype]
+    shared = coop_buffers(v, prefetch) * chunks.chunk_elems * DTYPE_ITEMSIZE[dtype]
     resident = driver.resident_blocks(variant.file, name, chunks.threads, shared, defines)
     if n_chunks is None and chunks.n_chunks > resident:   # estimate too high for this GPU: bigger chunks
         chunks = chunks_13(x.shape[0], x.shape[1], dtype, v, max(1, resident // 2), prefetch=prefetch)
-        shared = coop_buffers(v, prefetch) * chunks.chunk_elems * ITEMSIZE[dtype]
+        shared = coop_buffers(v, prefetch) * chunks.chunk_elems * DTYPE_ITEMSIZE[dtype]
         resident = driver.resident_blocks(variant.file, name, chunks.threads, shared, defines)
     if chunks.n_chunks > resident:
         raise ValueError(f"softmax_13_cooperative: {chunks.n_chunks} blocks per row, but only {resident} blocks "

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Launch
+from onlinesoftmax.registry import DTYPE_ITEMSIZE, DTYPE_TAGS, DTYPES, Launch
 from onlinesoftmax.simulate import data_address, row_heads as sim_row_heads
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMS_H200 = 132
 SHARED_LIMIT_BYTES = 227 * 1024 - 1024      # dynamic shared memory per block, minus the static part
 SHARED_TWO_BLOCKS_BYTES = 112 * 1024        # a row (chunk) this small leaves room for a second block
@@ -62,7 +61,7 @@ def dtype_name(dtype) -> str:
 
 def vector_width(dtype) -> int:
     """Elements per 16-byte access."""
-    return 16 // ITEMSIZE[dtype_name(dtype)]
+    return 16 // DTYPE_ITEMSIZE[dtype_name(dtype)]
 
 
 def aligned_for_vectors(x, y) -> bool:
@@ -165,7 +164,7 @@ def check_chunks(n_chunks, variant_name: str) -> None:
 
 
 def chunks_09(n_cols: int, dtype: str, vec: int) -> ChunkPlan:
-    itemsize = ITEMSIZE[dtype]
+    itemsize = DTYPE_ITEMSIZE[dtype]
     chunk = chunk_elems_for(n_cols, 1, vec)
     cache = min(chunk, (SHARED_LIMIT_BYTES // itemsize) // vec * vec)
     return ChunkPlan(1, chunk, cache, chunk_threads(chunk, vec, itemsize))
@@ -175,7 +174,7 @@ def chunks_10(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | No
             sms: int = SMS_H200) -> ChunkPlan:
     """Cluster size: enough blocks to fill the GPU and chunks small enough for ~3 blocks/SM."""
     check_chunks(n_chunks, "softmax_10_cluster")
-    itemsize = ITEMSIZE[dtype]
+    itemsize = DTYPE_ITEMSIZE[dtype]
     if n_chunks is None:
         fit = pow2_at_least(-(-n_cols * itemsize // (64 * 1024)))
         fill = pow2_at_least(-(-2 * sms // n_rows))
@@ -194,7 +193,7 @@ def chunks_11(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | No
         fill = -(-4 * sms // n_rows)
         n_chunks = int(max(1, min(1024, fill, -(-n_cols // 2048))))
     chunk = chunk_elems_for(n_cols, n_chunks, vec)
-    return ChunkPlan(n_chunks, chunk, 0, chunk_threads(chunk, vec, ITEMSIZE[dtype]))
+    return ChunkPlan(n_chunks, chunk, 0, chunk_threads(chunk, vec, DTYPE_ITEMSIZE[dtype]))
 
 
 COOP_CHUNK_BYTES = 32 * 1024               # softmax_13: chunk per block when rows are many (>= 4 blocks/SM)
@@ -215,7 +214,7 @@ def chunks_13(n_rows: int, n_cols: int, dtype: str, vec: int, n_chunks: int | No
     rows' blocks fill the resident grid. The whole chunk is cached (twice with prefetch): the buffers must
     fit the shared memory limit."""
     check_chunks(n_chunks, "softmax_13_cooperative")
-    itemsize = ITEMSIZE[dtype]
+    itemsize = DTYPE_ITEMSIZE[dtype]
     row_bytes = n_cols * itemsize
     if n_chunks is None:
         target = -(-row_bytes // COOP_CHUNK_BYTES)

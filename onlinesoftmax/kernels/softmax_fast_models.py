@@ -13,8 +13,9 @@ import numpy as np
 
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels.softmax_fast_configs import (
-    CHUNK_UNROLL, F32, ITEMSIZE, LOG2E, ChunkPlan, pow2_at_least, config_07, config_08, dtype_name,
+    CHUNK_UNROLL, F32, LOG2E, ChunkPlan, pow2_at_least, config_07, config_08, dtype_name,
     chunks_09, chunks_10, chunks_11, chunks_13, row_heads, vector_width)
+from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 # ---- NumPy models ------------------------------------------------------------------------
 
@@ -55,7 +56,7 @@ def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce) -> np.
     """softmax_07 / softmax_08: lane t of `lanes` holds vectors k lanes + t; one exp per element."""
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
-    folded = ITEMSIZE[dtype] == 2
+    folded = DTYPE_ITEMSIZE[dtype] == 2
     k, t, j = np.meshgrid(np.arange(nv), np.arange(lanes), np.arange(vec), indexing="ij")
     cols = ((k * lanes + t) * vec + j).transpose(1, 0, 2).reshape(lanes, nv * vec)   # (lanes, E)
     valid = cols < n_cols
@@ -181,7 +182,7 @@ def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = Fa
     dtype = dtype_name(x.dtype)
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
-    folded = ITEMSIZE[dtype] == 2
+    folded = DTYPE_ITEMSIZE[dtype] == 2
     m, l = chunked_states(x, x32, plan, vec, any_start, folded)
     block = sim.block_reduce((m, l), combine, (F32(-np.inf), F32(0)))
     states = tuple(s.reshape(n_rows, plan.n_chunks) for s in block)

@@ -16,7 +16,7 @@ import numpy as np
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels import topk_keys as tk
 from onlinesoftmax.kernels.softmax_topk import ROW_IDS, to_dtype
-from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Launch, Variant, register
+from onlinesoftmax.registry import DTYPE_ITEMSIZE, DTYPE_TAGS, DTYPES, Launch, Variant, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
@@ -29,10 +29,7 @@ F32 = np.float32
 
 def vector_width(dtype: str) -> int:
     """Elements of one 16-byte vector."""
-    return 16 // np.dtype(ITEMSIZE_OF[dtype]).itemsize
-
-
-ITEMSIZE_OF = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+    return 16 // DTYPE_ITEMSIZE[dtype]
 
 
 def uses_vectors(address: int, row_stride_bytes: int, n_cols: int, dtype: str) -> bool:
