@@ -1,5 +1,10 @@
 """CPU tier: the public API on numpy input (the kernels' NumPy models): its conventions (axis, any number
 of dimensions, dtypes) against scipy, its errors, `out`, and the launch-plan cache behind it."""
+import builtins
+import contextlib
+import os
+import pathlib
+
 import numpy as np
 import pytest
 import scipy.special
@@ -208,10 +213,6 @@ class FakeKernel:
 def test_a_repeated_call_reads_no_file_and_asks_the_device_nothing(monkeypatch):
     """The second call of a plan must not stat or open a file, query the device or import: patch
     the file system and the device queries to raise once the plan exists, and call again."""
-    import builtins
-    import os
-    import pathlib
-
     launches = []
     variant = osm.REGISTRY["softmax_02_online"]
     monkeypatch.setattr(type(variant), "kernel", lambda self: FakeKernel(launches))
@@ -227,17 +228,8 @@ def test_a_repeated_call_reads_no_file_and_asks_the_device_nothing(monkeypatch):
     plan.get_runner(variant, xs, ys, {})(xs, ys)
     assert plan.cached_runners() >= 1 and len(launches) == 1
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("the hot path touched the file system, the device or an import")
-    saved = (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
-             device.sm_count)
-    os.stat = pathlib.Path.stat = builtins.open = builtins.__import__ = forbidden
-    device.compute_capability = device.sm_count = forbidden
-    try:
+    with hot_path_forbids_io():
         plan.get_runner(variant, xs, ys, {})(xs, ys)
-    finally:
-        (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
-         device.sm_count) = saved
     assert len(launches) == 2
 
 
@@ -255,6 +247,22 @@ def test_reload_forgets_kernels_and_plans(monkeypatch):
     loader.get_kernel("softmax/softmax_02_online.cu", "softmax_02_online")
     assert built == ["softmax_02_online"] * 2, "after reload() the kernel is built again"
     loader.reload()
+
+
+@contextlib.contextmanager
+def hot_path_forbids_io():
+    """Inside: any file-system access, import or device query raises (what a repeated call must not do)."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the hot path touched the file system, the device or an import")
+    saved = (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
+             device.sm_count)
+    os.stat = pathlib.Path.stat = builtins.open = builtins.__import__ = forbidden
+    device.compute_capability = device.sm_count = forbidden
+    try:
+        yield
+    finally:
+        (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
+         device.sm_count) = saved
 
 
 class FakeDeviceArray:

@@ -1,9 +1,6 @@
 """CPU tier: a repeated attention call of the same layouts takes the fast path (one lookup, two
 allocations, the launches), as softmax and softmax_topk do; a call whose inputs were copied is never
 cached. The cupy path runs on numpy arrays dressed as cupy ones (tests/test_api.py's FakeDeviceArray)."""
-import builtins
-import os
-import pathlib
 
 import numpy as np
 import pytest
@@ -11,7 +8,7 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import attention_api
 from onlinesoftmax.runtime import device
-from test_api import FakeDeviceArray, fake_gpu  # noqa: F401  (the fixture)
+from test_api import FakeDeviceArray, fake_gpu, hot_path_forbids_io  # noqa: F401  (the fixture)
 from test_topk_fast_path import Allocated
 
 
@@ -59,18 +56,8 @@ def test_the_repeated_call_touches_no_file_device_query_or_import(attention_gpu)
     launches, built = attention_gpu
     q, k, v = qkv(1)
     osm.attention(q, k, v)
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("the hot path touched the file system, the device or an import")
-    saved = (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
-             device.sm_count)
-    os.stat = pathlib.Path.stat = builtins.open = builtins.__import__ = forbidden
-    device.compute_capability = device.sm_count = forbidden
-    try:
+    with hot_path_forbids_io():
         osm.attention(q, k, v)
-    finally:
-        (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
-         device.sm_count) = saved
     assert len(built) == 1 and len(launches) == 2
 
 

@@ -1,17 +1,13 @@
 """CPU tier: a repeated softmax_topk call of the same layout takes the fast path (one lookup, three
 allocations, the launch), as the api's functions do; what it returns keeps the first call's shapes.
 The cupy path runs on numpy arrays dressed as cupy ones (tests/test_api.py's FakeDeviceArray)."""
-import builtins
-import os
-import pathlib
 
 import numpy as np
 import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, topk
-from onlinesoftmax.runtime import device
-from test_api import FakeDeviceArray, fake_gpu  # noqa: F401  (the fixture)
+from test_api import FakeDeviceArray, fake_gpu, hot_path_forbids_io  # noqa: F401  (the fixture)
 
 
 class Allocated(FakeDeviceArray):
@@ -73,18 +69,8 @@ def test_the_repeated_call_touches_no_file_device_query_or_import(topk_gpu):
     launches, built = topk_gpu
     x = FakeDeviceArray(np.zeros((8, 256), np.float32))
     osm.softmax_topk(x, 4)
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("the hot path touched the file system, the device or an import")
-    saved = (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
-             device.sm_count)
-    os.stat = pathlib.Path.stat = builtins.open = builtins.__import__ = forbidden
-    device.compute_capability = device.sm_count = forbidden
-    try:
+    with hot_path_forbids_io():
         osm.softmax_topk(x, 4)
-    finally:
-        (os.stat, pathlib.Path.stat, builtins.open, builtins.__import__, device.compute_capability,
-         device.sm_count) = saved
     assert len(built) == 1 and len(launches) == 2
 
 
