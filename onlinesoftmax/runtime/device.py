@@ -200,3 +200,11 @@ class simulate_device:
         _simulated.clear()
         _simulated.update(self.saved)
         return False
+
+
+def blocks_by_registers(registers: int, threads: int = 256) -> int:
+    """Blocks of `threads` threads that fit an SM by registers alone, at compute capability 8.0 to 9.0:
+    65536 registers per SM, handed out per warp in units of 256, at most 2048 threads (so never more
+    than 2048 // threads blocks)."""
+    per_warp = -(-registers * 32 // 256) * 256
+    return min(65536 // (per_warp * (threads // 32)), 2048 // threads)
