@@ -24,7 +24,7 @@ output and is checked against the float64 reference (bench.check_call: every out
 within the tests' rule); a wrong call is recorded as an error row (`correct: false`), never as a time.
 
 Rows: `kernel` is "fast" for the public API with variant "auto" (`api` names the function, `mask` the
-mask, `chosen` the kernel auto runs for an unmasked softmax), a registry key for softmax(x,
+mask, `chosen` the kernel auto runs for that softmax, masked or not), a registry key for softmax(x,
 variant=key), "torch.softmax" / "torch.logsumexp" / "torch.log_softmax", "cupy.RawKernel" (`arguments`),
 "cupy.empty_like", or "copy"; `call` is the Python expression. Times are in microseconds (`us`, the
 median; device rows keep time_gpu's `ms` too); GB/s counts the ideal traffic (one read of x, one write
@@ -302,7 +302,7 @@ def compare_op(xp, torch, api: str, mask_kind: str | None, inputs, tensors, copy
     except Exception as error:
         ok, message = False, f"{type(error).__name__}: {error}"
     out = None
-    chosen = bench.dispatcher_choice(n_rows, n_cols, dtype) if api == "softmax" and mask is None else None
+    chosen = bench.dispatcher_choice(n_rows, n_cols, dtype, masked=mask is not None) if api == "softmax" else None
     ours_fields = {"call": call_text(api, mask_kind)} | ({"chosen": chosen} if chosen else {})
     if not ok:
         print(f"WRONG {label}: {message}", flush=True)

@@ -5,9 +5,8 @@ of the row, same reduction order), so the book runs on a machine without a GPU. 
 leading dimensions, any axis, float32 / float16 / bfloat16 (math in float32; softmax and
 log_softmax return the input dtype, logsumexp returns float32).
 
-The second call with the same layout (shape, strides, dtype, alignment, device, stream) finds
-its launch plan with one dictionary lookup (runtime/plan.py): no file, no device query, no
-import, no validation beyond the type of `x`. Validation happens when a plan is built.
+A repeated call with the same layout (shape, strides, dtype, alignment, device, stream) is one
+dictionary lookup, no file, device query, import or validation: validation happens on the first.
 """
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from onlinesoftmax.registry import DTYPES, MAX_COLS, REGISTRY, Variant, variants
 from onlinesoftmax.runtime import device, loader
-from onlinesoftmax.runtime.plan import get_runner
+from onlinesoftmax.runtime.plan import extent, get_runner
 
 try:  # cupy imports without a GPU; the hot path compares types, so it needs the class itself
     import cupy as _cupy
@@ -27,7 +26,8 @@ except Exception:  # pragma: no cover - cupy is a requirement
 
 AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
 FAST_PATH_LIMIT = 4096
-_fast_path: dict = {}     # _call_key(...) -> (runner, output shape, output dtype, x and out extents, masked)
+NEG_INF = -np.inf
+_fast_path: dict = {}     # _call_key(...) -> (runner, shape, dtype, x/out extents, masked, runner.pointers)
 
 
 # ---- what the caller passed ------------------------------------------------------------------
@@ -139,9 +139,8 @@ def check_out(out, like, shape, dtype, function: str):
 # ---- running a variant -----------------------------------------------------------------------
 
 def run(variant: Variant, x, out=None, **options):
-    """Run one registered variant on a 2-D (rows, N) array: the kernel on cupy input, its model on numpy.
-
-    Tests, benchmarks and chapters call this to reach a kernel by name."""
+    """Run one registered variant on a 2-D (rows, N) array: the kernel on cupy input, its model on numpy
+    (tests, benchmarks and chapters reach a kernel by name through it)."""
     on_gpu = check_array(x, variant.name)
     if x.ndim != 2:
         raise ValueError(f"{variant.name} runs on 2-D (rows, N) arrays, got shape {tuple(x.shape)}")
@@ -221,17 +220,15 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
 
 # ---- the fast path: a repeated call is one lookup, one allocation, one launch ------------------
 
-def _layout(a) -> tuple:
+def _layout(a) -> tuple:   # plan.layout and the device
     return (a.shape, a.strides, a.dtype, a.data.ptr & 15, a.data.device_id)
 
 
 def _call_key(function: str, x, axis, variant, out=None, mask=None, valid_lengths=None, mask_value=-np.inf):
-    """What a repeated call is found by (None: this call has no fast path): the function, x's layout
-    (shape, strides, dtype, 16-byte phase, device), the axis and the variant as the caller wrote
-    them, the current stream, and the layouts of out, of an additive mask and of the lengths. One
-    function for storing and for looking up."""
+    """What a repeated call is found by (None: no fast path): the function, x's layout (shape, strides,
+    dtype, 16-byte phase, device), axis and variant as written, the stream, the layouts of out, mask, lengths."""
     key = (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, _current_stream().ptr)
-    if variant == "auto" and out is None and mask is None and valid_lengths is None and mask_value == -np.inf:
+    if variant == "auto" and out is None and mask is None and valid_lengths is None and mask_value == NEG_INF:
         return key   # the most common call: nothing else to look at
     if type(variant) is not str or type(mask_value) not in (float, int) or \
             (out is not None and type(out) is not _CUPY_ARRAY) or \
@@ -259,28 +256,20 @@ def _passed_as_given(options: dict, given, x) -> bool:
     return True
 
 
-def _extent(a) -> tuple[int, int]:
-    """Bytes [low, high) around a.data.ptr that the array can touch."""
-    low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides))
-    high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides)) + a.itemsize
-    return low, high
-
-
 def _remember(key, runner, shape, dtype, x, out, options) -> None:
     if len(_fast_path) >= FAST_PATH_LIMIT:
         _fast_path.clear()
-    extents = None if out is None else (*_extent(x), *_extent(out))
+    extents = None if out is None else (*extent(x), *extent(out))
     masked = options.get("mask") is not None or options.get("valid_lengths") is not None
-    _fast_path[key] = (runner, shape, dtype, extents, masked)
+    _fast_path[key] = (runner, shape, dtype, extents, masked, getattr(runner, "pointers", None))
 
 
 def _fast(key, x, out=None, mask=None, valid_lengths=None):
-    """The hot path of a repeated call: one lookup, one allocation (none with out=), one launch;
-    None on a miss."""
+    """A repeated call: one lookup, one allocation (none with out=), one launch; None on a miss."""
     hit = _fast_path.get(key)
     if hit is None or _current_device() != x.data.device_id:
         return None
-    runner, shape, dtype, extents, masked = hit
+    runner, shape, dtype, extents, masked, pointers = hit
     if out is None:
         y = _cupy_ndarray(shape, dtype)
     else:
@@ -290,8 +279,23 @@ def _fast(key, x, out=None, mask=None, valid_lengths=None):
         y = out
     if masked:
         runner(x, y, mask=mask if type(mask) is _CUPY_ARRAY else None, valid_lengths=valid_lengths)
+    elif pointers is not None:
+        pointers(x.data.ptr, y.data.ptr)
     else:
         runner(x, y)
+    return y
+
+
+def _plain(function: str, x, axis):
+    """f(x) or f(x, axis), all else default: _call_key's short key, one allocation and the launch of
+    x's and y's addresses (runner.pointers) written out (a Python call costs ~0.1 us); None on a miss."""
+    data = x.data
+    hit = _fast_path.get((function, x.shape, x.strides, x.dtype, data.ptr & 15, data.device_id, axis,
+                          _current_stream().ptr))
+    if hit is None or hit[5] is None or _current_device() != data.device_id:
+        return None
+    y = _cupy_ndarray(hit[1], hit[2])
+    hit[5](data.ptr, y.data.ptr)
     return y
 
 
@@ -302,7 +306,7 @@ def _choose_softmax(rows, options):
     from onlinesoftmax.kernels import dispatch
 
     if options:
-        return REGISTRY["softmax_03_online_masked"]
+        return dispatch.choose_masked(rows.shape[0], rows.shape[1], rows.dtype).variant
     return dispatch.choose(rows.shape[0], rows.shape[1], rows.dtype).variant
 
 
@@ -330,8 +334,11 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
     """
     key = None
     if type(x) is _CUPY_ARRAY:
-        key = _call_key("softmax", x, axis, variant, out, mask, valid_lengths, mask_value)
-        y = None if key is None else _fast(key, x, out, mask, valid_lengths)
+        plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
+        y = _plain("softmax", x, axis) if plain else None
+        if y is None:
+            key = _call_key("softmax", x, axis, variant, out, mask, valid_lengths, mask_value)
+            y = None if key is None else _fast(key, x, out, mask, valid_lengths)
         if y is not None:
             return y
     options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
@@ -344,8 +351,10 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
     A row of all -inf gives NaN (as torch). float32, float16, bfloat16; any number of dimensions."""
     key = None
     if type(x) is _CUPY_ARRAY:
-        key = _call_key("log_softmax", x, axis, variant, out)
-        y = None if key is None else _fast(key, x, out)
+        y = _plain("log_softmax", x, axis) if out is None and variant == "auto" else None
+        if y is None:
+            key = _call_key("log_softmax", x, axis, variant, out)
+            y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
     return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _only("log_softmax_01_online"), key)
@@ -358,8 +367,10 @@ def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
     gives NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
     key = None
     if type(x) is _CUPY_ARRAY:
-        key = _call_key("logsumexp", x, axis, variant, out)
-        y = None if key is None else _fast(key, x, out)
+        y = _plain("logsumexp", x, axis) if out is None and variant == "auto" else None
+        if y is None:
+            key = _call_key("logsumexp", x, axis, variant, out)
+            y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
     return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"), key)

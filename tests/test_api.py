@@ -270,7 +270,7 @@ class FakeDeviceArray:
 
     def __init__(self, array):
         self.array = array
-        self.data = type("Pointer", (), {"ptr": array.ctypes.data, "device_id": 0})()
+        self.data = type("Pointer", (), {"ptr": array.__array_interface__["data"][0], "device_id": 0})()
         self.device = type("Device", (), {"id": 0})()
 
     def __getattr__(self, name):            # shape, strides, dtype, ndim, flags, itemsize, size
@@ -354,3 +354,37 @@ def test_the_fast_path_keeps_the_checks_that_depend_on_addresses(fake_gpu):
     api._current_device = lambda: 1   # restored by the fixture's monkeypatch
     with pytest.raises(ValueError, match="GPU 0"):
         osm.softmax(x)
+
+
+@pytest.mark.parametrize("function", ["softmax", "log_softmax", "logsumexp"])
+def test_a_plain_repeated_call_launches_the_plans_pointer_launch(fake_gpu, monkeypatch, function):
+    """f(x) with every other argument at its default: a repeated call goes straight to the plan's
+    launch of x's and y's addresses (runner.pointers, plan.two_pointer_runner), without the runner's
+    call, and touches no file, device query or import; a plan without `pointers` (two launches)
+    and a masked call keep calling the runner."""
+    from onlinesoftmax.runtime import plan
+
+    launched, ran = [], []
+
+    def build_pointer_runner(variant, x, y, options):
+        runner = plan.two_pointer_runner(lambda x_ptr, y_ptr: launched.append((x_ptr, y_ptr)))
+        if options:   # a masked plan: the runner takes the mask on every call
+            return lambda x, y, **o: ran.append(variant.name)
+        return runner
+
+    monkeypatch.setattr(api, "get_runner", build_pointer_runner)
+    call = getattr(osm, function)
+    x = FakeDeviceArray(np.zeros((3, 64), np.float32))
+    call(x)
+    with hot_path_forbids_io():
+        for _ in range(3):
+            y = call(x)
+    _, slow_calls = fake_gpu
+    assert slow_calls == [function]
+    assert len(launched) == 4 and {p[0] for p in launched} == {x.data.ptr}
+    assert y.data.ptr == launched[-1][1]
+    assert ran == []
+    if function == "softmax":   # a masked call has no pointer launch: its runner runs every time
+        osm.softmax(x, mask="causal")
+        osm.softmax(x, mask="causal")
+        assert len(ran) == 2 and len(launched) == 4

@@ -18,6 +18,12 @@ from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prep
 
 MASKED = "softmax_03_online_masked"
 VARIANT = osm.REGISTRY[MASKED]
+# the masked kernels: the two-pass online kernel (any N) and the register row (N <= 32K, the default there)
+MASKED_VARIANTS = (MASKED, "softmax_14_registers_masked")
+
+
+def fits(name, n_cols):
+    return n_cols <= osm.REGISTRY[name].max_cols
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -64,12 +70,12 @@ def masked_compare(y, x, options):
     return bool(err <= tol), f"{dtype}: error {err:.3e}, baseline {base_err:.3e}, tolerance {tol:.3e}"
 
 
-def check_masked(x, **kwargs):
-    """The model through api.run on a poisoned output: everything written, NaN where the
+def check_masked(x, variant=MASKED, **kwargs):
+    """The model of `variant` through api.run on a poisoned output: everything written, NaN where the
     reference has NaN, error within the rule. Returns (y as float64, reference)."""
     options = options_of(x, kwargs)
     out = checks.poisoned_like(x)
-    y = osm.api.run(VARIANT, x, out=out, **options)
+    y = osm.api.run(osm.REGISTRY[variant], x, out=out, **options)
     assert y is out and checks.unwritten(y) == 0
     ref = reference_masked(checks.as_float64(x), **options)
     passed, message = masked_compare(y, x, options)
@@ -82,42 +88,53 @@ def check_masked(x, **kwargs):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_rows, n_cols", [(1, 1), (7, 3), (7, 100), (300, 257), (5, 4097), (3, 1000), (9, 2)])
 @pytest.mark.parametrize("kind", list(mask_cases(np.zeros((2, 2)))))
-def test_every_mask_kind_matches_the_reference(kind, n_rows, n_cols, dtype):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_every_mask_kind_matches_the_reference(variant, kind, n_rows, n_cols, dtype):
     x = checks.random_rows(np, n_rows, n_cols, dtype, seed=n_rows + n_cols)
-    check_masked(x, **mask_cases(x, seed=n_cols)[kind])
+    check_masked(x, variant, **mask_cases(x, seed=n_cols)[kind])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
-def test_edge_sizes_in_every_dtype(dtype, n_cols):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_edge_sizes_in_every_dtype(variant, dtype, n_cols):
+    if not fits(variant, n_cols):
+        pytest.skip(f"{variant} takes rows of at most {osm.REGISTRY[variant].max_cols}")
     x = checks.random_rows(np, 3 if n_cols > 4097 else 7, n_cols, dtype, seed=n_cols)
     for kind in ("causal + padding", "additive float"):
-        check_masked(x, **mask_cases(x, seed=n_cols)[kind])
+        check_masked(x, variant, **mask_cases(x, seed=n_cols)[kind])
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-def test_16_bit_is_the_float32_model_rounded_once(dtype):
-    """x widens exactly, the masked softmax runs in fp32 as for float32 input, y is rounded once."""
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_16_bit_is_the_float32_model_rounded_once(variant, dtype):
+    """x widens exactly, the masked softmax runs in fp32 as for float32 input, y is rounded once (at
+    N = 257 softmax_14 takes its scalar build, whose partition is the same in every dtype)."""
     x = checks.random_rows(np, 40, 257, dtype, seed=4)
     widened = x.astype(np.float32)
     for kind, kwargs in mask_cases(x, seed=5).items():
         options = options_of(x, kwargs)
-        y = osm.api.run(VARIANT, x, **options)
-        expected = checks.to_dtype(osm.api.run(VARIANT, widened, **options), dtype)
+        y = osm.api.run(osm.REGISTRY[variant], x, **options)
+        expected = checks.to_dtype(osm.api.run(osm.REGISTRY[variant], widened, **options), dtype)
         np.testing.assert_array_equal(y.view(np.uint16), expected.view(np.uint16), err_msg=kind)
 
 
-def test_the_masked_model_follows_the_online_kernel_and_the_default_dispatches_masks_to_it():
+def test_the_masked_models_follow_their_unmasked_kernels_and_the_default_dispatch():
     x = checks.random_rows(np, 6, 700, seed=1)
-    # with no mask, the masked kernel follows the online kernel's schedule exactly (bit for bit) where
-    # it launches the same 256 threads per row (N > 512; shorter rows get fewer threads)
+    # with no mask, the masked kernels follow their unmasked kernels exactly (bit for bit): softmax_03
+    # softmax_02's schedule where it launches the same 256 threads per row (N > 512), softmax_14 softmax_08's
     np.testing.assert_array_equal(osm.api.run(VARIANT, x), osm.api.run(osm.REGISTRY["softmax_02_online"], x))
-    # a mask given to the default variant goes to the masked kernel
-    np.testing.assert_array_equal(osm.softmax(x, mask="causal"), osm.api.run(VARIANT, x, **prepare(x, "causal")))
-    for dtype in ("float16", "bfloat16"):
+    # (in fp32: softmax_08's 16-bit rows fold the exponent into one FMA, softmax_14 subtracts first)
+    registers_masked = osm.REGISTRY["softmax_14_registers_masked"]
+    np.testing.assert_array_equal(osm.api.run(registers_masked, x), osm.api.run(osm.REGISTRY["softmax_08_registers"], x))
+    # a mask given to the default variant: rows up to 32K go to softmax_14, longer ones to softmax_03
+    for dtype in DTYPES:
         xd = checks.to_dtype(x, dtype)
-        np.testing.assert_array_equal(osm.softmax(xd, mask="causal").view(np.uint16),
-                                      osm.api.run(VARIANT, xd, **prepare(xd, "causal")).view(np.uint16))
+        np.testing.assert_array_equal(osm.softmax(xd, mask="causal").view(np.uint8),
+                                      osm.api.run(registers_masked, xd, **prepare(xd, "causal")).view(np.uint8))
+    long = checks.random_rows(np, 2, registers_masked.max_cols + 1, seed=2)
+    np.testing.assert_array_equal(osm.softmax(long, valid_lengths=np.array([5, 40000])),
+                                  osm.api.run(VARIANT, long, **prepare(long, valid_lengths=np.array([5, 40000]))))
 
 
 def test_one_variant_with_an_entry_per_dtype():

@@ -2,8 +2,9 @@
 //
 // Changed from softmax_00_naive: a first pass finds m = max_j x_j, and every
 //               exponent becomes e^(x_i - m) <= 1, so nothing overflows.
-//               Each thread adds its exponentials in chunks of 16 columns, each chunk into a
-//               fresh partial sum, and merges the chunks' sums pairwise (thread_fold.cuh): a
+//               Each thread reads its columns in chunks of 16 (thread_fold.cuh), in both
+//               passes that reduce: the maximum (exact in any order) and the sum, where each
+//               chunk adds into a fresh partial sum and the chunks' sums merge pairwise: a
 //               sum passes through at most 16 + log2(N / 4096) additions before the block's
 //               tree, where one running sum would take N / 256 (the book's accuracy rule fails
 //               on long peaked rows without it; -DTHREAD_FOLD_SEQUENTIAL=1 builds that schedule).
@@ -24,8 +25,9 @@ softmax_01_safe(const float* __restrict__ x, float* __restrict__ y,
     const float* row_x = x + blockIdx.x * x_row_stride;
     float* row_y = y + blockIdx.x * y_row_stride;
 
-    float m = neg_inf();  // pass 1: the maximum
-    for (int i = threadIdx.x; i < n_cols; i += blockDim.x) m = fmaxf(m, row_x[i]);
+    float m = thread_fold(  // pass 1: the maximum, 16 loads in flight per thread as in pass 2
+        n_cols, neg_inf(), [&](int i) { return row_x[i]; }, [](float& top, float v) { top = fmaxf(top, v); },
+        [](float a, float b) { return fmaxf(a, b); });
     m = block_max(m, scratch);
 
     float sum = thread_fold(  // pass 2: the denominator, re-based on m

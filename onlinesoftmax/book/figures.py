@@ -32,6 +32,7 @@ PALETTE = {
     "softmax_11_split": "#c5b0d5",
     "softmax_12_pipelined": "#98df8a",
     "softmax_13_cooperative": "#ff9896",
+    "softmax_14_registers_masked": "#b5cf6b",
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
     "logsumexp_02_state": "#31a354",

@@ -53,6 +53,17 @@ def choose(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None, 
     return choice
 
 
+def choose_masked(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None) -> Choice:
+    """The kernel for a masked softmax (mask=, valid_lengths=): rows up to 32K in registers with the
+    mask fused (softmax_14, from compute capability 8.0), longer rows the two-pass online kernel."""
+    from onlinesoftmax.kernels.softmax_masked import MASKED, REGISTERS_MASKED
+
+    cc = device.compute_capability() if cc is None else cc
+    if cc >= REGISTERS_MASKED.min_cc and n_cols <= REGISTERS_MASKED.max_cols:
+        return Choice(REGISTERS_MASKED, "N <= 32K: a block per row, the row in registers, x and the mask read once")
+    return Choice(MASKED, "longer rows (or compute capability below 8.0): a block per row, two passes")
+
+
 def _rule(n_rows: int, n_cols: int, dtype: str, sms: int, clusters: bool) -> Choice:
     row_bytes = n_cols * DTYPE_ITEMSIZE[dtype]
     few_rows = n_rows < sms

@@ -23,6 +23,7 @@ from onlinesoftmax import simulate as sim
 from onlinesoftmax.registry import Launch, Variant, dtype_entries, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
+from onlinesoftmax.runtime.plan import two_pointer_runner
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)
@@ -183,10 +184,7 @@ def _plan(variant: Variant, x, y, group: int | None, per_element_output: bool):
         + ((ctypes.c_longlong,) if per_element_output else ()) + (ctypes.c_int,)
     launch = driver.prepare_launch(kernel, geometry.grid, geometry.block, 0, 1, types,
                                    fixed={2 + i: value for i, value in enumerate((*sizes, group))})
-
-    def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr)
-    return run
+    return two_pointer_runner(launch)
 
 
 def plan_logsumexp(variant: Variant, x, y, group: int | None = None):

@@ -24,6 +24,7 @@ from onlinesoftmax.kernels.softmax_fast_models import (
 from onlinesoftmax.registry import DTYPE_ITEMSIZE, Variant, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel, nvcc_available, ptxas_reports
+from onlinesoftmax.runtime.plan import two_pointer_runner
 
 POINTER, INT, LONG = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 
@@ -59,10 +60,7 @@ def plan_07(variant: Variant, x, y, vec: int | None = None):
     grid, block = (-(-x.shape[0] // (WARP_ROWS_BLOCK // g)),), (WARP_ROWS_BLOCK,)
     launch = driver.prepare_launch(fn, grid, block, 0, 1, (POINTER, POINTER, INT, INT, LONG, LONG),
                                    fixed=_fixed(2, x.shape[0], x.shape[1], *_strides(x, y)))
-
-    def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr)
-    return run
+    return two_pointer_runner(launch)
 
 
 def plan_08(variant: Variant, x, y, vec: int | None = None):
@@ -72,10 +70,7 @@ def plan_08(variant: Variant, x, y, vec: int | None = None):
     fn = get_kernel(variant.path, entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
     launch = driver.prepare_launch(fn, (x.shape[0],), (t,), 0, 1, (POINTER, POINTER, INT, LONG, LONG),
                                    fixed=_fixed(2, x.shape[1], *_strides(x, y)))
-
-    def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr)
-    return run
+    return two_pointer_runner(launch)
 
 
 def plan_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int | None = None):
@@ -88,10 +83,7 @@ def plan_09(variant: Variant, x, y, vec: int | None = None, cache_elems: int | N
     launch = driver.prepare_launch(fn, (x.shape[0],), (chunks.threads,), shared, 1,
                                    (POINTER, POINTER, INT, LONG, LONG, INT),
                                    fixed=_fixed(2, x.shape[1], *_strides(x, y), cache))
-
-    def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr)
-    return run
+    return two_pointer_runner(launch)
 
 
 def _resident_cluster_plan(variant, x, dtype, v, n_chunks, cache_elems):
@@ -124,10 +116,7 @@ def plan_10(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
     launch = driver.prepare_launch(get_kernel(variant.path, name), (x.shape[0] * chunks.n_chunks,),
                                    (chunks.threads,), shared, chunks.n_chunks, CLUSTER_ARGS,
                                    fixed=_fixed(2, x.shape[1], *_strides(x, y), chunks.chunk_elems, cache))
-
-    def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr)
-    return run
+    return two_pointer_runner(launch)
 
 
 def plan_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,
@@ -145,10 +134,7 @@ def plan_12(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None
                                    (chunks.threads,), shared, chunks.n_chunks,
                                    (POINTER, POINTER, INT, INT, LONG, LONG, INT, INT),
                                    fixed=_fixed(2, *x.shape, *_strides(x, y), chunks.chunk_elems, cache))
-
-    def run(x, y, **_):
-        launch(x.data.ptr, y.data.ptr)
-    return run
+    return two_pointer_runner(launch)
 
 
 def plan_11(variant: Variant, x, y, vec: int | None = None, n_chunks: int | None = None,

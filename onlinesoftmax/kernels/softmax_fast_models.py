@@ -52,11 +52,12 @@ def combine(a, b):
         return sim.online_combine(a, b, guards=True)
 
 
-def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce) -> np.ndarray:
-    """softmax_07 / softmax_08: lane t of `lanes` holds vectors k lanes + t; one exp per element."""
+def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce, folded: bool | None = None) -> np.ndarray:
+    """softmax_07 / 08 / 14: lane t of `lanes` holds vectors k lanes + t; one exp per element (folded:
+    the FMA exponent form, by default for 16-bit rows as softmax_07 / 08 have it)."""
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
-    folded = DTYPE_ITEMSIZE[dtype] == 2
+    folded = DTYPE_ITEMSIZE[dtype] == 2 if folded is None else folded
     k, t, j = np.meshgrid(np.arange(nv), np.arange(lanes), np.arange(vec), indexing="ij")
     cols = ((k * lanes + t) * vec + j).transpose(1, 0, 2).reshape(lanes, nv * vec)   # (lanes, E)
     valid = cols < n_cols

@@ -20,6 +20,7 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
+from onlinesoftmax.kernels.softmax_fast_configs import MAX_COLS_08
 from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, sequential_build
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import DTYPES, Launch, Variant, dtype_entries, register
@@ -217,3 +218,77 @@ MASKED = register(Variant(
     dtypes=DTYPES, entry="softmax_03_online_masked_f32", entries=dtype_entries))
 # the schedule before the accuracy fix (softmax_teaching.sequential_build)
 sequential_build(MASKED, lambda x, **options: simulate_masked(x, sequential=True, **options))
+
+
+# ---- softmax_14_registers_masked: the row in registers (softmax_08), the same masks ----------
+
+def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, causal_rows=None,
+                              vec=None) -> np.ndarray:
+    """NumPy model of softmax_14_registers_masked: the masked logits in float32 (x widened exactly, the
+    float32 mask added, `fill` past each row's limit), then softmax_08's model on them (its partition
+    and block reduction; the exponent with the subtraction first in every dtype), rounded once to x's dtype."""
+    from onlinesoftmax.kernels import softmax_fast_models as models
+
+    dtype = models.dtype_name(np.asarray(x).dtype)
+    v = vec or models.vector_width(dtype)
+    if v > 1 and x.shape[1] % v:
+        v = 1
+    nv, t = models.config_08(x.shape[1], dtype, v)
+    logits = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
+    return models.registers_model(logits, dtype, v, nv, t,
+                                  lambda s: sim.block_reduce(s, models.combine, (np.float32(-np.inf), np.float32(0))),
+                                  folded=False)
+
+
+def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf,
+                          causal_rows=None, vec=None):
+    """Runner of softmax_14 on 2-D cupy arrays (options as `prepare` makes them). The 16-byte build
+    needs x's and y's rows on 16 bytes with N % V == 0 and the mask's rows on 16 bytes; else V = 1."""
+    from onlinesoftmax.kernels import softmax_fast as fast
+
+    dtype = fast.dtype_name(x.dtype)
+    if y.dtype != x.dtype:
+        raise TypeError(f"{variant.name}: y must have x's dtype {x.dtype.name}, got {y.dtype.name}")
+    if mask is not None and mask.dtype != np.float32:
+        raise TypeError(f"{variant.name}: the additive mask must be float32 (prepare converts it), got {mask.dtype}")
+    v = fast._vec_for(x, y, vec)
+    if mask is not None and (mask.data.ptr % 16 or (mask.shape[0] > 1 and mask.strides[0] % 16)):
+        v = 1
+    nv, t = fast.config_08(x.shape[1], dtype, v)
+    kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
+    mask_stride = 0 if mask is None else mask.strides[0] // mask.itemsize
+    # x, y, n_cols, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows, fill
+    launch = driver.prepare_launch(
+        kernel, (x.shape[0],), (t,), 0, 1, (POINTER, POINTER, INT, LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT),
+        fixed={2: x.shape[1], 3: x.strides[0] // x.itemsize, 4: y.strides[0] // y.itemsize, 6: mask_stride,
+               7: 1 if mask is None else mask.shape[0], 9: (causal_rows or x.shape[0]) if causal else 0,
+               10: float(np.float32(fill))})
+
+    def run(x, y, mask=None, valid_lengths=None, **_):
+        launch(x.data.ptr, y.data.ptr, None if mask is None else mask.data.ptr,
+               None if valid_lengths is None else valid_lengths.data.ptr)
+    return run
+
+
+def _entries_14(variant: Variant) -> list[str]:
+    from onlinesoftmax.kernels import softmax_fast_configs as configs
+
+    return [configs.entry(variant.name, dtype, v, f"_n{nv}_t{t}") for dtype in DTYPES
+            for v in (configs.vector_width(dtype), 1)
+            for nv, t in configs.CONFIGS_08[dtype if v > 1 else "scalar"]]
+
+
+def _geometry_14(n_rows: int, n_cols: int) -> Launch:
+    from onlinesoftmax.kernels.softmax_fast_configs import geometry_08
+
+    return geometry_08(n_rows, n_cols)   # softmax_08's launch
+
+
+REGISTERS_MASKED = register(Variant(
+    name="softmax_14_registers_masked", family="softmax", file="softmax/softmax_14_registers_masked.cu",
+    short="registers_masked",
+    story="softmax_08_registers with the masks fused in: x and the mask read once, rows up to 32K",
+    geometry=_geometry_14, simulate=simulate_registers_masked,
+    plan=plan_registers_masked, reads_per_element=1, writes_per_element=1,
+    features=frozenset({"mask", "causal", "valid_lengths"}), dtypes=DTYPES, max_cols=MAX_COLS_08, min_cc=80,
+    entry="softmax_14_registers_masked_f32_v4_n8_t1024", entries=_entries_14))

@@ -71,11 +71,12 @@ def torch_softmax(x):
     return cupy.from_dlpack(y.contiguous())
 
 
-def dispatcher_choice(n_rows: int, n_cols: int, dtype: str) -> str:
-    """The kernel variant="auto" runs for an unmasked softmax of this shape."""
+def dispatcher_choice(n_rows: int, n_cols: int, dtype: str, masked: bool = False) -> str:
+    """The kernel variant="auto" runs for a softmax of this shape (unmasked, or with a mask)."""
     from onlinesoftmax.kernels import dispatch
 
-    return dispatch.choose(n_rows, n_cols, dtype).variant.name
+    choose = dispatch.choose_masked if masked else dispatch.choose
+    return choose(n_rows, n_cols, dtype).variant.name
 
 
 def clusters() -> tuple[bool, str]:

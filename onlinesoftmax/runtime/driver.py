@@ -124,29 +124,24 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
             f"{', cooperative' if cooperative else ''}{', programmatic' if programmatic else ''})")
     if special:
         config = _launch_config(driver, grid3, block3, shared_bytes, stream_ptr, cluster, cooperative, programmatic)
-        launch_ex = driver.cuLaunchKernelEx
-
-        def call():
-            return launch_ex(config, function, address, 0)
+        launch_call, call_args = driver.cuLaunchKernelEx, (config, function, address, 0)
     else:
-        launch_kernel, hstream = driver.cuLaunchKernel, driver.CUstream(stream_ptr)
+        launch_call = driver.cuLaunchKernel
+        call_args = (function, *grid3, *block3, shared_bytes, driver.CUstream(stream_ptr), address, 0)
 
-        def call():
-            return launch_kernel(function, *grid3, *block3, shared_bytes, hstream, address, 0)
-
-    if len(free) == 2:   # x and y: the launch of nearly every kernel, written out (no loop)
+    if len(free) == 2:   # x and y: the launch of nearly every kernel, written out (no loop, no inner call)
         first, second = free
 
         def launch(x_address, y_address) -> None:
             first.value, second.value = x_address, y_address
-            result = call()
+            result = launch_call(*call_args)
             if result[0] != success:
                 check(result, what)
     else:
         def launch(*values) -> None:
             for holder, value in zip(free, values):
                 holder.value = value
-            result = call()
+            result = launch_call(*call_args)
             if result[0] != success:
                 check(result, what)
     launch.keep = (holders, params)   # the packed buffer lives as long as the launch

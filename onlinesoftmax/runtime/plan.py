@@ -28,6 +28,13 @@ def layout(a) -> tuple:
     return (a.shape, a.strides, a.dtype, a.data.ptr & 15)
 
 
+def extent(a) -> tuple[int, int]:
+    """Bytes [low, high) around a.data.ptr that the array `a` can touch (any strides)."""
+    low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides)) + a.itemsize
+    return low, high
+
+
 def options_key(options: dict) -> tuple:
     """Options as a key: an array option (a mask, lengths) changes from call to call, so its
     layout goes in the key (the runner is given the array itself on every call); any other
@@ -46,6 +53,16 @@ def get_runner(variant, x, y, options: dict):
             _runners.clear()
         runner = _runners[key] = variant.plan(variant, x, y, **options)
     return runner
+
+
+def two_pointer_runner(launch):
+    """The runner of a plan that is one launch taking x's and y's addresses: runner(x, y) launches,
+    and `runner.pointers` is that launch itself, launch(x_address, y_address), which the public
+    functions' fast path calls directly (one Python call fewer per call)."""
+    def run(x, y, **_):
+        launch(x.data.ptr, y.data.ptr)
+    run.pointers = launch
+    return run
 
 
 def cached_runners() -> int:

@@ -23,6 +23,13 @@ pytestmark = pytest.mark.gpu
 
 MASKED = "softmax_03_online_masked"
 VARIANT = osm.REGISTRY[MASKED]
+REGISTERS_MASKED = "softmax_14_registers_masked"   # rows up to 32K: the default for masks there
+MASKED_VARIANTS = (MASKED, REGISTERS_MASKED)
+
+
+def skip_unless_fits(variant, n_cols):
+    if n_cols > osm.REGISTRY[variant].max_cols:
+        pytest.skip(f"{variant} takes rows of at most {osm.REGISTRY[variant].max_cols}")
 DTYPES = checks.DTYPES
 KINDS = ("none", "causal", "padding", "additive rows x N", "additive N", "additive float",
          "causal + padding + additive", "padding, -1e6", "causal, -FLT_MAX")
@@ -70,12 +77,12 @@ def options_of(x, kwargs):
     return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf))
 
 
-def launch(x, out=None, **kwargs):
-    """The masked kernel on x through its plan; `out` (poisoned) defaults to a fresh poisoned array."""
+def launch(x, out=None, variant=MASKED, **kwargs):
+    """A masked kernel on x through its plan; `out` (poisoned) defaults to a fresh poisoned array."""
     x = rows_of(x)
     options = options_of(x, kwargs)
     y = checks.poisoned_like(x) if out is None else out
-    get_runner(VARIANT, x, y, options)(x, y, **options)
+    get_runner(osm.REGISTRY[variant], x, y, options)(x, y, **options)
     return y
 
 
@@ -87,12 +94,12 @@ def rounded(y32, dtype):
     return y32.astype(cp.float64)
 
 
-def run_and_check(x, out=None, **kwargs):
+def run_and_check(x, out=None, variant=MASKED, **kwargs):
     """Run on poisoned output, synchronize, check coverage, NaN pattern and error. Returns y."""
     dtype = x.dtype.name
     out = checks.poisoned_like(x) if out is None else out
     assert checks.unwritten(out) == out.size, "pass a poisoned out"
-    y = launch(x, out=out, **kwargs)
+    y = launch(x, out=out, variant=variant, **kwargs)
     cp.cuda.Device().synchronize()
     assert y is out and y.dtype == x.dtype and checks.unwritten(y) == 0, "outputs left unwritten"
     x64 = checks.as_float64(rows_of(x))
@@ -122,10 +129,12 @@ def checked_kinds(dtype):
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
 @pytest.mark.parametrize("n_rows", checks.EDGE_ROWS)
 @pytest.mark.parametrize("kind, dtype", [(k, d) for d in DTYPES for k in checked_kinds(d)])
-def test_edge_matrix(kind, dtype, n_rows, n_cols):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_edge_matrix(variant, kind, dtype, n_rows, n_cols):
+    skip_unless_fits(variant, n_cols)
     x = rows_on_gpu(n_rows, n_cols, n_rows * 7919 + n_cols, dtype)
     kwargs = mask_kwargs(kind, n_rows, n_cols, seed=n_cols)
-    y64 = checks.as_float64(run_and_check(x, **kwargs))
+    y64 = checks.as_float64(run_and_check(x, variant=variant, **kwargs))
     fully_masked_row0 = kind in ("padding", "additive rows x N", "causal + padding + additive")
     if fully_masked_row0:
         assert bool(cp.isnan(y64[0]).all()), "a fully masked row must be NaN (as torch)"
@@ -143,10 +152,11 @@ def test_rows_of_a_million(kind, n_cols, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(8, 3), (300, 100), (3, 8), (100, 300), (257, 257)])
-def test_causal_is_torch_is_causal(shape, dtype):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_causal_is_torch_is_causal(variant, shape, dtype):
     """Row i keeps columns j <= i (ones(L, S).tril(0)) for tall, wide and square matrices."""
     x = rows_on_gpu(*shape, 5, dtype)
-    y = run_and_check(x, mask="causal")
+    y = run_and_check(x, variant=variant, mask="causal")
     y64 = checks.as_float64(y)
     keep = cp.tril(cp.ones(shape, dtype=bool))
     assert bool((y64[~keep] == 0).all()) and bool(cp.allclose(y64.sum(axis=1), 1.0, rtol=max(1e-5, checks.EPS[dtype])))
@@ -165,16 +175,22 @@ def test_causal_is_torch_is_causal(shape, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ("causal", "additive rows x N", "causal + padding + additive"))
-def test_views_strided_and_misaligned(kind, dtype):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_views_strided_and_misaligned(variant, kind, dtype):
     base = rows_on_gpu(9, 1001, 5, dtype)
     for view in (base[:, 1:], base[::2], base[1::3, 3:-2], base[:, ::2], base.T[:500].T):
-        run_and_check(view, **mask_kwargs(kind, *view.shape, seed=2))
+        run_and_check(view, variant=variant, **mask_kwargs(kind, *view.shape, seed=2))
     out_base = checks.poisoned_like(base)
-    run_and_check(base[:, 1:], out=out_base[:, 1:], **mask_kwargs(kind, 9, 1000, seed=3))
+    run_and_check(base[:, 1:], out=out_base[:, 1:], variant=variant, **mask_kwargs(kind, 9, 1000, seed=3))
+    aligned = rows_on_gpu(8, 1024, 6, dtype)   # the 16-byte build, with a mask whose rows are off 16 bytes
+    mask = cp.zeros((8, 1025), cp.float32)[:, 1:]
+    mask[:, 700:] = -cp.inf
+    run_and_check(aligned, variant=variant, mask=mask)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_matches_the_model(dtype):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_gpu_matches_the_model(variant, dtype):
     """fp32: to 2e-6 relative; fp16 / bf16: to one ulp of the dtype (both round fp32 values once)."""
     host = checks.random_rows(np, 300, 257, dtype, seed=11)
     rng = np.random.default_rng(0)
@@ -182,8 +198,8 @@ def test_gpu_matches_the_model(dtype):
     lengths = rng.integers(0, 258, 300)
     for kwargs in ({"mask": "causal"}, {"mask": mask, "valid_lengths": lengths},
                    {"mask": mask[0]}, {"valid_lengths": lengths, "mask_value": -1e6}, {}):
-        gpu = checks.as_float64(launch(checks.on_device(cp, host), **kwargs)).get()
-        model = checks.as_float64(osm.api.run(VARIANT, host, **options_of(host, kwargs)))
+        gpu = checks.as_float64(launch(checks.on_device(cp, host), variant=variant, **kwargs)).get()
+        model = checks.as_float64(osm.api.run(osm.REGISTRY[variant], host, **options_of(host, kwargs)))
         assert np.array_equal(np.isnan(gpu), np.isnan(model))
         if dtype == "float32":
             np.testing.assert_allclose(gpu, model, rtol=2e-6, atol=1e-12)
@@ -193,39 +209,45 @@ def test_gpu_matches_the_model(dtype):
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-def test_16_bit_entries_are_the_float32_entry_rounded_once(dtype):
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+@pytest.mark.parametrize("n_cols", (257,))   # softmax_14's scalar build: one partition for every dtype
+def test_16_bit_entries_are_the_float32_entry_rounded_once(variant, n_cols, dtype):
     """x widened exactly, the same fp32 arithmetic, one rounding: bit for bit the fp32 entry's
     output on the widened input, rounded to the dtype."""
-    x = rows_on_gpu(300, 257, 13, dtype)
+    x = rows_on_gpu(300, n_cols, 13, dtype)
     widened = checks.as_float64(x).astype(cp.float32)
     for kind in KINDS:
-        kwargs = mask_kwargs(kind, 300, 257, seed=4)
-        y = launch(x, **kwargs)
-        y32 = launch(widened, **kwargs)
+        kwargs = mask_kwargs(kind, 300, n_cols, seed=4)
+        y = launch(x, variant=variant, **kwargs)
+        y32 = launch(widened, variant=variant, **kwargs)
         expected = y32.astype(cp.float16) if dtype == "float16" else checks.from_float32(y32, "bfloat16")
         nan = cp.isnan(y32)   # compared apart: NaN has many bit patterns (and round_to_bf16 loses some)
         same = cp.where(nan, cp.isnan(checks.as_float64(y)), y.view(cp.uint16) == expected.view(cp.uint16))
         assert bool(same.all()), f"{kind}: {int((~same).sum())} outputs differ"
 
 
-def test_sentinels_on_fully_masked_rows_and_low_logits():
+@pytest.mark.parametrize("variant", MASKED_VARIANTS)
+def test_sentinels_on_fully_masked_rows_and_low_logits(variant):
     """-inf: NaN; -1e6 / -FLT_MAX: uniform. Logits near -2e6 lose to a -1e6 sentinel (float32: fp16
     cannot hold -2e6, bf16 holds it only to 2^14)."""
+    def check(x, **kwargs):
+        return run_and_check(x, variant=variant, **kwargs)
+
     x = cp.asarray((np.random.default_rng(0).standard_normal((3, 40)) - 2e6).astype(np.float32))
     lengths = cp.asarray([0, 10, 40])
-    assert bool(cp.isnan(run_and_check(x, valid_lengths=lengths)[0]).all())
+    assert bool(cp.isnan(check(x, valid_lengths=lengths)[0]).all())
     for sentinel in (-1e6, -FLT_MAX):
-        y = run_and_check(x, valid_lengths=lengths, mask_value=sentinel)
+        y = check(x, valid_lengths=lengths, mask_value=sentinel)
         assert bool(cp.allclose(y[0], 1 / 40, rtol=1e-6))
-    wrong = run_and_check(x, valid_lengths=lengths, mask_value=-1e6)
+    wrong = check(x, valid_lengths=lengths, mask_value=-1e6)
     assert abs(float(wrong[1, 10:].sum()) - 1.0) < 1e-5 and bool((wrong[1, :10] == 0).all())
-    right = run_and_check(x, valid_lengths=lengths, mask_value=-FLT_MAX)
+    right = check(x, valid_lengths=lengths, mask_value=-FLT_MAX)
     assert abs(float(right[1, :10].sum()) - 1.0) < 1e-5 and bool((right[1, 10:] == 0).all())
     for dtype in ("float16", "bfloat16"):   # fully masked rows in 16 bits: NaN with -inf, 1/40 with a sentinel
         x16 = rows_on_gpu(3, 40, 7, dtype)
-        assert bool(cp.isnan(checks.as_float64(run_and_check(x16, valid_lengths=lengths))[0]).all())
+        assert bool(cp.isnan(checks.as_float64(check(x16, valid_lengths=lengths))[0]).all())
         for sentinel in (-1e6, -FLT_MAX):
-            y = checks.as_float64(run_and_check(x16, valid_lengths=lengths, mask_value=sentinel))
+            y = checks.as_float64(check(x16, valid_lengths=lengths, mask_value=sentinel))
             assert bool(cp.allclose(y[0], 1 / 40, rtol=checks.EPS[dtype])) and bool((y[1, 10:] == 0).all())
 
 
@@ -277,6 +299,17 @@ def test_repeated_masked_calls_take_the_fast_path_and_read_the_new_mask(dtype, m
         causal = checks.as_float64(osm.softmax(x3, mask="causal")).get()
         assert (causal[:, 0, 1:] == 0).all() and np.allclose(causal[:, 0, 0], 1)
     assert slow == ["softmax"] * 4, f"only the first call of each form may take the slow path, got {slow}"
+
+
+def test_registers_masked_without_a_mask_is_softmax_08_bit_for_bit():
+    """fp32, no mask, no lengths, not causal: softmax_14 runs softmax_08's arithmetic on the same
+    partition (16-bit rows differ: softmax_08 folds their exponent into one FMA)."""
+    for shape in ((7, 1000), (300, 4096), (2, 32768), (5, 333)):
+        x = rows_on_gpu(*shape, 21)
+        y14 = launch(x, variant=REGISTERS_MASKED)
+        y08 = checks.poisoned_like(x)
+        get_runner(osm.REGISTRY["softmax_08_registers"], x, y08, {})(x, y08)
+        assert bool((y14.view(cp.uint8) == y08.view(cp.uint8)).all()), shape
 
 
 def test_bad_input_then_the_context_is_healthy():
