@@ -6,8 +6,9 @@
 //               with limit(i), causal_rows and mask_rows exactly as in softmax_03_online_masked
 //               (causal top-left aligned like torch's is_causal; a mask of mask_rows rows used
 //               in turn). Then the one-pass register softmax of softmax_08 runs on v: x and the
-//               mask are each read once, y written once. x is read past the limit too (the
-//               row is loaded as whole vectors; the values there are replaced by `fill`).
+//               mask are each read once, y written once. A vector wholly past the limit is not
+//               loaded (a causal mask on a square matrix reads about half of x); one that
+//               straddles it is loaded and its elements past the limit replaced by `fill`.
 //               Columns past N are padding (-inf), never `fill`, so a finite fill on a fully
 //               masked row gives the uniform 1/N and fill = -inf gives NaN (0/0), as torch.
 //               Every dtype takes e^(v - m) with the subtraction first (softmax_08 folds it
@@ -16,8 +17,9 @@
 // Launch:       grid = n_rows, block = T threads, as softmax_08 (config_08: the smallest
 //               register footprint that holds the row); 32 states (256 B) of static shared
 //               memory. Entries softmax_14_registers_masked_<dtype>_v<V>_n<NV>_t<T>.
-// Traffic:      1 read + 1 write per element of x (the ideal), plus one 4-byte read per
-//               element of an additive mask of rows x N (a broadcast row is re-read from L2).
+// Traffic:      at most 1 read + 1 write per element of x (the ideal; no read past the limit),
+//               plus one 4-byte read per kept element of an additive mask of rows x N (a
+//               broadcast row is re-read from L2).
 // Limits:       n_cols <= NV * T * V (32768); x and y float32, float16 or bfloat16 (the same
 //               dtype), the mask and `fill` float32; V > 1 needs x's and y's rows on 16 bytes,
 //               n_cols % V == 0 and the mask's rows on 16 bytes (the launcher checks and
@@ -67,8 +69,13 @@ __device__ __forceinline__ void block_per_row_registers_masked(
     for (int k = 0; k < NV; ++k) {
         const int col = (k * THREADS + static_cast<int>(threadIdx.x)) * V;
         if (col < n_cols) {
-            Io<T, V>::unpack(Io<T, V>::load_raw(row_x + col), v + k * V);
-            mask_vector<V>(v + k * V, row_mask, col, limit, fill);
+            // a vector wholly past the limit is never loaded (its elements all become `fill`);
+            // one that straddles the limit is loaded and its tail replaced
+            const bool kept = col < limit;
+            typename Io<T, V>::raw_t raw{};
+            if (kept) raw = Io<T, V>::load_raw(row_x + col);
+            Io<T, V>::unpack(raw, v + k * V);
+            mask_vector<V>(v + k * V, kept ? row_mask : nullptr, col, limit, fill);
         } else {
 #pragma unroll
             for (int j = 0; j < V; ++j) v[k * V + j] = neg_inf();  // padding, not a column

@@ -275,6 +275,34 @@ def test_dispatch_runs_the_chosen_kernel():
         assert bool((y == z).all()), f"fast != {choice.variant.name} at {n_rows}x{n_cols}"
 
 
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("function", ("softmax", "log_softmax", "logsumexp"))
+def test_a_plain_repeated_call_answers_each_new_input(function, dtype, monkeypatch):
+    """f(x) with every other argument at its default: after the first call, each call is the plan's
+    pointer launch (api._plain) on the arrays of that call. New inputs of the same layout, each
+    against float64; the slow path ran once; an output array from an earlier call is left alone."""
+    slow = []
+    real_call = api._call
+    monkeypatch.setattr(api, "_call", lambda *args: slow.append(args[0]) or real_call(*args))
+    call = getattr(osm, function)
+    reference_of = {"softmax": osm.reference.softmax, "log_softmax": osm.reference.log_softmax,
+                    "logsumexp": osm.reference.logsumexp}[function]
+    outputs = []
+    for seed in range(4):
+        x = checks.random_rows(cp, 37, 3000, dtype, seed=seed)
+        y = call(x)
+        cp.cuda.Device().synchronize()
+        ref = reference_of(checks.as_float64(x))
+        y64 = checks.as_float64(y)
+        assert not bool(cp.isnan(y64).any())
+        tolerance = 4 * checks.EPS[dtype] * (float(cp.abs(ref).max()) + 1)
+        assert float(cp.abs(y64 - ref).max()) <= tolerance, (function, dtype, seed)
+        outputs.append((y, y64.copy()))
+    assert slow == [function], "only the first call may take the slow path"
+    for y, first in outputs:   # every call got its own output, none was overwritten by a later one
+        assert bool((checks.as_float64(y) == first).all())
+
+
 def test_compiled_resources_have_no_local_memory():
     for variant in kf.FAST_VARIANTS + kf.ATTEMPT_VARIANTS:
         table = kf.resources_table(variant)
