@@ -66,7 +66,7 @@ EXTRA_SHAPES = ((4000, 1000), (4096, 3000), (8192, 32000), (32, 128256), (64, 15
                 (2048, 50257), (777, 9999))
 SUBSET_SHAPES = ((4096, 4096), (1024, 32000), (16384, 256))
 QUICK_SHAPES = ((1, 4096), (4000, 1000), (4096, 4096), (64, 151936), (777, 9999))
-QUICK_SUBSET = ((4096, 4096),)
+QUICK_SUBSET = ((4096, 4096), (16384, 256))
 MASKED_OPS = (("logsumexp", None), ("log_softmax", None), ("softmax", "causal"), ("softmax", "additive"))
 HOST_LOOP_S = 0.02           # one timed loop of back-to-back calls lasts about this long (100 .. 2000 calls)
 BARE_SOURCE = r"""

@@ -124,9 +124,13 @@ def test_the_masked_models_follow_their_unmasked_kernels_and_the_default_dispatc
     # with no mask, the masked kernels follow their unmasked kernels exactly (bit for bit): softmax_03
     # softmax_02's schedule where it launches the same 256 threads per row (N > 512), softmax_14 softmax_08's
     np.testing.assert_array_equal(osm.api.run(VARIANT, x), osm.api.run(osm.REGISTRY["softmax_02_online"], x))
-    # (in fp32: softmax_08's 16-bit rows fold the exponent into one FMA, softmax_14 subtracts first)
+    # softmax_14 the layout of softmax_07 up to N = 1024 and of softmax_08 above (in fp32: their 16-bit
+    # rows fold the exponent into one FMA, softmax_14 subtracts first)
     registers_masked = osm.REGISTRY["softmax_14_registers_masked"]
-    np.testing.assert_array_equal(osm.api.run(registers_masked, x), osm.api.run(osm.REGISTRY["softmax_08_registers"], x))
+    for n_cols, unmasked in ((700, "softmax_07_warp_per_row"), (1024, "softmax_07_warp_per_row"),
+                             (1025, "softmax_08_registers"), (5000, "softmax_08_registers")):
+        xn = checks.random_rows(np, 6, n_cols, seed=n_cols)
+        np.testing.assert_array_equal(osm.api.run(registers_masked, xn), osm.api.run(osm.REGISTRY[unmasked], xn))
     # a mask given to the default variant: rows up to 32K go to softmax_14, longer ones to softmax_03
     for dtype in DTYPES:
         xd = checks.to_dtype(x, dtype)

@@ -20,7 +20,7 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_fast_configs import MAX_COLS_08
+from onlinesoftmax.kernels.softmax_fast_configs import MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK
 from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, sequential_build
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import DTYPES, Launch, Variant, dtype_entries, register
@@ -225,16 +225,20 @@ sequential_build(MASKED, lambda x, **options: simulate_masked(x, sequential=True
 def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, causal_rows=None,
                               vec=None) -> np.ndarray:
     """NumPy model of softmax_14_registers_masked: the masked logits in float32 (x widened exactly, the
-    float32 mask added, `fill` past each row's limit), then softmax_08's model on them (its partition
-    and block reduction; the exponent with the subtraction first in every dtype), rounded once to x's dtype."""
+    float32 mask added, `fill` past each row's limit), then the model of softmax_07 (rows up to 1024)
+    or softmax_08 on them (their partition and reduction; the exponent with the subtraction first in
+    every dtype), rounded once to x's dtype."""
     from onlinesoftmax.kernels import softmax_fast_models as models
 
     dtype = models.dtype_name(np.asarray(x).dtype)
     v = vec or models.vector_width(dtype)
     if v > 1 and x.shape[1] % v:
         v = 1
-    nv, t = models.config_08(x.shape[1], dtype, v)
     logits = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
+    if x.shape[1] <= MAX_COLS_07:
+        nv, g = models.config_07(x.shape[1], dtype, v)
+        return models.registers_model(logits, dtype, v, nv, g, lambda s: models.group_butterfly(s, g), folded=False)
+    nv, t = models.config_08(x.shape[1], dtype, v)
     return models.registers_model(logits, dtype, v, nv, t,
                                   lambda s: sim.block_reduce(s, models.combine, (np.float32(-np.inf), np.float32(0))),
                                   folded=False)
@@ -254,15 +258,27 @@ def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid
     v = fast._vec_for(x, y, vec)
     if mask is not None and (mask.data.ptr % 16 or (mask.shape[0] > 1 and mask.strides[0] % 16)):
         v = 1
-    nv, t = fast.config_08(x.shape[1], dtype, v)
-    kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
     mask_stride = 0 if mask is None else mask.strides[0] // mask.itemsize
-    # x, y, n_cols, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows, fill
-    launch = driver.prepare_launch(
-        kernel, (x.shape[0],), (t,), 0, 1, (POINTER, POINTER, INT, LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT),
-        fixed={2: x.shape[1], 3: x.strides[0] // x.itemsize, 4: y.strides[0] // y.itemsize, 6: mask_stride,
-               7: 1 if mask is None else mask.shape[0], 9: (causal_rows or x.shape[0]) if causal else 0,
-               10: float(np.float32(fill))})
+    masks = {"mask_stride": mask_stride, "mask_rows": 1 if mask is None else mask.shape[0],
+             "causal_rows": (causal_rows or x.shape[0]) if causal else 0, "fill": float(np.float32(fill))}
+    n_rows, n_cols = x.shape
+    strides = (x.strides[0] // x.itemsize, y.strides[0] // y.itemsize)
+    if n_cols <= MAX_COLS_07:   # a lane group per row (softmax_07's layout): x, y, n_rows, n_cols, strides, masks
+        nv, g = fast.config_07(n_cols, dtype, v)
+        kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, f"_n{nv}_g{g}"))
+        grid, block, first = (-(-n_rows // (WARP_ROWS_BLOCK // g)),), (WARP_ROWS_BLOCK,), (n_rows, n_cols)
+    else:                       # a block per row (softmax_08's): x, y, n_cols, strides, masks
+        nv, t = fast.config_08(n_cols, dtype, v)
+        kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
+        grid, block, first = (n_rows,), (t,), (n_cols,)
+    sizes = [INT] * len(first)
+    fixed = dict(enumerate((*first, *strides), start=2))
+    at = 2 + len(first) + 2      # the mask pointer's index; then its stride, rows, lengths, causal_rows, fill
+    fixed.update({at + 1: masks["mask_stride"], at + 2: masks["mask_rows"], at + 4: masks["causal_rows"],
+                  at + 5: masks["fill"]})
+    launch = driver.prepare_launch(kernel, grid, block, 0, 1,
+                                   (POINTER, POINTER, *sizes, LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT),
+                                   fixed=fixed)
 
     def run(x, y, mask=None, valid_lengths=None, **_):
         launch(x.data.ptr, y.data.ptr, None if mask is None else mask.data.ptr,
@@ -273,21 +289,25 @@ def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid
 def _entries_14(variant: Variant) -> list[str]:
     from onlinesoftmax.kernels import softmax_fast_configs as configs
 
-    return [configs.entry(variant.name, dtype, v, f"_n{nv}_t{t}") for dtype in DTYPES
-            for v in (configs.vector_width(dtype), 1)
-            for nv, t in configs.CONFIGS_08[dtype if v > 1 else "scalar"]]
+    names = []
+    for dtype in DTYPES:
+        for v in (configs.vector_width(dtype), 1):
+            key = dtype if v > 1 else "scalar"
+            names += [configs.entry(variant.name, dtype, v, f"_n{nv}_g{g}") for nv, g in configs.CONFIGS_07[key]]
+            names += [configs.entry(variant.name, dtype, v, f"_n{nv}_t{t}") for nv, t in configs.CONFIGS_08[key]]
+    return names
 
 
 def _geometry_14(n_rows: int, n_cols: int) -> Launch:
-    from onlinesoftmax.kernels.softmax_fast_configs import geometry_08
+    from onlinesoftmax.kernels.softmax_fast_configs import geometry_07, geometry_08
 
-    return geometry_08(n_rows, n_cols)   # softmax_08's launch
+    return (geometry_07 if n_cols <= MAX_COLS_07 else geometry_08)(n_rows, n_cols)   # softmax_07's or 08's launch
 
 
 REGISTERS_MASKED = register(Variant(
     name="softmax_14_registers_masked", family="softmax", file="softmax/softmax_14_registers_masked.cu",
     short="registers_masked",
-    story="softmax_08_registers with the masks fused in: x and the mask read once, rows up to 32K",
+    story="softmax_07 / 08 with the masks fused in: the row in registers, x and the mask read once, rows up to 32K",
     geometry=_geometry_14, simulate=simulate_registers_masked,
     plan=plan_registers_masked, reads_per_element=1, writes_per_element=1,
     features=frozenset({"mask", "causal", "valid_lengths"}), dtypes=DTYPES, max_cols=MAX_COLS_08, min_cc=80,

@@ -301,15 +301,16 @@ def test_repeated_masked_calls_take_the_fast_path_and_read_the_new_mask(dtype, m
     assert slow == ["softmax"] * 4, f"only the first call of each form may take the slow path, got {slow}"
 
 
-def test_registers_masked_without_a_mask_is_softmax_08_bit_for_bit():
-    """fp32, no mask, no lengths, not causal: softmax_14 runs softmax_08's arithmetic on the same
-    partition (16-bit rows differ: softmax_08 folds their exponent into one FMA)."""
-    for shape in ((7, 1000), (300, 4096), (2, 32768), (5, 333)):
+def test_registers_masked_without_a_mask_is_softmax_07_or_08_bit_for_bit():
+    """fp32, no mask, no lengths, not causal: softmax_14 runs the arithmetic of softmax_07 (N <= 1024)
+    or softmax_08 on the same partition (16-bit rows differ: those fold their exponent into one FMA)."""
+    for shape in ((7, 1000), (300, 4096), (2, 32768), (5, 333), (130, 1024), (3, 1025), (33, 4)):
         x = rows_on_gpu(*shape, 21)
         y14 = launch(x, variant=REGISTERS_MASKED)
-        y08 = checks.poisoned_like(x)
-        get_runner(osm.REGISTRY["softmax_08_registers"], x, y08, {})(x, y08)
-        assert bool((y14.view(cp.uint8) == y08.view(cp.uint8)).all()), shape
+        unmasked = "softmax_07_warp_per_row" if shape[1] <= 1024 else "softmax_08_registers"
+        y0 = checks.poisoned_like(x)
+        get_runner(osm.REGISTRY[unmasked], x, y0, {})(x, y0)
+        assert bool((y14.view(cp.uint8) == y0.view(cp.uint8)).all()), (shape, unmasked)
 
 
 def test_bad_input_then_the_context_is_healthy():
