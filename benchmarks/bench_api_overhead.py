@@ -85,8 +85,8 @@ def launch_class(kernel: str | None, api: str = "softmax") -> str:
 
 def e2e_shapes(quick: bool = False) -> list[tuple[int, int]]:
     """(n_rows, n_cols) of part 2: the softmax-fast base sweep (as bench_fast.py runs it) and EXTRA_SHAPES."""
-    if quick:
-        return list(QUICK_SHAPES)
+    if quick:   # the quick shapes, and the quick subset's (its masked and other functions run on them)
+        return list(dict.fromkeys(list(QUICK_SHAPES) + list(QUICK_SUBSET)))
     from bench_fast import base_shapes   # benchmarks/ is on the path (this script's folder)
 
     shapes = [(n_rows, n_cols) for _, n_rows, n_cols in base_shapes()] + list(EXTRA_SHAPES) + list(SUBSET_SHAPES)
