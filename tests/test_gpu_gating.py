@@ -95,3 +95,17 @@ def test_gpu_tests_have_no_skip_of_their_own():
     offenders = [f.name for f in sorted(GPU_TESTS.glob("test_*.py"))
                  if f.name not in OWN_SKIPS_PENDING and own.search(f.read_text())]
     assert not offenders, f"GPU test files that skip themselves (leave it to conftest.py): {offenders}"
+
+
+@pytest.mark.parametrize("script", sorted((REPO_ROOT / "scripts").glob("sanitize_*.sh")), ids=lambda p: p.name)
+def test_a_sanitizer_script_reports_the_sanitizers_own_exit(script, tmp_path):
+    """Each `<tool> exit N` line is compute-sanitizer's own status and the script fails with it: a fake
+    compute-sanitizer that finds errors (exit 3) must show as "memcheck exit 3", never as 0."""
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/usr/bin/env bash\ncat > /dev/null\nexit 3\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in done.stdout.splitlines() if " exit " in line]
+    assert lines and all(line.endswith(" exit 3") for line in lines), done.stdout
+    assert done.returncode != 0
