@@ -258,27 +258,23 @@ def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid
     v = fast._vec_for(x, y, vec)
     if mask is not None and (mask.data.ptr % 16 or (mask.shape[0] > 1 and mask.strides[0] % 16)):
         v = 1
-    mask_stride = 0 if mask is None else mask.strides[0] // mask.itemsize
-    masks = {"mask_stride": mask_stride, "mask_rows": 1 if mask is None else mask.shape[0],
-             "causal_rows": (causal_rows or x.shape[0]) if causal else 0, "fill": float(np.float32(fill))}
     n_rows, n_cols = x.shape
-    strides = (x.strides[0] // x.itemsize, y.strides[0] // y.itemsize)
-    if n_cols <= MAX_COLS_07:   # a lane group per row (softmax_07's layout): x, y, n_rows, n_cols, strides, masks
+    if n_cols <= MAX_COLS_07:   # a lane group per row (softmax_07's layout)
         nv, g = fast.config_07(n_cols, dtype, v)
-        kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, f"_n{nv}_g{g}"))
-        grid, block, first = (-(-n_rows // (WARP_ROWS_BLOCK // g)),), (WARP_ROWS_BLOCK,), (n_rows, n_cols)
-    else:                       # a block per row (softmax_08's): x, y, n_cols, strides, masks
+        suffix, grid, block, sizes = f"_n{nv}_g{g}", (-(-n_rows // (WARP_ROWS_BLOCK // g)),), (WARP_ROWS_BLOCK,), \
+            (n_rows, n_cols)
+    else:                       # a block per row (softmax_08's)
         nv, t = fast.config_08(n_cols, dtype, v)
-        kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, f"_n{nv}_t{t}"))
-        grid, block, first = (n_rows,), (t,), (n_cols,)
-    sizes = [INT] * len(first)
-    fixed = dict(enumerate((*first, *strides), start=2))
-    at = 2 + len(first) + 2      # the mask pointer's index; then its stride, rows, lengths, causal_rows, fill
-    fixed.update({at + 1: masks["mask_stride"], at + 2: masks["mask_rows"], at + 4: masks["causal_rows"],
-                  at + 5: masks["fill"]})
-    launch = driver.prepare_launch(kernel, grid, block, 0, 1,
-                                   (POINTER, POINTER, *sizes, LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT),
-                                   fixed=fixed)
+        suffix, grid, block, sizes = f"_n{nv}_t{t}", (n_rows,), (t,), (n_cols,)
+    kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, suffix))
+    # x, y, sizes, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows, fill;
+    # the four pointers change from call to call, the rest is fixed here
+    types = (POINTER, POINTER, *[INT] * len(sizes), LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT)
+    values = (None, None, *sizes, x.strides[0] // x.itemsize, y.strides[0] // y.itemsize,
+              None, 0 if mask is None else mask.strides[0] // mask.itemsize, 1 if mask is None else mask.shape[0],
+              None, (causal_rows or n_rows) if causal else 0, float(np.float32(fill)))
+    launch = driver.prepare_launch(kernel, grid, block, 0, 1, types,
+                                   fixed={i: value for i, value in enumerate(values) if types[i] is not POINTER})
 
     def run(x, y, mask=None, valid_lengths=None, **_):
         launch(x.data.ptr, y.data.ptr, None if mask is None else mask.data.ptr,
