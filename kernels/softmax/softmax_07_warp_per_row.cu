@@ -18,6 +18,7 @@
 //               start 16-byte aligned and n_cols % V == 0 (the launcher checks and falls
 //               back to V = 1). fp32, fp16, bf16 storage; fp32 math. All -inf row -> NaN;
 //               NaN or +inf in a row -> NaN row.
+#include "register_configs.cuh"
 #include "row_registers.cuh"
 
 template <typename T, int V, int NV, int G>
@@ -64,22 +65,5 @@ __device__ __forceinline__ void warp_per_row(const T* __restrict__ x, T* __restr
         warp_per_row<T, V, NV, G>(x, y, n_rows, n_cols, x_row_stride, y_row_stride);             \
     }
 
-// One access per lane, G = 1 .. 32 lanes per row; then G = 32 and more accesses per lane.
-#define SOFTMAX_07_SHORT(TAG, T, V) \
-    SOFTMAX_07(TAG, T, V, 1, 1) SOFTMAX_07(TAG, T, V, 1, 2) SOFTMAX_07(TAG, T, V, 1, 4) \
-    SOFTMAX_07(TAG, T, V, 1, 8) SOFTMAX_07(TAG, T, V, 1, 16) SOFTMAX_07(TAG, T, V, 1, 32)
-
-SOFTMAX_07_SHORT(f32, float, 4)
-SOFTMAX_07(f32, float, 4, 2, 32) SOFTMAX_07(f32, float, 4, 4, 32) SOFTMAX_07(f32, float, 4, 8, 32)
-SOFTMAX_07_SHORT(f16, half_bits, 8)
-SOFTMAX_07(f16, half_bits, 8, 2, 32) SOFTMAX_07(f16, half_bits, 8, 4, 32)
-SOFTMAX_07_SHORT(bf16, bf16_bits, 8)
-SOFTMAX_07(bf16, bf16_bits, 8, 2, 32) SOFTMAX_07(bf16, bf16_bits, 8, 4, 32)
-
-// Scalar path (any alignment): V = 1, up to 32 elements per lane.
-#define SOFTMAX_07_SCALAR(TAG, T) SOFTMAX_07_SHORT(TAG, T, 1) \
-    SOFTMAX_07(TAG, T, 1, 2, 32) SOFTMAX_07(TAG, T, 1, 4, 32) SOFTMAX_07(TAG, T, 1, 8, 32) \
-    SOFTMAX_07(TAG, T, 1, 16, 32) SOFTMAX_07(TAG, T, 1, 32, 32)
-SOFTMAX_07_SCALAR(f32, float)
-SOFTMAX_07_SCALAR(f16, half_bits)
-SOFTMAX_07_SCALAR(bf16, bf16_bits)
+// The builds: REGISTER_GROUP_CONFIGS (register_configs.cuh), shared with softmax_14.
+REGISTER_GROUP_CONFIGS(SOFTMAX_07)

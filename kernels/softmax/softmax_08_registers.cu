@@ -15,6 +15,7 @@
 //               register file with room for a second block). V > 1 needs the row start
 //               16-byte aligned and n_cols % V == 0 (else the launcher picks V = 1).
 //               fp32, fp16, bf16 storage, fp32 math; -inf / NaN as softmax_07.
+#include "register_configs.cuh"
 #include "row_registers.cuh"
 
 template <typename T, int V, int NV, int THREADS>
@@ -60,18 +61,5 @@ __device__ __forceinline__ void block_per_row_registers(const T* __restrict__ x,
         block_per_row_registers<T, V, NV, THREADS>(x, y, n_cols, x_row_stride, y_row_stride);     \
     }
 
-// fp32: 16 elements per thread from 128 to 1024 threads (rows up to 16K), then 32 (up to 32K).
-#define SOFTMAX_08_LADDER(TAG, T, V, NV)                                                 \
-    SOFTMAX_08(TAG, T, V, NV, 128) SOFTMAX_08(TAG, T, V, NV, 256) SOFTMAX_08(TAG, T, V, NV, 512) \
-    SOFTMAX_08(TAG, T, V, NV, 1024)
-
-SOFTMAX_08_LADDER(f32, float, 4, 4) SOFTMAX_08(f32, float, 4, 8, 1024)
-// fp16 / bf16: 32 elements (64 bytes) per thread, as many bytes in flight as fp32's 16.
-SOFTMAX_08(f16, half_bits, 8, 2, 128) SOFTMAX_08(f16, half_bits, 8, 4, 128) SOFTMAX_08(f16, half_bits, 8, 4, 256)
-SOFTMAX_08(f16, half_bits, 8, 4, 512) SOFTMAX_08(f16, half_bits, 8, 4, 1024)
-SOFTMAX_08(bf16, bf16_bits, 8, 2, 128) SOFTMAX_08(bf16, bf16_bits, 8, 4, 128) SOFTMAX_08(bf16, bf16_bits, 8, 4, 256)
-SOFTMAX_08(bf16, bf16_bits, 8, 4, 512) SOFTMAX_08(bf16, bf16_bits, 8, 4, 1024)
-// Scalar path (any alignment).
-SOFTMAX_08_LADDER(f32, float, 1, 16) SOFTMAX_08(f32, float, 1, 32, 1024)
-SOFTMAX_08_LADDER(f16, half_bits, 1, 16) SOFTMAX_08(f16, half_bits, 1, 32, 1024)
-SOFTMAX_08_LADDER(bf16, bf16_bits, 1, 16) SOFTMAX_08(bf16, bf16_bits, 1, 32, 1024)
+// The builds: REGISTER_BLOCK_CONFIGS (register_configs.cuh), shared with softmax_14.
+REGISTER_BLOCK_CONFIGS(SOFTMAX_08)

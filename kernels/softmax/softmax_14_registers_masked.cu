@@ -27,6 +27,7 @@
 //               n_cols % V == 0 and the mask's rows on 16 bytes (the launcher checks and
 //               falls back to V = 1, any alignment). mask == nullptr: no additive mask;
 //               valid_lengths == nullptr: no padding; causal_rows == 0: no causal mask.
+#include "register_configs.cuh"
 #include "row_registers.cuh"
 
 // v[0..V) of one vector at column col: add the mask, then `fill` at and past the limit.
@@ -157,34 +158,6 @@ __device__ __forceinline__ void group_per_row_registers_masked(
                                                     causal_rows, fill);                               \
     }
 
-// Rows up to 1024: the configurations of softmax_07 (CONFIGS_07 in softmax_fast_configs.py).
-#define SOFTMAX_14_SHORT(TAG, T, V) \
-    SOFTMAX_14_G(TAG, T, V, 1, 1) SOFTMAX_14_G(TAG, T, V, 1, 2) SOFTMAX_14_G(TAG, T, V, 1, 4) \
-    SOFTMAX_14_G(TAG, T, V, 1, 8) SOFTMAX_14_G(TAG, T, V, 1, 16) SOFTMAX_14_G(TAG, T, V, 1, 32)
-SOFTMAX_14_SHORT(f32, float, 4)
-SOFTMAX_14_G(f32, float, 4, 2, 32) SOFTMAX_14_G(f32, float, 4, 4, 32) SOFTMAX_14_G(f32, float, 4, 8, 32)
-SOFTMAX_14_SHORT(f16, half_bits, 8)
-SOFTMAX_14_G(f16, half_bits, 8, 2, 32) SOFTMAX_14_G(f16, half_bits, 8, 4, 32)
-SOFTMAX_14_SHORT(bf16, bf16_bits, 8)
-SOFTMAX_14_G(bf16, bf16_bits, 8, 2, 32) SOFTMAX_14_G(bf16, bf16_bits, 8, 4, 32)
-#define SOFTMAX_14_G_SCALAR(TAG, T) SOFTMAX_14_SHORT(TAG, T, 1) \
-    SOFTMAX_14_G(TAG, T, 1, 2, 32) SOFTMAX_14_G(TAG, T, 1, 4, 32) SOFTMAX_14_G(TAG, T, 1, 8, 32) \
-    SOFTMAX_14_G(TAG, T, 1, 16, 32) SOFTMAX_14_G(TAG, T, 1, 32, 32)
-SOFTMAX_14_G_SCALAR(f32, float)
-SOFTMAX_14_G_SCALAR(f16, half_bits)
-SOFTMAX_14_G_SCALAR(bf16, bf16_bits)
-
-// The configurations of softmax_08 (CONFIGS_08 in softmax_fast_configs.py).
-#define SOFTMAX_14_LADDER(TAG, T, V, NV)                                                 \
-    SOFTMAX_14(TAG, T, V, NV, 128) SOFTMAX_14(TAG, T, V, NV, 256) SOFTMAX_14(TAG, T, V, NV, 512) \
-    SOFTMAX_14(TAG, T, V, NV, 1024)
-
-SOFTMAX_14_LADDER(f32, float, 4, 4) SOFTMAX_14(f32, float, 4, 8, 1024)
-SOFTMAX_14(f16, half_bits, 8, 2, 128) SOFTMAX_14(f16, half_bits, 8, 4, 128) SOFTMAX_14(f16, half_bits, 8, 4, 256)
-SOFTMAX_14(f16, half_bits, 8, 4, 512) SOFTMAX_14(f16, half_bits, 8, 4, 1024)
-SOFTMAX_14(bf16, bf16_bits, 8, 2, 128) SOFTMAX_14(bf16, bf16_bits, 8, 4, 128) SOFTMAX_14(bf16, bf16_bits, 8, 4, 256)
-SOFTMAX_14(bf16, bf16_bits, 8, 4, 512) SOFTMAX_14(bf16, bf16_bits, 8, 4, 1024)
-// Scalar path (any alignment of x, y and the mask).
-SOFTMAX_14_LADDER(f32, float, 1, 16) SOFTMAX_14(f32, float, 1, 32, 1024)
-SOFTMAX_14_LADDER(f16, half_bits, 1, 16) SOFTMAX_14(f16, half_bits, 1, 32, 1024)
-SOFTMAX_14_LADDER(bf16, bf16_bits, 1, 16) SOFTMAX_14(bf16, bf16_bits, 1, 32, 1024)
+// The builds of softmax_07 and softmax_08 (register_configs.cuh).
+REGISTER_GROUP_CONFIGS(SOFTMAX_14_G)
+REGISTER_BLOCK_CONFIGS(SOFTMAX_14)
