@@ -6,9 +6,8 @@
 # driver). Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-status=0
-for tool in memcheck racecheck synccheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 --report-api-errors no python3 - <<'PY'
+source "$(dirname "$0")/sanitizer_tools.sh"
+sanitize_python <<'PY'
 import cupy as cp
 import onlinesoftmax as osm
 from onlinesoftmax import checks
@@ -28,8 +27,3 @@ for variant in am.VARIANTS:
 cp.cuda.Device().synchronize()
 print("sanitized", launches, "calls")
 PY
-  rc=$?
-  echo "$tool exit $rc"
-  [ "$rc" = 0 ] || status=1
-done
-exit $status

@@ -7,9 +7,8 @@
 # Prints one "<tool> exit N" line per tool; exit 0 = nothing found.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-status=0
-for tool in memcheck racecheck synccheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 20 --report-api-errors no python3 - <<'PY'
+source "$(dirname "$0")/sanitizer_tools.sh"
+sanitize_python <<'PY'
 import os
 
 import cupy as cp
@@ -45,8 +44,3 @@ for name, shape, options in runs:
         cp.cuda.Device().synchronize()
 print("sanitized", len(runs) * 3, "launches")
 PY
-  rc=$?
-  echo "$tool exit $rc"
-  [ "$rc" = 0 ] || status=1
-done
-exit $status

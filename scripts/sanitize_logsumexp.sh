@@ -5,9 +5,8 @@
 # lane-group sizes, misaligned and strided views, outputs with another alignment than their
 # input, empty chunks.
 set -u
-status=0
-for tool in memcheck racecheck synccheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 3 python3 - <<'PY'
+source "$(dirname "$0")/sanitizer_tools.sh"
+sanitize_python <<'PY'
 import cupy as cp, onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax.runtime.plan import get_runner
@@ -29,8 +28,3 @@ for n_rows, n_cols in ((1, 1), (3, 5), (7, 100), (2, 4097), (1, 65536)):
         cp.cuda.Device().synchronize()
 print("sanitized")
 PY
-  rc=$?
-  echo "$tool exit $rc"
-  [ "$rc" = 0 ] || status=1
-done
-exit $status

@@ -2,9 +2,8 @@
 # compute-sanitizer (memcheck, racecheck, synccheck) over the masked kernels, softmax_03_online_masked
 # and softmax_14_registers_masked, in every dtype, with every kind of mask, on aligned and misaligned rows.
 set -u
-status=0
-for tool in memcheck racecheck synccheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 3 python3 - <<'PY'
+source "$(dirname "$0")/sanitizer_tools.sh"
+sanitize_python <<'PY'
 import cupy as cp, numpy as np, onlinesoftmax as osm
 from onlinesoftmax import checks
 for name in ("softmax_03_online_masked", "softmax_14_registers_masked"):
@@ -22,8 +21,3 @@ for name in ("softmax_03_online_masked", "softmax_14_registers_masked"):
             cp.cuda.Device().synchronize()
 print("sanitized")
 PY
-  rc=$?
-  echo "$tool exit $rc"
-  [ "$rc" = 0 ] || status=1
-done
-exit $status
