@@ -20,17 +20,32 @@
 #include "top_keys.cuh"
 #include "topk_build.cuh"
 
+#ifndef TOPK_THREADS
 #define TOPK_THREADS 256
+#endif
+#ifndef TOPK_PREFETCH
+#define TOPK_PREFETCH 0   // 1: a step's vectors are loaded while the step before is processed
+#endif
 // Blocks per SM the compiler is asked to fit (__launch_bounds__' second argument), by list length:
 // 4 blocks of 256 threads (64 registers each) up to K = 8, 3 for K = 16 (80 registers); K = 32 needs
 // about 150 (the list alone is 64) and gets one block per SM: where the register list stops paying.
 // Without a second argument ptxas spilled a predicate register in a 32-register build.
 // (One name per bucket, TOPK_MIN_BLOCKS_<K>, so a kernel's declaration holds no nested parentheses.)
+#ifndef TOPK_MIN_BLOCKS_1
 #define TOPK_MIN_BLOCKS_1 4
+#endif
+#ifndef TOPK_MIN_BLOCKS_4
 #define TOPK_MIN_BLOCKS_4 4
+#endif
+#ifndef TOPK_MIN_BLOCKS_8
 #define TOPK_MIN_BLOCKS_8 4
+#endif
+#ifndef TOPK_MIN_BLOCKS_16
 #define TOPK_MIN_BLOCKS_16 3
+#endif
+#ifndef TOPK_MIN_BLOCKS_32
 #define TOPK_MIN_BLOCKS_32 1
+#endif
 
 #define TOPK_ONLY 0     // the list alone
 #define TOPK_SAFE 1     // the list and l = sum e^(x - base) for a known base
@@ -62,6 +77,18 @@ __device__ __forceinline__ float row_max_pass(const typename Row::Elem* __restri
     }
     for (int i = split.tail + threadIdx.x; i < n_cols; i += threads) m = fmaxf(m, Row::load1(row + i));
     return m;
+}
+
+// The UNROLL vectors of the step that starts at vector `first` (those past n_vec are not loaded).
+template <class Row>
+__device__ __forceinline__ void load_step(const typename Row::Vec* __restrict__ vec, int first, int n_vec, int threads,
+                                          typename Row::Vec (&raw)[Row::UNROLL]) {
+#pragma unroll
+    for (int u = 0; u < Row::UNROLL; ++u) {
+        const int index = first + u * threads;
+        if (index < n_vec) raw[u] = __ldg(vec + index);
+        else raw[u] = typename Row::Vec{};   // never read: the step pads these slots with -inf
+    }
 }
 
 // Fold a step's values into the state of the pass (Mode), after they went through the list.
@@ -98,19 +125,22 @@ __device__ __forceinline__ OnlineState row_top_pass(const typename Row::Elem* __
         list.push(top_key(v[0], i));
         fold_values<Mode, 1>(s, v, base);
     }
+    typename Row::Vec raw[UNROLL];   // the step's vectors as loaded (with TOPK_PREFETCH, loaded a step ahead)
+    if (TOPK_PREFETCH) load_step<Row>(vec, threadIdx.x, split.n_vec, threads, raw);
     for (int warp_first = threadIdx.x - lane; warp_first < split.n_vec; warp_first += threads * UNROLL) {
         const int first = warp_first + lane;
+        if (!TOPK_PREFETCH) load_step<Row>(vec, first, split.n_vec, threads, raw);
         float v[STEP];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
-            const int index = first + u * threads;
-            if (index < split.n_vec) {
-                Row::unpack(__ldg(vec + index), v + u * VEC);
+            if (first + u * threads < split.n_vec) {
+                Row::unpack(raw[u], v + u * VEC);
             } else {
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) v[u * VEC + e] = neg_inf();
             }
         }
+        if (TOPK_PREFETCH) load_step<Row>(vec, first + threads * UNROLL, split.n_vec, threads, raw);
         unsigned int entering = 0u;   // bit j: element j of the step enters the list
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
