@@ -20,31 +20,37 @@
 #include "top_keys.cuh"
 #include "topk_build.cuh"
 
+// Threads per row. 128 rather than 256: at 4000 x 32768 fp32, k = 5 the H200 read 0.54 of its read
+// bandwidth with 128, 0.42 with 256 and 0.29 with 512 (the same kernel built each way and timed in
+// one run): a row's closing merge and the wait for its first loads are paid per block, and with
+// more, smaller blocks per SM more of them overlap other blocks' reading.
 #ifndef TOPK_THREADS
-#define TOPK_THREADS 256
+#define TOPK_THREADS 128
 #endif
+// 1: a step's vectors are loaded while the step before is processed (a second set of 16-byte
+// registers; 1-3 % faster at 128 threads in the same runs). 0: loaded at the top of their step.
 #ifndef TOPK_PREFETCH
-#define TOPK_PREFETCH 0   // 1: a step's vectors are loaded while the step before is processed
+#define TOPK_PREFETCH 1
 #endif
 // Blocks per SM the compiler is asked to fit (__launch_bounds__' second argument), by list length:
-// 4 blocks of 256 threads (64 registers each) up to K = 8, 3 for K = 16 (80 registers); K = 32 needs
-// about 150 (the list alone is 64) and gets one block per SM: where the register list stops paying.
+// 7 blocks of 128 threads (up to 72 registers) for K <= 4, 6 for K = 8 (80), 5 for K = 16 (102);
+// K = 32 needs about 130 (the list alone is 64) and gets 3: where the register list stops paying.
 // Without a second argument ptxas spilled a predicate register in a 32-register build.
 // (One name per bucket, TOPK_MIN_BLOCKS_<K>, so a kernel's declaration holds no nested parentheses.)
 #ifndef TOPK_MIN_BLOCKS_1
-#define TOPK_MIN_BLOCKS_1 4
+#define TOPK_MIN_BLOCKS_1 7
 #endif
 #ifndef TOPK_MIN_BLOCKS_4
-#define TOPK_MIN_BLOCKS_4 4
+#define TOPK_MIN_BLOCKS_4 7
 #endif
 #ifndef TOPK_MIN_BLOCKS_8
-#define TOPK_MIN_BLOCKS_8 4
+#define TOPK_MIN_BLOCKS_8 6
 #endif
 #ifndef TOPK_MIN_BLOCKS_16
-#define TOPK_MIN_BLOCKS_16 3
+#define TOPK_MIN_BLOCKS_16 5
 #endif
 #ifndef TOPK_MIN_BLOCKS_32
-#define TOPK_MIN_BLOCKS_32 1
+#define TOPK_MIN_BLOCKS_32 3
 #endif
 
 #define TOPK_ONLY 0     // the list alone

@@ -11,7 +11,7 @@
 //               torch.softmax followed by torch.topk does: two logits whose probabilities round
 //               to the same value tie and go to the lower column, and a row whose softmax is
 //               NaN (NaN, +inf, all -inf) returns columns 0 .. k-1.
-// Launch:       both grid = (n_rows), block = (256); select: static shared memory 8 x K keys + 8 B.
+// Launch:       both grid = (n_rows), block = (TOPK_THREADS = 128); select: static shared memory 4 x K keys + 8 B.
 // Traffic:      softmax: 3 reads + 1 write per element; select: 1 read; 4 reads + 1 write in all
 //               against the fused ideal of 1 read.
 // Limits:       x float32, float16 or bfloat16 (entries softmax_topk_02_safe_unfused_softmax_<tag>
@@ -118,7 +118,7 @@ __device__ __forceinline__ void select_row(const typename Row::Elem* __restrict_
         if constexpr (topk_builds<ROW, K>()) select_row<ROW, K>(p, probs, columns, n_cols, row_stride, k, renormalize); \
     }
 #define SOFTMAX_TOPK_02(TAG, ROW)                                                                            \
-    extern "C" __global__ void __launch_bounds__(TOPK_THREADS, 4) softmax_topk_02_safe_unfused_softmax_##TAG( \
+    extern "C" __global__ void __launch_bounds__(TOPK_THREADS, 8) softmax_topk_02_safe_unfused_softmax_##TAG( \
         const ROW::Elem* __restrict__ x, ROW::Elem* __restrict__ p, float* __restrict__ lse, int n_cols,    \
         long long row_stride) {                                                                              \
         if constexpr (topk_builds_row<ROW>()) safe_softmax_row<ROW>(x, p, lse, n_cols, row_stride);          \

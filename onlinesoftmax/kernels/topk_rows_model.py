@@ -1,4 +1,4 @@
-"""NumPy replay of kernels/common/topk_rows.cuh: which thread of a 256-thread block reads which
+"""NumPy replay of kernels/common/topk_rows.cuh: which thread of a 128-thread block reads which
 element of a row, and in which step; each thread's list of the K best with the shared threshold;
 the maximum pass and the sum for a known maximum. The online (m, l) of the same schedule is
 logsumexp_online.lane_states (online_rows.cuh's order, which row_top_pass keeps).
@@ -19,7 +19,7 @@ from onlinesoftmax.kernels import topk_keys as tk
 from onlinesoftmax.kernels.logsumexp_online import LAYOUTS, group_reduce, lane_states
 
 F32 = np.float32
-THREADS = 256
+THREADS = 128
 WARP = 32
 LOG2E = F32(1.4426950408889634)
 
