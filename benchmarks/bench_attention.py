@@ -31,7 +31,9 @@ import numpy as np
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks
+from onlinesoftmax import attention_api
 from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels import attention_decode_mma as dm
 from onlinesoftmax.measure import results, timer
 
 KV_LIMIT_BYTES = 24 << 30
@@ -94,21 +96,25 @@ def measure_decode(shapes, read_GBps, copy_GBps) -> tuple[list, list]:
         nbytes = kv_bytes + 2 * q.nbytes
         fields = {"op": "decode", "batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": 1, "n_k": n_k,
                   "d": d, "dtype": dtype, "bytes": nbytes, "bytes_counted": "K and V once + q and out"}
-        out = osm.attention(q, k, v)
-        check_first_batch(out, q, k, v)
         from onlinesoftmax.runtime.plan import get_runner
-        runner = get_runner(ab.DECODE, q, out, {"k": k, "v": v, "lse": None, "causal": False,
-                                                 "scale": 1 / math.sqrt(d)})
-        ours = lambda: osm.attention(q, k, v)  # noqa: E731
-        timing = timer.time_gpu(ours, [()], reps=20)
-        e2e = timer.time_end_to_end(ours, [()], reps=20)
-        rows.append({"kernel": ab.DECODE.name, **fields, **timing, "GBps": nbytes / timing["ms"] / 1e6,
-                     "fraction_of_read": nbytes / timing["ms"] / 1e6 / read_GBps,
-                     "fraction_of_copy": nbytes / timing["ms"] / 1e6 / copy_GBps,
-                     "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"],
-                     "splits": runner.splits, "rows_per_block": runner.rows_per_block})
+        auto = attention_api.choose(dtype, 1, d, group=heads // kv_heads)
+        line = []
+        for variant in (ab.DECODE, dm.DECODE_MMA):   # both decode kernels; `auto` marks the one auto runs
+            out = osm.attention(q, k, v, variant=variant.short)
+            check_first_batch(out, q, k, v, tol_scale=2.0 if variant is dm.DECODE_MMA else 1.0)
+            runner = get_runner(variant, q, out, {"k": k, "v": v, "lse": None, "causal": False,
+                                                  "scale": 1 / math.sqrt(d)})
+            ours = lambda variant=variant: osm.attention(q, k, v, variant=variant.short)  # noqa: E731
+            timing = timer.time_gpu(ours, [()], reps=20)
+            e2e = timer.time_end_to_end(ours, [()], reps=20)
+            rows.append({"kernel": variant.name, **fields, **timing, "GBps": nbytes / timing["ms"] / 1e6,
+                         "fraction_of_read": nbytes / timing["ms"] / 1e6 / read_GBps,
+                         "fraction_of_copy": nbytes / timing["ms"] / 1e6 / copy_GBps,
+                         "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"],
+                         "splits": runner.splits, "rows_per_block": runner.rows_per_block, "auto": variant is auto})
+            line.append(f"{variant.short} {rows[-1]['GBps']:.0f} GB/s ({rows[-1]['fraction_of_read']:.2f} of read, "
+                        f"{runner.splits} splits)")
         tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
-        line = [f"ours {rows[-1]['GBps']:.0f} GB/s ({rows[-1]['fraction_of_read']:.2f} of read, {runner.splits} splits)"]
         for name, backend in backends.items():
             try:
                 def call(backend=backend):

@@ -25,6 +25,7 @@ from onlinesoftmax.kernels import softmax_topk_moe  # noqa: F401  (softmax_topk_
 from onlinesoftmax.kernels import softmax_topk_split  # noqa: F401  (softmax_topk_06_split: few long rows, k <= 1024)
 from onlinesoftmax.kernels import attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
 from onlinesoftmax.kernels import attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
+from onlinesoftmax.kernels import attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
 from onlinesoftmax import reference
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
 from onlinesoftmax.topk import softmax_topk, topk_logits

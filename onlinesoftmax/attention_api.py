@@ -13,12 +13,14 @@ agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives a
 and an LSE of -inf, as flash-attention does.
 
 cupy input runs a CUDA kernel (numpy input the same kernel's NumPy model). variant="auto"
-(`choose`) takes attention_02_decode_split (the cache split over blocks, merged by a second
-kernel) for n_q <= 8; for more queries in float16 or bfloat16 with d = 64 or 128 on compute
+(`choose`) takes, for n_q <= 8, attention_06_decode_mma when several heads share a kv head and
+the inputs are float16 or bfloat16 with d = 64 or 128 (compute capability 8.0 or newer: the
+heads of a kv head as the columns of tensor-core tiles), else attention_02_decode_split (both
+split the cache over blocks and merge the pieces with a second kernel); for more queries in float16 or bfloat16 with d = 64 or 128 on compute
 capability 8.0 or newer, the tensor-core kernel attention_mma.FASTEST (products on tensor
 cores with fp32 accumulation, P rounded to the input dtype); otherwise attention_01_blocked
 (fp32 on CUDA cores: float32 inputs, other head dimensions, older GPUs). A registry name or short
-name ("blocked", "decode", "mma", "ldmatrix", "pipelined") chooses one; the tensor-core kernels
+name ("blocked", "decode", "decode_mma", "mma", "ldmatrix", "pipelined") chooses one; the tensor-core kernels
 take float16 and bfloat16 with d = 64 or 128 only. Softmax arithmetic is fp32 for every dtype;
 the output is in q's dtype. Views that are not contiguous or not 16-byte aligned are copied first.
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from onlinesoftmax import api
 from onlinesoftmax.kernels import attention_blocked as kernels
-from onlinesoftmax.kernels import attention_mma
+from onlinesoftmax.kernels import attention_decode_mma, attention_mma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
 from onlinesoftmax.runtime import device, loader
 from onlinesoftmax.runtime.plan import get_runner
@@ -90,10 +92,14 @@ def check_inputs(q, k, v, scale):
     return batch, heads, kv_heads, n_q, n_k, d, float(scale)
 
 
-def choose(dtype: str, n_q: int, d: int, cc: int | None = None) -> Variant:
-    """The kernel variant="auto" runs (cc: the device's compute capability, None: the current one)."""
+def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1) -> Variant:
+    """The kernel variant="auto" runs (cc: the device's compute capability, None: the current one;
+    group: heads per kv head)."""
     cc = device.compute_capability() if cc is None else cc
     if n_q <= DECODE_MAX_QUERIES:
+        grouped = attention_decode_mma.DECODE_MMA
+        if group > 1 and dtype in grouped.dtypes and d in attention_decode_mma.SUPPORTED_D and cc >= grouped.min_cc:
+            return grouped
         return kernels.DECODE
     fastest = attention_mma.FASTEST
     if dtype in fastest.dtypes and d in attention_mma.SUPPORTED_D and cc >= fastest.min_cc:
@@ -105,8 +111,10 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
     if dtype not in chosen.dtypes:
         raise TypeError(f"attention: variant {chosen.name!r} takes {' or '.join(chosen.dtypes)}, got {dtype} "
                         f"(variant='blocked' takes every dtype)")
-    if chosen in attention_mma.VARIANTS and d not in attention_mma.SUPPORTED_D:
-        raise ValueError(f"attention: variant {chosen.name!r} takes head dimension d in {attention_mma.SUPPORTED_D}, "
+    tensor_core_d = attention_decode_mma.SUPPORTED_D if chosen is attention_decode_mma.DECODE_MMA else \
+        attention_mma.SUPPORTED_D if chosen in attention_mma.VARIANTS else SUPPORTED_D
+    if d not in tensor_core_d:
+        raise ValueError(f"attention: variant {chosen.name!r} takes head dimension d in {tensor_core_d}, "
                          f"got d = {d} (variant='blocked' takes {SUPPORTED_D})")
     if on_gpu and device.compute_capability() < chosen.min_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
@@ -144,7 +152,7 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
     if not isinstance(variant, str):
         raise TypeError(f"attention: variant must be a string, got {variant!r}")
     if variant == "auto":
-        chosen = choose(q.dtype.name, n_q, d)
+        chosen = choose(q.dtype.name, n_q, d, group=heads // kv_heads)
     else:
         try:
             chosen = resolve(variant, "attention")

@@ -27,6 +27,7 @@
 //               attention_01_blocked), any n_k >= 1; causal bottom-right aligned as in
 //               attention_01_blocked. A query that sees no key writes 0 and LSE -inf.
 #include "online_rows.cuh"
+#include "decode_merge.cuh"
 
 #define WARPS 4
 // Lanes that share one key: 8 for R <= 2 rows, 16 for R = 4 (halves the registers that hold q and
@@ -93,7 +94,7 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
     __shared__ float partial[WARPS][R][D + 2];                   // O, then m and l
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int sub = lane % LANES_PER_KEY, group = lane / LANES_PER_KEY;
-    const int split = blockIdx.x, splits = gridDim.x, batch = blockIdx.z;
+    const int split = blockIdx.x, batch = blockIdx.z;
     const int group_size = heads / kv_heads;
     const int rows_per_kv = group_size * n_q;                    // rows of one kv head: (head in group, query)
     const int row_chunks = (rows_per_kv + R - 1) / R;
@@ -189,52 +190,8 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
     __syncthreads();
 
     // The 4 warps' states: thread t finishes dims t, t + 128, ... of every row.
-    for (int i = threadIdx.x; i < R * D; i += blockDim.x) {
-        const int r = i / D, d = i % D, row = row0 + r;   // r varies at run time: no register array index
-        if (row >= rows_per_kv) continue;
-        const long long out_index = (long long)(batch * heads + kv_head * group_size + row / n_q) * n_q + row % n_q;
-        float mm = neg_inf();
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) mm = fmaxf(mm, partial[w][r][D]);
-        const float base = mm == neg_inf() ? 0.0f : mm;
-        float ll = 0.0f, oo = 0.0f;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            const float weight = exp2f(partial[w][r][D] - base);
-            ll += partial[w][r][D + 1] * weight;
-            oo += partial[w][r][d] * weight;
-        }
-        const float value = ll > 0.0f ? oo / ll : 0.0f;
-        const float row_lse = ll > 0.0f ? mm + log2f(ll) : neg_inf();   // log2 domain
-        if (splits == 1) {
-            out[out_index * D + d] = Row::from_float(value);
-            if (d == 0 && lse != nullptr) lse[out_index] = row_lse * 0.69314718056f;
-        } else {
-            const long long n_rows = (long long)gridDim.z * heads * n_q;
-            o_part[((long long)split * n_rows + out_index) * D + d] = value;
-            if (d == 0) lse_part[(long long)split * n_rows + out_index] = row_lse;
-        }
-    }
-}
-
-// The splits of one row: out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), LSE = M + log2 of the sum.
-template <class Row, int D>
-__device__ __forceinline__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                                             typename Row::Elem* __restrict__ out, float* __restrict__ lse,
-                                             int splits) {
-    const long long row = blockIdx.x, n_rows = gridDim.x;
-    const int d = threadIdx.x;
-    float mm = neg_inf();
-    for (int s = 0; s < splits; ++s) mm = fmaxf(mm, lse_part[s * n_rows + row]);
-    const float base = mm == neg_inf() ? 0.0f : mm;
-    float total = 0.0f, acc = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-        const float weight = exp2f(lse_part[s * n_rows + row] - base);   // a blind split weighs 0
-        total += weight;
-        acc = fmaf(weight, o_part[(s * n_rows + row) * D + d], acc);
-    }
-    out[row * D + d] = Row::from_float(total > 0.0f ? acc / total : 0.0f);
-    if (d == 0 && lse != nullptr) lse[row] = total > 0.0f ? (mm + log2f(total)) * 0.69314718056f : neg_inf();
+    decode_block_finish<Row, D, R, WARPS>(partial, row0, rows_per_kv, batch, heads, kv_head * group_size, n_q,
+                                          out, lse, o_part, lse_part);
 }
 
 #define ATTENTION_02_SPLIT(TAG, ROW, D, R)                                                                \

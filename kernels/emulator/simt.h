@@ -73,10 +73,12 @@ struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct int2 { int x, y; };
 struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned int x, y; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned int x, unsigned int y) { return {x, y}; }
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;

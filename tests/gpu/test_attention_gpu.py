@@ -16,7 +16,9 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks
+from onlinesoftmax import attention_api
 from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels import attention_decode_mma as dm
 from onlinesoftmax.runtime.plan import get_runner
 
 torch = pytest.importorskip("torch")
@@ -241,3 +243,46 @@ def test_a_wrong_kernel_fails_the_check(monkeypatch):
     wrong[..., 3, :] *= 1.01
     base = torch_error(host, "float32", False, ref, np.zeros(70, bool))
     assert float(np.abs(wrong - ref).max()) > checks.tolerance(base, ref, "float32")
+
+
+# ---- attention_06_decode_mma: grouped heads on tensor cores ----------------------------------------
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("d", dm.SUPPORTED_D)
+@pytest.mark.parametrize("causal", (False, True), ids=("full", "causal"))
+@pytest.mark.parametrize("heads, kv_heads, n_q", [(4, 1, 1), (8, 2, 1), (32, 8, 1), (8, 1, 1), (4, 2, 3),
+                                                 (16, 2, 2), (8, 8, 1), (6, 2, 8)])
+def test_decode_mma_edge_matrix(dtype, d, causal, heads, kv_heads, n_q):
+    for n_k in (1, 2, 15, 16, 17, 100, 257, 1000, 4097):
+        check(dm.DECODE_MMA, 2, heads, kv_heads, n_q, n_k, d, dtype, causal, seed=n_k + heads + n_q)
+
+
+@pytest.mark.parametrize("n_k", (32768, 131072))
+def test_decode_mma_long_caches_and_the_model(n_k):
+    """Long caches split over blocks (batch 1: many splits); the kernel within twice the model's
+    error of it (the same rounding points) plus two ulps; large logits."""
+    for batch, kv_heads, q_scale in ((1, 8, 1.0), (3, 2, 8.0)):
+        out = check(dm.DECODE_MMA, batch, 32, kv_heads, 1, n_k, 128, "bfloat16", False, seed=batch, q_scale=q_scale)
+        host = make_qkv(batch, 32, kv_heads, 1, n_k, 128, "bfloat16", batch, q_scale)
+        if n_k == 32768:
+            model, _ = dm.simulate(*(checks.to_dtype(a, "bfloat16") for a in host))
+            ref, _ = ab.reference(*host)
+            model_err = float(np.abs(checks.as_float64(model) - ref).max())
+            gap = float(np.abs(to_host64(out) - checks.as_float64(model)).max())
+            assert gap <= 2 * model_err + 2 * checks.EPS["bfloat16"] * float(np.abs(ref).max()), (gap, model_err)
+
+
+def test_auto_takes_the_grouped_decode_kernel():
+    host = make_qkv(1, 32, 8, 1, 5000, 128, "bfloat16", 4)
+    q, k, v = (on_gpu(a, "bfloat16") for a in host)
+    assert attention_api.choose("bfloat16", 1, 128, group=4) is dm.DECODE_MMA
+    assert attention_api.choose("bfloat16", 1, 128, group=1) is ab.DECODE
+    assert attention_api.choose("float32", 1, 128, group=4) is ab.DECODE
+    out = osm.attention(q, k, v)
+    again = osm.attention(q, k, v)           # the fast path: the same answer
+    named = osm.attention(q, k, v, variant="decode_mma")
+    assert bool((out == again).all()) and bool((out == named).all())
+    with pytest.raises(ValueError, match="head dimension"):
+        osm.attention(q[..., :32].copy(), k[..., :32].copy(), v[..., :32].copy(), variant="decode_mma")
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        osm.attention(*(cp.asarray(a) for a in host), variant="decode_mma")
