@@ -47,6 +47,7 @@ PALETTE = {
     "attention_03_mma": "#bd9e39",
     "attention_04_ldmatrix": "#e7969c",
     "attention_05_pipelined": "#7b4173",
+    "attention_06_decode_mma": "#e6550d",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

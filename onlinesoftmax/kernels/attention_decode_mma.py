@@ -169,3 +169,32 @@ DECODE_MMA = register(Variant(
     entries=lambda variant: tuple(f"{NAME}{kind}_{DTYPE_TAGS[t]}_d{d}" for t in variant.dtypes
                                   for d in SUPPORTED_D for kind in ("", "_merge")),
     min_cc=80))
+
+
+def emulate(q, k, v, causal: bool = False, *, sms: int = 132, schedule: str = "random", seed: int = 1):
+    """(out, lse) of the kernel's own CUDA source run on the CPU emulator (runtime/emulator.py), both
+    launches, with this plan's grid, block and arguments on a GPU of `sms` SMs, in a child process;
+    q, k, v numpy float16 or bfloat16 arrays. Outputs and partials start poisoned."""
+    from onlinesoftmax.runtime import emulator
+
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    tag = DTYPE_TAGS[q.dtype.name]
+    splits, keys = splits_for(batch, heads, kv_heads, n_q, n_k, sms)
+    split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
+    module = emulator.Module(DECODE_MMA.path, [split_entry, merge_entry], schedule=schedule, seed=seed)
+    out = np.full(q.shape, 0x7B7B, np.uint16)
+    lse = np.full(q.shape[:3], np.float32(1.2345e30), np.float32)
+    n_rows = batch * heads * n_q
+    o_part = np.full((splits, n_rows, d), np.nan, np.float32)
+    lse_part = np.full((splits, n_rows), np.nan, np.float32)
+    inputs = [np.ascontiguousarray(a).view(np.uint16) for a in (q, k, v)]
+    scale_log2 = np.float32(1 / math.sqrt(d) * ab.LOG2E)
+    module.launch(split_entry, (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), (32 * WARPS,),
+                  (*inputs, o_part, lse_part, out, lse, *map(np.int32, (heads, kv_heads, n_q, n_k, keys)), scale_log2,
+                   np.int32(bool(causal))), 0, isolated=True)
+    if splits > 1:
+        module.launch(merge_entry, (n_rows,), (d,), (o_part, lse_part, out, lse, np.int32(splits)), 0, isolated=True)
+    if int((out == 0x7B7B).sum()):
+        raise emulator.EmulatorFault(f"{NAME} left {int((out == 0x7B7B).sum())} outputs unwritten")
+    return out.view(q.dtype), lse
