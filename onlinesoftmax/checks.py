@@ -388,19 +388,13 @@ def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_o
     if lse is not None:
         lse_host, want_lse = _host(lse).astype(np.float64), reference.logsumexp(x64)
         ok = np.isfinite(want_lse)
-        # Tolerance: twice the error of a float32 baseline (the sum of 2^((x - m) log2 e) in float32,
-        # numpy's pairwise order, the kernels' form of each term) plus four float32 ulps: the error of
-        # a float32 sum grows with the row, so a fixed number of ulps is too tight for long rows.
+        # twice a float32 baseline's error (numpy's pairwise sum of the kernels' terms) plus four ulps
         with np.errstate(all="ignore"):
-            x32 = x64.astype(np.float32)
-            m32 = np.max(x32, axis=-1, keepdims=True)
-            terms = np.exp2((x32 - m32) * np.float32(1.4426950408889634)).astype(np.float32)
-            base = (m32[..., 0].astype(np.float64) + np.log(terms.sum(axis=-1, dtype=np.float32).astype(np.float64)))
-        base_err = np.abs(base[ok] - want_lse[ok])
-        lse_tol = 2 * np.where(np.isfinite(base_err), base_err, 0) + 4 * 2.0**-23 * np.maximum(np.abs(want_lse[ok]), 1)
+            x32 = x64.astype(np.float32); m32 = np.max(x32, axis=-1, keepdims=True)  # noqa: E702
+            s32 = np.exp2((x32 - m32) * np.float32(1.4426950408889634)).sum(axis=-1, dtype=np.float32)
+            base_err = np.abs(m32[..., 0] + np.log(s32.astype(np.float64)) - want_lse)[ok]
+        lse_tol = 2 * np.nan_to_num(base_err, posinf=0) + 4 * 2.0**-23 * np.maximum(np.abs(want_lse[ok]), 1)
         lse_err = np.abs(lse_host[ok] - want_lse[ok])
         if not (lse_err <= lse_tol).all() or not np.array_equal(np.isnan(lse_host[~ok]), np.isnan(want_lse[~ok])):
-            worst = int(np.argmax(lse_err - lse_tol)) if lse_err.size else 0
-            return False, (f"the log-sum-exp is off: error {lse_err[worst]:.3e} > tolerance {lse_tol[worst]:.3e}"
-                           if lse_err.size else "the log-sum-exp is off")
+            return False, f"the log-sum-exp is off: worst error over tolerance {np.max(lse_err / lse_tol, initial=0):.2f}"
     return True, message

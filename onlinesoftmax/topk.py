@@ -42,9 +42,14 @@ AUTO = ("auto",)
 MAX_K = split.MAX_K
 AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_topk_05_warp_rows
 # Split a row over blocks when there are fewer rows than this many per SM and a row holds at least
-# SPLIT_MIN_ROW_BYTES: a block per row would leave SMs idle. Not measured yet: the suite
-# softmax-topk times both kernels on the sampling shapes, from which these two should be set.
+# SPLIT_MIN_ROW_BYTES: a block per row would leave SMs idle. For k = 1 (greedy sampling) the rows
+# per SM are SPLIT_BELOW_ROWS_PER_SM_K1: in the recorded sampling case (data/h200/2026-12-02-
+# softmax-topk-sampling.json) the one-row kernel, 128 threads a row, was ahead of the split kernel
+# at every shape of 64 and 256 rows with k = 1 (1.2 to 4x) and behind at 7 of the 8 shapes of 1 and
+# 8 rows; with k = 20 the split kernel was ahead at 64 rows. Other k between: not measured, the
+# older rule.
 SPLIT_BELOW_ROWS_PER_SM = 4
+SPLIT_BELOW_ROWS_PER_SM_K1 = 0.25
 SPLIT_MIN_ROW_BYTES = 32768
 # Register lists up to this k: the bucket K = 32 needs about 150 registers a thread, one block of 256
 # per SM (kernels/common/topk_rows.cuh); above it the split kernel's radix select. Also to be set
@@ -72,7 +77,8 @@ def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | 
     sms = device.sm_count() if sms is None else sms
     if n_cols <= AUTO_WARP_MAX_COLS and k <= moe.MAX_K:
         return moe.WARP_ROWS
-    few_long_rows = n_rows < SPLIT_BELOW_ROWS_PER_SM * sms and n_cols * DTYPE_ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
+    per_sm = SPLIT_BELOW_ROWS_PER_SM_K1 if k == 1 else SPLIT_BELOW_ROWS_PER_SM
+    few_long_rows = n_rows < per_sm * sms and n_cols * DTYPE_ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
     if k <= AUTO_LIST_MAX_K and not few_long_rows:
         return kt.ONLINE_FUSED
     return split.SPLIT

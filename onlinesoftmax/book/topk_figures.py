@@ -63,9 +63,21 @@ def case_rows(data: dict, case: str) -> list[dict]:
     return [r for r in data["rows"] if r.get("case") == case]
 
 
-def ours_auto(rows: list[dict]) -> list[dict]:
-    """Our rows of the variant that variant="auto" picks for each shape."""
-    return [r for r in rows if is_ours(r) and r.get("auto")]
+def ours_auto(rows: list[dict], sms: int = 132) -> list[dict]:
+    """Our rows of the variant that variant="auto" picks for each shape today (topk.choose on a GPU of
+    `sms` SMs; the run's own `auto` flag for a shape whose chosen kernel the run did not time)."""
+    from onlinesoftmax.topk import choose
+
+    timed = {(r["n_rows"], r["n_cols"], r["k"], r["dtype"], r["kernel"]) for r in rows if is_ours(r) and "k" in r}
+    picked = []
+    for r in rows:
+        if not is_ours(r) or "k" not in r:
+            continue
+        shape = (r["n_rows"], r["n_cols"], r["k"], r["dtype"])
+        name = choose(*shape, sms=sms).name
+        if r["kernel"] == name if (*shape, name) in timed else r.get("auto"):
+            picked.append(r)
+    return picked
 
 
 def ceiling_GBps(data: dict) -> float:
