@@ -24,34 +24,17 @@
 // bandwidth with 128, 0.42 with 256 and 0.29 with 512 (the same kernel built each way and timed in
 // one run): a row's closing merge and the wait for its first loads are paid per block, and with
 // more, smaller blocks per SM more of them overlap other blocks' reading.
-#ifndef TOPK_THREADS
 #define TOPK_THREADS 128
-#endif
-// 1: a step's vectors are loaded while the step before is processed (a second set of 16-byte
-// registers; 1-3 % faster at 128 threads in the same runs). 0: loaded at the top of their step.
-#ifndef TOPK_PREFETCH
-#define TOPK_PREFETCH 1
-#endif
 // Blocks per SM the compiler is asked to fit (__launch_bounds__' second argument), by list length:
 // 7 blocks of 128 threads (up to 72 registers) for K <= 4, 6 for K = 8 (80), 5 for K = 16 (102);
 // K = 32 needs about 130 (the list alone is 64) and gets 3: where the register list stops paying.
 // Without a second argument ptxas spilled a predicate register in a 32-register build.
 // (One name per bucket, TOPK_MIN_BLOCKS_<K>, so a kernel's declaration holds no nested parentheses.)
-#ifndef TOPK_MIN_BLOCKS_1
 #define TOPK_MIN_BLOCKS_1 7
-#endif
-#ifndef TOPK_MIN_BLOCKS_4
 #define TOPK_MIN_BLOCKS_4 7
-#endif
-#ifndef TOPK_MIN_BLOCKS_8
 #define TOPK_MIN_BLOCKS_8 6
-#endif
-#ifndef TOPK_MIN_BLOCKS_16
 #define TOPK_MIN_BLOCKS_16 5
-#endif
-#ifndef TOPK_MIN_BLOCKS_32
 #define TOPK_MIN_BLOCKS_32 3
-#endif
 
 #define TOPK_ONLY 0     // the list alone
 #define TOPK_SAFE 1     // the list and l = sum e^(x - base) for a known base
@@ -131,11 +114,12 @@ __device__ __forceinline__ OnlineState row_top_pass(const typename Row::Elem* __
         list.push(top_key(v[0], i));
         fold_values<Mode, 1>(s, v, base);
     }
-    typename Row::Vec raw[UNROLL];   // the step's vectors as loaded (with TOPK_PREFETCH, loaded a step ahead)
-    if (TOPK_PREFETCH) load_step<Row>(vec, threadIdx.x, split.n_vec, threads, raw);
+    // A step's vectors are loaded while the step before is processed (a second set of 16-byte
+    // registers; 1-3 % faster at 128 threads than loading them at the top of their step, same runs).
+    typename Row::Vec raw[UNROLL];
+    load_step<Row>(vec, threadIdx.x, split.n_vec, threads, raw);
     for (int warp_first = threadIdx.x - lane; warp_first < split.n_vec; warp_first += threads * UNROLL) {
         const int first = warp_first + lane;
-        if (!TOPK_PREFETCH) load_step<Row>(vec, first, split.n_vec, threads, raw);
         float v[STEP];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
@@ -146,7 +130,7 @@ __device__ __forceinline__ OnlineState row_top_pass(const typename Row::Elem* __
                 for (int e = 0; e < VEC; ++e) v[u * VEC + e] = neg_inf();
             }
         }
-        if (TOPK_PREFETCH) load_step<Row>(vec, first + threads * UNROLL, split.n_vec, threads, raw);
+        load_step<Row>(vec, first + threads * UNROLL, split.n_vec, threads, raw);   // the next step's
         unsigned int entering = 0u;   // bit j: element j of the step enters the list
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {

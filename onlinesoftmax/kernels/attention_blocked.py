@@ -142,9 +142,40 @@ def decode_splits(batch: int, kv_heads: int, row_chunks: int, n_k: int, sms: int
     return math.ceil(n_k / keys), keys
 
 
-def plan_decode(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
+def decode_runner(variant: Variant, q, k, split_entry: str, merge_entry: str, grid, splits: int, keys: int,
+                  scale: float, causal: bool, rows_per_block: int):
+    """The runner of a split decode kernel (attention_02, attention_06: the same arguments): the split
+    launch over `grid` with 128 threads, then, with more than one split, the merge kernel over the
+    fp32 partials the runner owns."""
     import cupy
 
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    n_rows = batch * heads * n_q
+    o_part = cupy.empty((splits, n_rows, d), dtype=cupy.float32) if splits > 1 else None
+    lse_part = cupy.empty((splits, n_rows), dtype=cupy.float32) if splits > 1 else None
+    split_launch = driver.prepare_launch(
+        get_kernel(variant.path, split_entry), grid, (128,), 0, 1, (POINTER,) * 7 + (INT, INT, INT, INT, INT, FLOAT, INT),
+        fixed={3: 0 if o_part is None else o_part.data.ptr, 4: 0 if lse_part is None else lse_part.data.ptr,
+               7: heads, 8: kv_heads, 9: n_q, 10: n_k, 11: keys, 12: scale * LOG2E, 13: int(bool(causal))})
+    merge_launch = None if splits == 1 else driver.prepare_launch(
+        get_kernel(variant.path, merge_entry), (n_rows,), (d,), 0, 1,
+        (POINTER,) * 4 + (INT,), fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits})
+
+    def run(q, out, k=None, v=None, lse=None, **_):
+        lse_ptr = None if lse is None else lse.data.ptr
+        split_launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse_ptr)
+        if merge_launch is not None:
+            merge_launch(out.data.ptr, lse_ptr)
+    run.splits, run.keys_per_split, run.rows_per_block = splits, keys, rows_per_block   # for the chapter and the tests
+    # The launches hold only the partials' addresses: the runner must own the arrays, or the pool hands
+    # their memory to the next allocation while every later call still writes there (the H200 showed it
+    # as garbage in the arrays of other simulated ranks that shared this plan).
+    run.workspace = (o_part, lse_part)
+    return run
+
+
+def plan_decode(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
     from onlinesoftmax.runtime import device
 
     batch, heads, n_q, d = q.shape
@@ -154,29 +185,9 @@ def plan_decode(variant: Variant, q, out, k=None, v=None, lse=None, causal=False
     row_chunks = math.ceil(rows_per_kv / r)
     splits, keys = decode_splits(batch, kv_heads, row_chunks, n_k, device.sm_count())
     tag = DTYPE_TAGS[q.dtype.name]
-    n_rows = batch * heads * n_q
-    o_part = cupy.empty((splits, n_rows, d), dtype=cupy.float32) if splits > 1 else None
-    lse_part = cupy.empty((splits, n_rows), dtype=cupy.float32) if splits > 1 else None
-    split_launch = driver.prepare_launch(
-        get_kernel(variant.path, f"attention_02_decode_split_{tag}_d{d}_r{r}"), (splits, kv_heads * row_chunks, batch),
-        (128,), 0, 1, (POINTER,) * 7 + (INT, INT, INT, INT, INT, FLOAT, INT),
-        fixed={3: 0 if o_part is None else o_part.data.ptr, 4: 0 if lse_part is None else lse_part.data.ptr,
-               7: heads, 8: kv_heads, 9: n_q, 10: n_k, 11: keys, 12: scale * LOG2E, 13: int(bool(causal))})
-    merge_launch = None if splits == 1 else driver.prepare_launch(
-        get_kernel(variant.path, f"attention_02_decode_split_merge_{tag}_d{d}"), (n_rows,), (d,), 0, 1,
-        (POINTER,) * 4 + (INT,), fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits})
-
-    def run(q, out, k=None, v=None, lse=None, **_):
-        lse_ptr = None if lse is None else lse.data.ptr
-        split_launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse_ptr)
-        if merge_launch is not None:
-            merge_launch(out.data.ptr, lse_ptr)
-    run.splits, run.keys_per_split, run.rows_per_block = splits, keys, r   # for the chapter and the tests
-    # The launches hold only the partials' addresses: the runner must own the arrays, or the pool hands
-    # their memory to the next allocation while every later call still writes there (the H200 showed it
-    # as garbage in the arrays of other simulated ranks that shared this plan).
-    run.workspace = (o_part, lse_part)
-    return run
+    return decode_runner(variant, q, k, f"attention_02_decode_split_{tag}_d{d}_r{r}",
+                         f"attention_02_decode_split_merge_{tag}_d{d}", (splits, kv_heads * row_chunks, batch),
+                         splits, keys, scale, causal, r)
 
 
 def geometry_blocked(n_q: int, n_k: int) -> Launch:

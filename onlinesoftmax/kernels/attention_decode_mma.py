@@ -23,8 +23,6 @@ import numpy as np
 from onlinesoftmax import checks
 from onlinesoftmax.kernels import attention_blocked as ab
 from onlinesoftmax.registry import DTYPE_TAGS, Launch, Variant, register
-from onlinesoftmax.runtime import driver
-from onlinesoftmax.runtime.loader import get_kernel
 
 NAME = "attention_06_decode_mma"
 DTYPES = ("float16", "bfloat16")
@@ -121,35 +119,15 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None, sms: int
 # --- plan and registration -----------------------------------------------------------------------
 
 def plan_decode_mma(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
-    import cupy
-
     from onlinesoftmax.runtime import device
 
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     splits, keys = splits_for(batch, heads, kv_heads, n_q, n_k, device.sm_count())
     tag = DTYPE_TAGS[q.dtype.name]
-    n_rows = batch * heads * n_q
-    o_part = cupy.empty((splits, n_rows, d), dtype=cupy.float32) if splits > 1 else None
-    lse_part = cupy.empty((splits, n_rows), dtype=cupy.float32) if splits > 1 else None
-    split_launch = driver.prepare_launch(
-        get_kernel(variant.path, f"{NAME}_{tag}_d{d}"),
-        (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), (32 * WARPS,), 0, 1,
-        (ab.POINTER,) * 7 + (ab.INT,) * 5 + (ab.FLOAT, ab.INT),
-        fixed={3: 0 if o_part is None else o_part.data.ptr, 4: 0 if lse_part is None else lse_part.data.ptr,
-               7: heads, 8: kv_heads, 9: n_q, 10: n_k, 11: keys, 12: scale * ab.LOG2E, 13: int(bool(causal))})
-    merge_launch = None if splits == 1 else driver.prepare_launch(
-        get_kernel(variant.path, f"{NAME}_merge_{tag}_d{d}"), (n_rows,), (d,), 0, 1,
-        (ab.POINTER,) * 4 + (ab.INT,), fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits})
-
-    def run(q, out, k=None, v=None, lse=None, **_):
-        lse_ptr = None if lse is None else lse.data.ptr
-        split_launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, lse_ptr)
-        if merge_launch is not None:
-            merge_launch(out.data.ptr, lse_ptr)
-    run.splits, run.keys_per_split, run.rows_per_block = splits, keys, ROWS
-    run.workspace = (o_part, lse_part)   # the launches hold the partials' addresses: the runner owns them
-    return run
+    return ab.decode_runner(variant, q, k, f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}",
+                            (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), splits, keys, scale,
+                            causal, ROWS)
 
 
 def geometry(n_q: int, n_k: int) -> Launch:
