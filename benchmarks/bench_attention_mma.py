@@ -1,7 +1,8 @@
 """Suite `attention-prefill-mma`: the tensor-core attention ladder against torch, same run.
 
 Shapes: bf16, d = 128, (batch, heads) in {(32, 16), (4, 32)}, n = n_q = n_k in {1K, 2K, 4K, 8K,
-16K}, causal and not. Kernels: attention_03_mma, attention_04_ldmatrix, attention_05_pipelined
+16K}, causal and not. Kernels: attention_03_mma, attention_04_ldmatrix, attention_05_pipelined,
+attention_07_fragment_reuse
 (each through its launch plan, what onlinesoftmax.attention calls), and torch's
 scaled_dot_product_attention with the FLASH, CUDNN and EFFICIENT backends on the same tensors
 (is_causal=True: top-left and bottom-right agree for n_q == n_k). The ceiling is a bf16 matrix

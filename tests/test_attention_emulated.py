@@ -28,6 +28,7 @@ from onlinesoftmax.runtime import emulator
 from onlinesoftmax.runtime.loader import KERNELS_DIR
 
 STEMS = [v.name for v in am.VARIANTS]
+MODELS = {v.name: v.simulate for v in am.VARIANTS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,11 +50,11 @@ def emulate(stem, q, k, v, causal, seed=1, **build):
     return am.emulate(stem, q, k, v, causal, seed=seed, **build)
 
 
-def judge(out, lse, q, k, v, causal) -> str | None:
+def judge(out, lse, q, k, v, causal, stem="attention_05_pipelined", scale=None) -> str | None:
     """None when the emulated kernel's answer passes the rule, else what is wrong."""
     out = checks.as_float64(out)
-    ref, lse_ref = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)), causal=causal)
-    model, _ = am.simulate(q, k, v, causal=causal)
+    ref, lse_ref = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)), causal=causal, scale=scale)
+    model, _ = MODELS[stem](q, k, v, causal=causal, scale=scale)
     if np.isnan(out).any() or np.isnan(lse).any():
         return "NaN in the output"
     blind = ~np.isfinite(lse_ref)
@@ -91,8 +92,17 @@ def test_the_kernel_source_on_the_emulator(stem, shape):
     *dims, causal, dtype, q_scale = shape
     q, k, v = make_qkv(*dims, dtype, seed=sum(dims), q_scale=q_scale)
     out, lse = emulate(stem, q, k, v, causal, seed=sum(dims))
-    problem = judge(out, lse, q, k, v, causal)
+    problem = judge(out, lse, q, k, v, causal, stem)
     assert problem is None, f"{stem} {shape}: {problem}"
+
+
+@pytest.mark.parametrize("scale", (-0.2, 0.0, 0.05))
+def test_fragment_reuse_takes_any_finite_scale(scale):
+    """attention_07 folds a positive scale into the exponent's fma and scales first otherwise."""
+    q, k, v = make_qkv(1, 2, 1, 70, 100, 128, "bfloat16", seed=6)
+    out, lse = emulate(am.REUSE, q, k, v, True, seed=2, scale=scale)
+    problem = judge(out, lse, q, k, v, True, am.REUSE, scale=scale)
+    assert problem is None, f"scale {scale}: {problem}"
 
 
 def test_the_emulator_reads_fragments_as_mma_fragments_says():
@@ -116,6 +126,9 @@ MUTANTS = [   # (kernel, text to change, replacement, what it breaks)
     ("attention_05_pipelined", "k0 + MMA_BLOCK_K > keys.unmasked_end", "false", "the mask of partial tiles"),
     ("attention_05_pipelined", "const bool inside = k0 + row < n_k;", "const bool inside = true;",
      "the zero fill of keys past n_k"),
+    ("attention_07_fragment_reuse", "(q_lane ^ (kk << 4))", "(q_lane + (kk << 4))", "Q read past its swizzle"),
+    ("attention_07_fragment_reuse", "if (__any_sync(", "if (false && __any_sync(", "the rescale when a row max moves"),
+    ("attention_07_fragment_reuse", "T::mma(s[1][j + 1], a[1], b + 2);", "", "the second m-tile's product"),
 ]
 
 
@@ -128,7 +141,7 @@ def test_a_broken_kernel_is_rejected(stem, old, new, why):
         out, lse = emulate(stem, q, k, v, True, seed=5, source=source.replace(old, new, 1), optimize="-O1")
     except emulator.EmulatorFault:                    # caught by the emulator (a build error fails the test)
         return
-    assert judge(out, lse, q, k, v, True) is not None, f"a kernel without {why} passed"
+    assert judge(out, lse, q, k, v, True, stem) is not None, f"a kernel without {why} passed"
 
 
 def test_every_schedule_gives_the_same_bits():

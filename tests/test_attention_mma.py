@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import attention_api, checks
+from onlinesoftmax import attention_api, checks, registry
 from onlinesoftmax.kernels import attention_blocked as ab
 from onlinesoftmax.kernels import attention_mma as am
 from onlinesoftmax.runtime import device
@@ -82,6 +82,24 @@ def test_the_check_rejects_a_model_without_the_rescale(monkeypatch):
     assert err > checks.tolerance(float(np.abs(p_rounded_baseline(q, k, v, False) - ref).max()), ref, "bfloat16")
 
 
+@pytest.mark.parametrize("d", (64, 128))
+def test_the_fragment_reuse_model_differs_only_by_its_tiles_and_fma(d):
+    """attention_07's model: 32-key tiles at d = 128 and p = 2^fma(s, scale, -m). It is within
+    rounding of the others' model and passes the same error rule against the reference."""
+    q, k, v = qkv(1, 2, 1, 150, 300, d, "bfloat16", seed=d, q_scale=3.0)
+    ours, lse = am.simulate_reuse(q, k, v, causal=True)
+    theirs, lse_05 = am.simulate(q, k, v, causal=True)
+    ref, lse_ref = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)), causal=True)
+    gap = np.abs(np.asarray(ours, np.float64) - np.asarray(theirs, np.float64)).max()
+    assert 0 < gap <= 4 * checks.EPS["bfloat16"] * float(np.abs(ref).max())
+    assert np.abs(lse - lse_05).max() <= 1e-5 * np.abs(lse_ref).max()
+    err = float(np.abs(np.asarray(ours, np.float64) - ref).max())
+    assert err <= checks.tolerance(float(np.abs(p_rounded_baseline(q, k, v, True) - ref).max()), ref, "bfloat16")
+    same, _ = am.simulate(q, k, v, causal=True, scale=-0.1, block_k=am.REUSE_KEYS[d], fold=True)
+    unfolded, _ = am.simulate(q, k, v, causal=True, scale=-0.1, block_k=am.REUSE_KEYS[d])
+    np.testing.assert_array_equal(same.view(np.uint16), unfolded.view(np.uint16))   # scale <= 0: no fold
+
+
 def test_the_model_equals_the_fp32_model_up_to_the_rounding_of_p():
     q, k, v = qkv(1, 2, 2, 64, 128, 64, "float16", seed=2)
     ours, _ = am.simulate(q, k, v)
@@ -107,10 +125,10 @@ def test_auto_picks(dtype, n_q, d, cc, expected):
 def test_auto_runs_the_tensor_core_model_for_16_bit_prefill():
     q, k, v = qkv(1, 2, 1, 40, 90, 64, "bfloat16", seed=5)
     with device.simulate_device(compute_capability=90):
-        np.testing.assert_array_equal(osm.attention(q, k, v).view(np.uint16), am.simulate(q, k, v)[0].view(np.uint16))
+        np.testing.assert_array_equal(osm.attention(q, k, v).view(np.uint16), am.FASTEST.simulate(q, k, v)[0].view(np.uint16))
 
 
-@pytest.mark.parametrize("variant", [v.name for v in am.VARIANTS] + ["mma", "ldmatrix", "pipelined"])
+@pytest.mark.parametrize("variant", [v.name for v in am.VARIANTS] + ["mma", "ldmatrix", "pipelined", "fragment_reuse"])
 def test_tensor_core_variants_reject_what_they_do_not_take(variant):
     q, k, v = qkv(1, 2, 1, 20, 30, 64, "float32")
     with pytest.raises(TypeError, match="takes float16 or bfloat16, got float32"):
@@ -120,7 +138,8 @@ def test_tensor_core_variants_reject_what_they_do_not_take(variant):
         osm.attention(q, k, v, variant=variant)
     q, k, v = qkv(1, 2, 1, 20, 30, 64, "bfloat16")
     out = osm.attention(q, k, v, variant=variant, causal=True)
-    np.testing.assert_array_equal(out.view(np.uint16), am.simulate(q, k, v, causal=True)[0].view(np.uint16))
+    model = registry.resolve(variant, "attention").simulate
+    np.testing.assert_array_equal(out.view(np.uint16), model(q, k, v, causal=True)[0].view(np.uint16))
 
 
 def test_an_unknown_variant_lists_the_tensor_core_ones():
@@ -134,6 +153,9 @@ def test_launch_geometry_and_shared_memory():
     assert am.shared_bytes("attention_03_mma", 128) == 32 * 1024
     assert am.shared_bytes("attention_05_pipelined", 128) == 64 * 1024
     assert am.shared_bytes("attention_05_pipelined", 64) == 32 * 1024
+    assert am.shared_bytes(am.REUSE, 128) == (128 + 2 * 2 * 32) * 128 * 2 == 64 * 1024   # Q and two stages
+    assert am.shared_bytes(am.REUSE, 64) == (128 + 2 * 2 * 64) * 64 * 2 == 48 * 1024
+    assert am.threads(am.REUSE) == 128 and am.threads("attention_05_pipelined") == 256
 
 
 def test_tile_counts():

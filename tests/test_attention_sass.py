@@ -3,8 +3,10 @@ holds what their headers promise. One pass of the key-tile loop is D HMMA.16816 
 D / 2 for O += P V: 8 n-tiles x D / 16 k-chunks, and D / 8 n-tiles x 4 k-chunks); attention_03
 reads K with 32-bit and V with 16-bit shared loads; 04 and 05 with ldmatrix.x4 (LDSM.16.M88.4) and
 ldmatrix.x4.trans (LDSM.16.MT88.4), D / 4 of each; 05 copies with 16-byte cp.async (LDGSTS.128),
-03 and 04 load K and V with 16-byte global loads; nothing in local memory. Skipped without nvcc or
-cuobjdump, except under CI=true."""
+03 and 04 load K and V with 16-byte global loads; nothing in local memory. attention_07 (two m-tiles
+a warp, key tiles of `keys`): 2 keys D / 64 HMMA, (keys / 16 + 2) D / 16 LDSM.16.M88.4 (K, and Q's
+two m-tiles), keys D / 256 LDSM.16.MT88.4, cp.async. Skipped without nvcc or cuobjdump, except
+under CI=true."""
 import collections
 import os
 
@@ -33,8 +35,14 @@ def opcodes(variant, entry):
 def test_the_sass_has_tensor_core_instructions_and_the_intended_loads(variant, tag, d):
     ops = opcodes(variant, f"{variant.name}_{tag}_d{d}")
     hmma = sum(n for op, n in ops.items() if op.startswith("HMMA.16816.F32"))
-    assert hmma == d, ops
     assert not any(op.startswith(("LDL", "STL")) for op in ops), f"local memory: {ops}"
+    if variant is am.FRAGMENT_REUSE:
+        keys = am.block_keys(variant.name, d)
+        assert hmma == 2 * keys * d // 64, ops
+        assert ops["LDSM.16.M88.4"] == (keys // 16 + 2) * d // 16 and ops["LDSM.16.MT88.4"] == keys * d // 256, ops
+        assert any(op.startswith("LDGSTS") and op.endswith(".128") for op in ops), ops
+        return
+    assert hmma == d, ops
     if variant is am.MMA:
         assert ops["LDS"] == d and ops["LDS.U16"] == 2 * d, ops
         assert not any(op.startswith("LDSM") for op in ops)

@@ -133,6 +133,18 @@ __device__ __forceinline__ void cp_async_wait_all_groups() {
 #endif
 }
 
+// 2^x as one MUFU.EX2 (ex2.approx.ftz.f32: about 2 ulps, subnormal results flushed to 0). exp2f
+// without fast math adds a compare and two multiplies per call to keep subnormal results.
+__device__ __forceinline__ float exp2_ftz(float x) {
+#ifdef ONLINESOFTMAX_HOST_EMULATION
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
 // A float rounded to the storage type (the output): the low half of a packed pair.
 template <class T>
 __device__ __forceinline__ typename T::Elem round_to(float x) {

@@ -1,17 +1,20 @@
 """The FlashAttention-2 forward on tensor cores (attention_03_mma, attention_04_ldmatrix,
-attention_05_pipelined): their NumPy model, plans and registration.
+attention_05_pipelined, attention_07_fragment_reuse): their NumPy model, plans and registration.
 
-All three compute the same numbers in the same order of tiles; they differ in how K and V move
-through shared memory (plain loads; a swizzled layout read by ldmatrix; the same, double-buffered
-with cp.async). One block takes BLOCK_Q = 128 query rows (8 warps of 16) of one (batch, head) and
-streams key tiles of BLOCK_K = 64 past them. Per tile and query row, in fp32:
+The first three compute the same numbers in the same order of tiles; they differ in how K and V
+move through shared memory (plain loads; a swizzled layout read by ldmatrix; the same,
+double-buffered with cp.async). One block takes BLOCK_Q = 128 query rows (8 warps of 16) of one
+(batch, head) and streams key tiles of BLOCK_K = 64 past them. Per tile and query row, in fp32:
 
     s = (q k^T) * scale * log2(e)      the mma accumulators (bf16/fp16 products, fp32 sums)
     m' = max(m, rowmax s);  p = 2^(s - m');  l' = l 2^(m - m') + rowsum p
     O' = O 2^(m - m') + round(p) V     p rounded to the input dtype: the A operand of P V
 
 then out = O / l rounded to the dtype and LSE = (m + log2 l) ln 2. A row that sees no key keeps
-l = 0: output 0, LSE -inf. `simulate` follows these tiles and rounding points (numpy's float32
+l = 0: output 0, LSE -inf. attention_07_fragment_reuse (4 warps of 32 rows) takes key tiles of
+REUSE_KEYS[d] (32 at d = 128, where 64 would not fit the registers) and, for scale > 0, keeps m in
+scaled units with p = 2^fma(q k^T, scale log2 e, -m'): one rounding where the others have two
+(`simulate(..., block_k=, fold=True)`). `simulate` follows these tiles and rounding points (numpy's float32
 products stand in for the tensor cores' fp32 accumulation, whose order differs); the GPU tests
 compare kernel, model and the float64 reference. Where each element of a fragment lives, and the
 loads that fill them, are in mma_fragments.py.
@@ -43,13 +46,15 @@ def key_limits(n_q: int, n_k: int, causal: bool) -> np.ndarray:
     return np.minimum(np.arange(n_q) + 1 + n_k - n_q, n_k) if causal else np.full(n_q, n_k)
 
 
-def simulate(q, k, v, causal: bool = False, scale: float | None = None):
-    """(out in q's dtype, lse float32): the kernels' tiles and rounding points in NumPy."""
+def simulate(q, k, v, causal: bool = False, scale: float | None = None, *, block_k: int = 64, fold: bool = False):
+    """(out in q's dtype, lse float32): the kernels' tiles and rounding points in NumPy (key tiles
+    of block_k; fold: the scale inside the exponent's fma, for scale > 0)."""
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     group = heads // kv_heads
     dtype = q.dtype.name
     scale_log2 = F32((1.0 / math.sqrt(d) if scale is None else scale) * LOG2E)
+    fold = fold and scale_log2 > 0
     q32, k32, v32 = (np.asarray(a, dtype=F32) for a in (q, k, v))
     out = np.zeros((batch, heads, n_q, d), F32)
     lse = np.empty((batch, heads, n_q), F32)
@@ -64,13 +69,17 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None):
                     m = np.full(qt.shape[0], -np.inf, F32)
                     l = np.zeros(qt.shape[0], F32)
                     o = np.zeros((qt.shape[0], d), F32)
-                    for k0 in range(0, max(int(lim[-1]), 0), BLOCK_K):
-                        cols = np.arange(k0, min(k0 + BLOCK_K, n_k))
-                        s = (qt @ k32[b, kh, cols].T).astype(F32) * scale_log2
+                    for k0 in range(0, max(int(lim[-1]), 0), block_k):
+                        cols = np.arange(k0, min(k0 + block_k, n_k))
+                        raw = (qt @ k32[b, kh, cols].T).astype(F32)
+                        s = raw if fold else raw * scale_log2
                         s = np.where(cols[None, :] < lim[:, None], s, F32(-np.inf)).astype(F32)
-                        m_new = np.fmax(m, s.max(axis=1))
+                        m_new = np.fmax(m, s.max(axis=1) * scale_log2 if fold else s.max(axis=1)).astype(F32)
                         base = np.where(m_new == -np.inf, F32(0), m_new).astype(F32)
-                        p = np.exp2(s - base[:, None]).astype(F32)
+                        if fold:   # f32 * f32 is exact in f64: one rounding, as the fma
+                            p = np.exp2((s.astype(np.float64) * float(scale_log2) - base[:, None]).astype(F32))
+                        else:
+                            p = np.exp2(s - base[:, None]).astype(F32)
                         alpha = np.exp2(m - base).astype(F32)
                         l = (l * alpha + p.sum(axis=1, dtype=F32)).astype(F32)
                         p16 = checks.to_dtype(p, dtype).astype(F32)          # P as the mma's A operand
@@ -80,6 +89,14 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None):
                     out[b, h, rows] = o * inv[:, None]
                     lse[b, h, rows] = np.where(l > 0, (m + np.log2(l)) * LN2, -np.inf)
     return checks.to_dtype(out, dtype), lse
+
+
+REUSE_KEYS = {64: 64, 128: 32}   # attention_07_fragment_reuse's key tile, by d
+
+
+def simulate_reuse(q, k, v, causal: bool = False, scale: float | None = None):
+    """attention_07_fragment_reuse's model: its key tiles, the scale folded into the fma."""
+    return simulate(q, k, v, causal, scale, block_k=REUSE_KEYS[q.shape[-1]], fold=True)
 
 
 def tile_counts(batch: int, heads: int, n_q: int, n_k: int, causal: bool) -> dict:
@@ -97,11 +114,31 @@ def tile_counts(batch: int, heads: int, n_q: int, n_k: int, causal: bool) -> dic
 
 # --- plans and registration ----------------------------------------------------------------
 
-STAGES = {"attention_03_mma": 1, "attention_04_ldmatrix": 1, "attention_05_pipelined": 2}
+STAGES = {"attention_03_mma": 1, "attention_04_ldmatrix": 1, "attention_05_pipelined": 2,
+          "attention_07_fragment_reuse": 2}
+REUSE = "attention_07_fragment_reuse"
+
+
+def threads(name: str) -> int:
+    """Threads of one block: 8 warps of 16 rows, or 4 warps of 32 for attention_07."""
+    return 128 if name == REUSE else THREADS
+
+
+def warp_rows(name: str) -> int:
+    """Query rows of one warp: 16, or 32 (two m-tiles) for attention_07."""
+    return 32 if name == REUSE else WARP_ROWS
+
+
+def block_keys(name: str, d: int) -> int:
+    """Keys of one K or V tile."""
+    return REUSE_KEYS[d] if name == REUSE else BLOCK_K
 
 
 def shared_bytes(name: str, d: int) -> int:
-    """Dynamic shared memory of one block: STAGES (K, V) tiles of BLOCK_K x d 16-bit elements."""
+    """Dynamic shared memory of one block: STAGES (K, V) tiles of 16-bit elements (BLOCK_K x d, or
+    REUSE_KEYS[d] x d), and for attention_07 the Q tile of BLOCK_Q x d as well."""
+    if name == REUSE:
+        return (BLOCK_Q + STAGES[name] * 2 * REUSE_KEYS[d]) * d * 2
     return STAGES[name] * 2 * BLOCK_K * d * 2
 
 
@@ -114,7 +151,7 @@ def plan_mma(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, s
     kv_heads, n_k = k.shape[1], k.shape[2]
     entry = f"{variant.path.stem}_{DTYPE_TAGS[q.dtype.name]}_d{d}"
     launch = driver.prepare_launch(
-        get_kernel(variant.path, entry), grid(batch, heads, n_q), (THREADS,), shared_bytes(variant.name, d), 1,
+        get_kernel(variant.path, entry), grid(batch, heads, n_q), (threads(variant.name),), shared_bytes(variant.name, d), 1,
         (POINTER,) * 5 + (INT, INT, INT, INT, FLOAT, INT),
         fixed={5: heads, 6: kv_heads, 7: n_q, 8: n_k, 9: scale * LOG2E, 10: int(bool(causal))})
 
@@ -148,7 +185,7 @@ def emulate(name: str, q, k, v, causal: bool = False, scale: float | None = None
     lse = np.full(q.shape[:3], LSE_POISON, np.float32)
     scale_log2 = np.float32((1 / math.sqrt(d) if scale is None else scale) * LOG2E)
     inputs = (np.ascontiguousarray(a).view(np.uint16) for a in (q, k, v))
-    module.launch(entry, grid(batch, heads, n_q), (THREADS,),
+    module.launch(entry, grid(batch, heads, n_q), (threads(name),),
                   (*inputs, out, lse, *map(np.int32, (heads, kv_heads, n_q, n_k)), scale_log2, np.int32(bool(causal))),
                   shared_bytes(name, d), isolated=True)
     unwritten = int((out == POISON_BITS).sum())
@@ -160,7 +197,7 @@ def emulate(name: str, q, k, v, causal: bool = False, scale: float | None = None
 def _geometry(name: str):
     def geometry(n_q: int, n_k: int) -> Launch:
         """One head's launch (the grid grows by heads and batch), at d = 128."""
-        return Launch(grid=(math.ceil(n_q / BLOCK_Q),), block=(THREADS,), shared_bytes=shared_bytes(name, 128))
+        return Launch(grid=(math.ceil(n_q / BLOCK_Q),), block=(threads(name),), shared_bytes=shared_bytes(name, 128))
     return geometry
 
 
@@ -168,10 +205,10 @@ def _entries(variant: Variant) -> tuple[str, ...]:
     return tuple(f"{variant.path.stem}_{DTYPE_TAGS[t]}_d{d}" for t in variant.dtypes for d in SUPPORTED_D)
 
 
-def _register(name: str, short: str, story: str) -> Variant:
+def _register(name: str, short: str, story: str, model=simulate) -> Variant:
     return register(Variant(
         name=name, family="attention", file=f"attention/{name}.cu", short=short, story=story,
-        geometry=_geometry(name), simulate=simulate, plan=plan_mma, reads_per_element=1, writes_per_element=1,
+        geometry=_geometry(name), simulate=model, plan=plan_mma, reads_per_element=1, writes_per_element=1,
         dtypes=DTYPES, entry=f"{name}_bf16_d128", entries=_entries, min_cc=80))
 
 
@@ -181,5 +218,8 @@ LDMATRIX = _register("attention_04_ldmatrix", "ldmatrix",
                      "K and V swizzled in shared memory and read by ldmatrix.x4: no bank conflicts")
 PIPELINED = _register("attention_05_pipelined", "pipelined",
                       "K and V double-buffered with cp.async: the next tile loads during this one's math")
-VARIANTS = (MMA, LDMATRIX, PIPELINED)
-FASTEST = PIPELINED   # what variant="auto" runs for 16-bit prefill (the ladder's last step; see chapter 09)
+FRAGMENT_REUSE = _register(REUSE, "fragment_reuse",
+                           "4 warps of 32 rows: each K and V fragment feeds two mmas; a leaner softmax",
+                           model=simulate_reuse)
+VARIANTS = (MMA, LDMATRIX, PIPELINED, FRAGMENT_REUSE)
+FASTEST = FRAGMENT_REUSE   # what variant="auto" runs for 16-bit prefill (the ladder's last step; see chapter 09)

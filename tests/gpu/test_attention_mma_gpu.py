@@ -1,5 +1,5 @@
 """GPU tier for the tensor-core attention kernels (attention_03_mma, attention_04_ldmatrix,
-attention_05_pipelined) in bfloat16 and float16, d = 64 and 128.
+attention_05_pipelined, attention_07_fragment_reuse) in bfloat16 and float16, d = 64 and 128.
 
 Every output is judged against the float64 reference on the same dtype-rounded inputs, with the
 rule of test_attention_gpu.py: error at most twice that of torch's scaled_dot_product_attention in
@@ -60,7 +60,7 @@ def check_mma(variant, batch, heads, kv_heads, n_q, n_k, d, dtype, causal, seed=
     tol = checks.tolerance(base, ref, dtype)
     model_err = None
     if n_q * n_k <= MODEL_MAX_ELEMENTS:
-        model, _ = am.simulate(*(checks.to_dtype(a, dtype) for a in host), causal=causal)
+        model, _ = variant.simulate(*(checks.to_dtype(a, dtype) for a in host), causal=causal, scale=scale)
         model_err = float(np.abs(checks.as_float64(model) - ref).max())
         gap = float(np.abs(checks.as_float64(model) - y).max())
         gap_tol = model_gap_tolerance(model_err, ref, dtype)
