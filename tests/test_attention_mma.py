@@ -153,7 +153,7 @@ def test_launch_geometry_and_shared_memory():
     assert am.shared_bytes("attention_03_mma", 128) == 32 * 1024
     assert am.shared_bytes("attention_05_pipelined", 128) == 64 * 1024
     assert am.shared_bytes("attention_05_pipelined", 64) == 32 * 1024
-    assert am.shared_bytes(am.REUSE, 128) == (128 + 2 * 2 * 32) * 128 * 2 == 64 * 1024   # Q and two stages
+    assert am.shared_bytes(am.REUSE, 128) == (128 + 2 * 2 * 48) * 128 * 2 == 80 * 1024   # Q and two stages
     assert am.shared_bytes(am.REUSE, 64) == (128 + 2 * 2 * 64) * 64 * 2 == 48 * 1024
     assert am.threads(am.REUSE) == 128 and am.threads("attention_05_pipelined") == 256
 

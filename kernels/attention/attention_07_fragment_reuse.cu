@@ -7,9 +7,9 @@
 //               ldmatrix.x4 of K or V feeds four mmas (two n-tiles times two m-tiles), not two.
 //   - Q waits in shared memory (swizzled like K), read as A fragments by ldmatrix per 16 columns:
 //               two m-tiles of Q in registers would need 64 more registers than there are.
-//   - Key tiles of 64 keys at D = 64 but 32 at D = 128, where o (128 registers), the scores of
-//               64 keys (64) and the fragments would spill. Per 128 mmas at D = 128: 48 ldmatrix
-//               (16 of Q, 16 of K, 16 of V), against 64 in attention_05.
+//   - Key tiles of 64 keys at D = 64 but 48 at D = 128, where o (128 registers), the scores of
+//               64 keys (64) and the fragments would spill. Per 192 mmas at D = 128 (one tile):
+//               64 ldmatrix (16 of Q, 24 of K, 24 of V), against 96 in attention_05.
 //   - The scale goes into the exponent's fma: p = 2^fma(s, scale log2 e, -m), m kept in scaled
 //               units and the row max taken on the raw scores (for scale <= 0 the scores are
 //               scaled first, as before); the exponential is one ex2.approx.ftz (exp2f adds a
@@ -18,13 +18,13 @@
 //               row the max rarely moves, and multiplying by 1 changes no bit.
 //   - Fragment addresses: the swizzled chunk of 16-column step kk is step 0's XOR 2kk, so an
 //               address is one XOR and a constant offset, not a multiply-add per step.
-//   Registers (ptxas, sm_90a): 248 at D = 128, 227 at D = 64, no spill; two blocks of 128
+//   Registers (ptxas, sm_90a): 251 at D = 128, 227 at D = 64, no spill; two blocks of 128
 //               threads fit in an SM: 8 warps as before, in two blocks whose barriers do not
 //               line up.
 // Launch:       grid = (ceil(n_q / 128), heads, batch), longest causal query tiles first;
 //               block = 128 threads (4 warps x 32 query rows); dynamic shared memory the Q tile
 //               of 128 x D and two stages of one K and one V tile (keys x D), 16-bit elements:
-//               48 KiB at D = 64, 64 KiB at D = 128 (the launcher raises the limit).
+//               48 KiB at D = 64, 80 KiB at D = 128 (the launcher raises the limit).
 // Traffic:      as attention_03_mma: q and out once; each K and V tile once per query tile of 128.
 // Limits:       as attention_05_pipelined: float16 or bfloat16, D = 64 or 128 (entries
 //               attention_07_fragment_reuse_<f16|bf16>_d<64|128>), contiguous 16-byte aligned
@@ -35,7 +35,7 @@
 #define REUSE_THREADS 128
 #define REUSE_WARP_ROWS 32
 #ifndef REUSE_KEYS_D128
-#define REUSE_KEYS_D128 32   // keys per tile at D = 128: with 64, o, s and Q fragments spill
+#define REUSE_KEYS_D128 48   // keys per tile at D = 128: with 64, o, s and Q fragments spill
 #endif
 #define REUSE_KEYS(D) ((D) == 128 ? REUSE_KEYS_D128 : 64)
 

@@ -12,7 +12,7 @@ double-buffered with cp.async). One block takes BLOCK_Q = 128 query rows (8 warp
 
 then out = O / l rounded to the dtype and LSE = (m + log2 l) ln 2. A row that sees no key keeps
 l = 0: output 0, LSE -inf. attention_07_fragment_reuse (4 warps of 32 rows) takes key tiles of
-REUSE_KEYS[d] (32 at d = 128, where 64 would not fit the registers) and, for scale > 0, keeps m in
+REUSE_KEYS[d] (48 at d = 128, where 64 would not fit the registers) and, for scale > 0, keeps m in
 scaled units with p = 2^fma(q k^T, scale log2 e, -m'): one rounding where the others have two
 (`simulate(..., block_k=, fold=True)`). `simulate` follows these tiles and rounding points (numpy's float32
 products stand in for the tensor cores' fp32 accumulation, whose order differs); the GPU tests
@@ -91,7 +91,7 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None, *, block
     return checks.to_dtype(out, dtype), lse
 
 
-REUSE_KEYS = {64: 64, 128: 32}   # attention_07_fragment_reuse's key tile, by d
+REUSE_KEYS = {64: 64, 128: 48}   # attention_07_fragment_reuse's key tile, by d
 
 
 def simulate_reuse(q, k, v, causal: bool = False, scale: float | None = None):
