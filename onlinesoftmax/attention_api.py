@@ -15,7 +15,9 @@ and an LSE of -inf, as flash-attention does.
 cupy input runs a CUDA kernel (numpy input the same kernel's NumPy model). variant="auto"
 (`choose`) takes, for n_q <= 8, attention_06_decode_mma when several heads share a kv head and
 the inputs are float16 or bfloat16 with d = 64 or 128 (compute capability 8.0 or newer: the
-heads of a kv head as the columns of tensor-core tiles), else attention_02_decode_split (both
+heads of a kv head as the columns of tensor-core tiles); with one head per kv head it takes it
+too where it was measured ahead of attention_02 (MHA_DECODE_MMA: at most 256 (batch, kv head)
+caches, and 16K keys or more, or 64 caches or more), else attention_02_decode_split (both
 split the cache over blocks and merge the pieces with a second kernel); for more queries in float16 or bfloat16 with d = 64 or 128 on compute
 capability 8.0 or newer, the tensor-core kernel attention_mma.FASTEST (products on tensor
 cores with fp32 accumulation, P rounded to the input dtype); otherwise attention_01_blocked
@@ -92,14 +94,24 @@ def check_inputs(q, k, v, scale):
     return batch, heads, kv_heads, n_q, n_k, d, float(scale)
 
 
-def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1) -> Variant:
+# Multi-head decode (one head per kv head) on attention_06 where the suite attention-decode
+# (2026-12-02, bf16, d = 128) had it ahead of attention_02: batch 1 with 32K keys or more, batch 8
+# (256 caches) at every length; behind at batch 1 with 4K keys and at batch 32 (1024 caches).
+MHA_DECODE_MMA = {"max_caches": 256, "min_keys": 16384, "min_caches": 64}
+
+
+def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1, caches: int | None = None,
+           n_k: int | None = None) -> Variant:
     """The kernel variant="auto" runs (cc: the device's compute capability, None: the current one;
-    group: heads per kv head)."""
+    group: heads per kv head; caches: batch x kv heads and n_k the keys, for decoding)."""
     cc = device.compute_capability() if cc is None else cc
     if n_q <= DECODE_MAX_QUERIES:
         grouped = attention_decode_mma.DECODE_MMA
-        if group > 1 and dtype in grouped.dtypes and d in attention_decode_mma.SUPPORTED_D and cc >= grouped.min_cc:
-            return grouped
+        if dtype in grouped.dtypes and d in attention_decode_mma.SUPPORTED_D and cc >= grouped.min_cc:
+            rule = MHA_DECODE_MMA
+            if group > 1 or (caches is not None and n_k is not None and caches <= rule["max_caches"]
+                             and (n_k >= rule["min_keys"] or caches >= rule["min_caches"])):
+                return grouped
         return kernels.DECODE
     fastest = attention_mma.FASTEST
     if dtype in fastest.dtypes and d in attention_mma.SUPPORTED_D and cc >= fastest.min_cc:
@@ -152,7 +164,7 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
     if not isinstance(variant, str):
         raise TypeError(f"attention: variant must be a string, got {variant!r}")
     if variant == "auto":
-        chosen = choose(q.dtype.name, n_q, d, group=heads // kv_heads)
+        chosen = choose(q.dtype.name, n_q, d, group=heads // kv_heads, caches=batch * kv_heads, n_k=n_k)
     else:
         try:
             chosen = resolve(variant, "attention")
