@@ -129,6 +129,8 @@ MUTANTS = [   # (kernel, text to change, replacement, what it breaks)
     ("attention_07_fragment_reuse", "(q_lane ^ (kk << 4))", "(q_lane + (kk << 4))", "Q read past its swizzle"),
     ("attention_07_fragment_reuse", "if (__any_sync(", "if (false && __any_sync(", "the rescale when a row max moves"),
     ("attention_07_fragment_reuse", "T::mma(s[1][j + 1], a[1], b + 2);", "", "the second m-tile's product"),
+    ("attention_07_fragment_reuse", "const bool inside = r0 + row + c * STEP < n;", "const bool inside = true;",
+     "the zero fill of keys past n_k in attention_07"),
 ]
 
 

@@ -18,7 +18,9 @@
 //               row the max rarely moves, and multiplying by 1 changes no bit.
 //   - Fragment addresses: the swizzled chunk of 16-column step kk is step 0's XOR 2kk, so an
 //               address is one XOR and a constant offset, not a multiply-add per step.
-//   Registers (ptxas, sm_90a): 251 at D = 128, 227 at D = 64, no spill; two blocks of 128
+//   - Tile copies: a thread's rows in a tile are 8 or 16 apart, so its copies are one address
+//               plus constants; only a last, short tile computes each row's zero fill.
+//   Registers (ptxas, sm_90a): 255 at D = 128, 221 at D = 64, no spill; two blocks of 128
 //               threads fit in an SM: 8 warps as before, in two blocks whose barriers do not
 //               line up.
 // Launch:       grid = (ceil(n_q / 128), heads, batch), longest causal query tiles first;
@@ -40,15 +42,25 @@
 #define REUSE_KEYS(D) ((D) == 128 ? REUSE_KEYS_D128 : 64)
 
 // Copy `rows` rows of D 16-bit elements, from row r0 of `head` (n rows in all), into a swizzled
-// tile: 16 bytes a thread, coalesced; rows at or past n are zero-filled by the copy itself.
+// tile: 16 bytes a thread, coalesced, a pass of REUSE_THREADS / (D / 8) rows (a multiple of 8,
+// so every pass has the swizzle of the first and its addresses are the first's plus a constant).
+// Rows at or past n (only in a last, short tile) are zero-filled by the copy itself.
 template <class Elem, int D>
 __device__ __forceinline__ void issue_rows(Elem* tile, const Elem* __restrict__ head, int r0, int rows, int n) {
+    constexpr int STEP = REUSE_THREADS / (D / 8);
+    static_assert(STEP % 8 == 0, "a pass of whole swizzle periods");
+    const int row = threadIdx.x / (D / 8), col = 8 * (threadIdx.x % (D / 8));
+    Elem* dst = tile + swizzled<D>(row, col);
+    const Elem* src = head + (long long)(r0 + row) * D + col;
+    if (r0 + rows <= n) {   // the whole tile is inside (block-uniform)
 #pragma unroll
-    for (int c = 0; c < rows * D / 8 / REUSE_THREADS; ++c) {
-        const int i = threadIdx.x + c * REUSE_THREADS, row = i / (D / 8), col = 8 * (i % (D / 8));
-        const bool inside = r0 + row < n;
-        const long long at = inside ? (long long)(r0 + row) * D + col : 0;   // an address inside the tensor
-        cp_async_16_or_zero(tile + swizzled<D>(row, col), head + at, inside);
+        for (int c = 0; c < rows / STEP; ++c) cp_async_16_or_zero(dst + c * STEP * D, src + c * STEP * D, true);
+    } else {
+#pragma unroll
+        for (int c = 0; c < rows / STEP; ++c) {
+            const bool inside = r0 + row + c * STEP < n;
+            cp_async_16_or_zero(dst + c * STEP * D, inside ? src + c * STEP * D : head, inside);   // an address inside the tensor
+        }
     }
 }
 

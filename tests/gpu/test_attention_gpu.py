@@ -286,3 +286,19 @@ def test_auto_takes_the_grouped_decode_kernel():
         osm.attention(q[..., :32].copy(), k[..., :32].copy(), v[..., :32].copy(), variant="decode_mma")
     with pytest.raises(TypeError, match="float16 or bfloat16"):
         osm.attention(*(cp.asarray(a) for a in host), variant="decode_mma")
+
+
+def test_auto_takes_the_tensor_core_decode_for_long_multi_head_caches():
+    """One head per kv head: auto runs attention_06 at batch 1 with a long cache (where the decode
+    suite measured it ahead), attention_02 with a short one; both within the error rule."""
+    for n_k, expected in ((20000, dm.DECODE_MMA), (4096, ab.DECODE)):
+        host = make_qkv(1, 32, 32, 1, n_k, 128, "bfloat16", n_k)
+        assert attention_api.choose("bfloat16", 1, 128, group=1, caches=32, n_k=n_k) is expected
+        q, k, v = (on_gpu(a, "bfloat16") for a in host)
+        out = osm.attention(q, k, v)
+        named = osm.attention(q, k, v, variant=expected.name)
+        assert bool((out == named).all()), f"n_k {n_k}: auto is not {expected.name}"
+        ref, _ = ab.reference(*host)
+        err = float(np.abs(to_host64(out) - ref).max())
+        tol = checks.tolerance(torch_error(host, "bfloat16", False, ref, np.zeros(1, bool)), ref, "bfloat16")
+        assert err <= tol, f"n_k {n_k}: error {err:.3e}, tolerance {tol:.3e}"
