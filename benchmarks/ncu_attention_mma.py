@@ -1,12 +1,15 @@
 """Suite `ncu-attention-mma`: what Nsight Compute sees in the tensor-core attention ladder, next to
 the counts chapter 09 predicts them from.
 
-One launch of each of attention_03_mma, attention_04_ldmatrix and attention_05_pipelined at bf16,
-batch 4, heads 32, n = n_q = n_k = 4096, causal and not, d = 128 and 64 (plus the matching count of
-the model: shared-memory wavefronts of the launch's loads and stores, from the wavefronts per warp
-and key tile of onlinesoftmax.kernels.mma_fragments and the tiles of attention_mma.tile_counts).
+One launch of each of attention_03_mma, attention_04_ldmatrix, attention_05_pipelined and
+attention_07_fragment_reuse at bf16, batch 4, heads 32, n = n_q = n_k = 4096, causal and not, d = 128
+and 64 (plus, for the first three, the matching count of the model: shared-memory wavefronts of the
+launch's loads and stores, from the wavefronts per warp and key tile of
+onlinesoftmax.kernels.mma_fragments and the tiles of attention_mma.tile_counts; attention_07's rows
+carry the metrics only).
 Metrics: shared-memory wavefronts (all, loads, stores) and bank conflicts, the tensor pipe's
-active cycles as a share of its peak, achieved occupancy, and the duration. A metric this ncu does
+active cycles as a share of its peak, achieved occupancy, the issue slots used (share of peak) and
+the warp instructions executed, and the duration. A metric this ncu does
 not know (ncu --query-metrics) is left out and named in meta.metrics_unavailable.
 
 The script re-runs itself under ncu (`--child`), which profiles each launch once with clocks left
@@ -29,15 +32,15 @@ SUITE = "ncu-attention-mma"
 METRICS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
            "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-           "sm__warps_active.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum")
+           "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__inst_issued.avg.pct_of_peak_sustained_active",
+           "smsp__inst_executed.sum", "gpu__time_duration.sum")
 BATCH, HEADS, N = 4, 32, 4096
 
 
 def plan():
     from onlinesoftmax.kernels import attention_mma as am
 
-    steps = (am.MMA, am.LDMATRIX, am.PIPELINED)   # the steps whose wavefronts mma_fragments models
-    return [(v.name, d, causal) for d in (128, 64) for causal in (False, True) for v in steps]
+    return [(v.name, d, causal) for d in (128, 64) for causal in (False, True) for v in am.VARIANTS]
 
 
 def child() -> None:
@@ -89,7 +92,7 @@ def measure() -> dict:
     missing = sorted(set(METRICS) - set(metrics))
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "ncu.csv")
-        cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name", "regex:^attention_0[345]_",
+        cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name", "regex:^attention_0[3457]_",
                "--csv", "--print-units", "base", "--log-file", log, sys.executable, os.path.abspath(__file__), "--child"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
@@ -103,13 +106,14 @@ def measure() -> dict:
     for (name, d, causal), launch in zip(planned, launches):
         if not launch["kernel_name"].startswith(name):
             raise SystemExit(f"launch order mismatch: planned {name}, profiled {launch['kernel_name']}")
-        step = {am.MMA.name: 3}.get(name, 4)
-        counts = mf.tile_wavefronts(step, d)
-        tiles = am.tile_counts(BATCH, HEADS, N, N, causal)
         row = {"kernel": name, "dtype": "bfloat16", "batch": BATCH, "heads": HEADS, "n_q": N, "n_k": N, "d": d,
-               "causal": causal, **tiles,
-               "model_load_wavefronts": tiles["warp_tiles"] * (counts["K"]["wavefronts"] + counts["V"]["wavefronts"]),
-               "model_store_wavefronts": tiles["block_tiles"] * am.THREADS // 32 * counts["stores"]["wavefronts"]}
+               "causal": causal}
+        if name != am.REUSE:   # the wavefront model covers the 16-row steps; attention_07 is profiled only
+            counts = mf.tile_wavefronts({am.MMA.name: 3}.get(name, 4), d)
+            tiles = am.tile_counts(BATCH, HEADS, N, N, causal)
+            row |= {**tiles,
+                    "model_load_wavefronts": tiles["warp_tiles"] * (counts["K"]["wavefronts"] + counts["V"]["wavefronts"]),
+                    "model_store_wavefronts": tiles["block_tiles"] * am.THREADS // 32 * counts["stores"]["wavefronts"]}
         for metric in metrics:
             value, unit = launch.get(metric, (float("nan"), ""))
             row[metric] = value
