@@ -221,6 +221,8 @@ def test_chapter_09_counterpart():
             for step in (3, 4, 5)}
     assert bars[3]["y"] == [512, 512] and bars[4]["y"] == bars[5]["y"] == [64, 64]   # ldmatrix: 8x fewer
     assert bars[4]["series"].startswith(am.LDMATRIX.name) and bars[5]["series"].startswith(am.PIPELINED.name)
+    reuse = next(r for r in visible(rows, {**setting, "step": 7}) if r["mark"] == "bar")
+    assert reuse["series"].startswith(am.FRAGMENT_REUSE.name) and reuse["y"] == [16, 32, 32]   # Q, K, V: fewer
     points = [r for r in visible(rows, {**setting, "causal": False}) if r["mark"] == "point"]
     assert len(points) == 1 and points[0]["x"] == list(range(200))           # no causal mask: every row sees a key
     assert 0 < max(points[0]["y"]) < 0.02                                     # bf16 products, fp32 sums

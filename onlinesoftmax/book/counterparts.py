@@ -248,34 +248,43 @@ def attention_figure(n_q_options=(1, 8, 64, 200), n_k_options=(1, 64, 200, 512),
 
 
 def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 150, 300)) -> Figure:
-    """Chapter 09: the tensor-core kernels' NumPy model (attention_mma.simulate, one model: the three
-    steps compute the same numbers) against the float64 reference on the widget's random bf16
-    inputs, 2 query heads over 1 key/value head, error per query row (0 where a row sees no key:
-    both are 0 there); and the shared-memory
-    wavefronts one warp makes per key tile for K and V in the chosen step (tile_wavefronts)."""
+    """Chapter 09: the tensor-core kernels' NumPy model (attention_mma.simulate for the three 16-row
+    steps, which compute the same numbers; simulate_reuse for attention_07) against the float64
+    reference on the widget's random bf16 inputs, 2 query heads over 1 key/value head, error per
+    query row (0 where a row sees no key: both are 0 there); and the shared-memory wavefronts of
+    the chosen step's ldmatrix loads per 16 query rows and 64 keys (tile_wavefronts for the 16-row
+    steps; for attention_07 counted from its loads: two m-tiles of Q, K and V per key tile)."""
     from onlinesoftmax import checks
     from onlinesoftmax.kernels import attention_blocked as ab
     from onlinesoftmax.kernels import attention_mma as am
     from onlinesoftmax.kernels import mma_fragments as mf
 
-    steps = {3: am.MMA, 4: am.LDMATRIX, 5: am.PIPELINED}
+    steps = {3: am.MMA, 4: am.LDMATRIX, 5: am.PIPELINED, 7: am.FRAGMENT_REUSE}
     ds = list(am.SUPPORTED_D)
     fig = Figure("tensor-cores-try", "A step of the tensor-core ladder: error and shared-memory wavefronts",
                  [select("n_q", "n_q", list(n_q_options), 100 if 100 in n_q_options else n_q_options[-1]),
                   select("n_k", "n_k", list(n_k_options), 150 if 150 in n_k_options else n_k_options[-1]),
                   select("d", "d", ds, 64), checkbox("causal", "causal", True),
                   select("step", "step", list(steps), 4, labels=[f"{s:02d} {v.short}" for s, v in steps.items()])],
-                 caption=f"{MODEL_NOTE} of the three kernels, bf16 inputs; wavefronts counted from the addresses "
+                 caption=f"{MODEL_NOTE} of the kernels, bf16 inputs; wavefronts counted from the addresses "
                          "the kernels compute", digits=3)
     out_panel = fig.panel("out", x="query row", y="max |O − reference|", title="output O", width=300, height=200,
                           y_zero=True, y_format=".1e")
-    wave_panel = fig.panel("wavefronts", x="loads of", y="wavefronts per warp per key tile", x_scale="ordinal",
+    wave_panel = fig.panel("wavefronts", x="loads of", y="wavefronts per 16 rows and 64 keys", x_scale="ordinal",
                            title="shared memory, one key tile", width=200, height=200, y_zero=True)
+    waves = {}
     for step, variant in steps.items():
         for d in ds:
-            counts = mf.tile_wavefronts(min(step, 4), d)
-            fig.series(wave_panel, f"{variant.name} (shared-memory model)", ["K", "V"],
-                       [counts["K"]["wavefronts"], counts["V"]["wavefronts"]], mark="bar", when={"step": step, "d": d})
+            if step == 7:   # per warp of 32 rows and key tile: Q 2 d/16 ldmatrix.x4, K and V keys/16 d/16; 4 wavefronts each
+                keys = am.block_keys(variant.name, d)
+                per = (16 / 32) * (64 / keys)      # to 16 rows and 64 keys
+                waves[step, d] = {"Q": 4 * 2 * d // 16 * per, "K": 4 * keys // 16 * d // 16 * per,
+                                  "V": 4 * keys // 16 * d // 16 * per}
+            else:
+                counts = mf.tile_wavefronts(min(step, 4), d)
+                waves[step, d] = {"K": counts["K"]["wavefronts"], "V": counts["V"]["wavefronts"]}
+            fig.series(wave_panel, f"{variant.name} (shared-memory model)", list(waves[step, d]),
+                       list(waves[step, d].values()), mark="bar", when={"step": step, "d": d})
     for n_q in n_q_options:
         for n_k in n_k_options:
             for d in ds:
@@ -286,6 +295,8 @@ def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 1
                     out, _ = am.simulate(q, k, v, causal=causal)
                     ref, lse_ref = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)), causal=causal)
                     err = np.abs(checks.as_float64(out) - ref).max(axis=(0, 1, 3))
+                    reuse, _ = am.simulate_reuse(q, k, v, causal=causal)
+                    err_reuse = float(np.abs(checks.as_float64(reuse) - ref).max())
                     blind = np.isneginf(lse_ref[0, 0])
                     when = {"n_q": n_q, "n_k": n_k, "d": d, "causal": causal}
                     fig.series(out_panel, f"rows that see a key ({MODEL_NOTE})", np.arange(n_q)[~blind], err[~blind],
@@ -294,9 +305,9 @@ def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 1
                         fig.series(out_panel, f"rows that see no key (O = 0 exactly, {MODEL_NOTE})", np.arange(n_q)[blind],
                                    err[blind], mark="point", color=CHOSEN, when=when)
                     for step, variant in steps.items():
-                        counts = mf.tile_wavefronts(min(step, 4), d)
-                        fig.note(f"{variant.name}, {MODEL_NOTE}: max |O − reference| = {err.max():.2e}; rows that see "
-                                 f"no key: {int(blind.sum())} of {n_q}\nshared-memory wavefronts per warp per key tile: "
-                                 f"{counts['K']['wavefronts'] + counts['V']['wavefronts']} for K and V",
-                                 when={**when, "step": step})
+                        w = waves[step, d]
+                        fig.note(f"{variant.name}, {MODEL_NOTE}: max |O − reference| = "
+                                 f"{err_reuse if step == 7 else err.max():.2e}; rows that see no key: {int(blind.sum())} "
+                                 f"of {n_q}\nshared-memory wavefronts per 16 rows and 64 keys: {sum(w.values()):.0f} for "
+                                 f"{', '.join(w)}", when={**when, "step": step})
     return fig
