@@ -275,9 +275,9 @@ def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 1
     waves = {}
     for step, variant in steps.items():
         for d in ds:
-            if step == 7:   # per warp of 32 rows and key tile: Q 2 d/16 ldmatrix.x4, K and V keys/16 d/16; 4 wavefronts each
+            if step == 7:   # per warp and key tile: Q 2 d/16 ldmatrix.x4, K and V keys/16 d/16; 4 wavefronts each
                 keys = am.block_keys(variant.name, d)
-                per = (16 / 32) * (64 / keys)      # to 16 rows and 64 keys
+                per = (16 / am.warp_rows(variant.name)) * (64 / keys)      # to 16 rows and 64 keys
                 waves[step, d] = {"Q": 4 * 2 * d // 16 * per, "K": 4 * keys // 16 * d // 16 * per,
                                   "V": 4 * keys // 16 * d // 16 * per}
             else:

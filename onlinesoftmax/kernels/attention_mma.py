@@ -114,19 +114,21 @@ def tile_counts(batch: int, heads: int, n_q: int, n_k: int, causal: bool) -> dic
 
 # --- plans and registration ----------------------------------------------------------------
 
-STAGES = {"attention_03_mma": 1, "attention_04_ldmatrix": 1, "attention_05_pipelined": 2,
-          "attention_07_fragment_reuse": 2}
 REUSE = "attention_07_fragment_reuse"
+# Per kernel: (warps of a block, query rows of a warp, (K, V) stages, Q staged in shared memory).
+# Every block takes BLOCK_Q query rows; key tiles are BLOCK_K keys, REUSE_KEYS[d] for attention_07.
+TILES = {"attention_03_mma": (8, 16, 1, False), "attention_04_ldmatrix": (8, 16, 1, False),
+         "attention_05_pipelined": (8, 16, 2, False), REUSE: (4, 32, 2, True)}
 
 
 def threads(name: str) -> int:
     """Threads of one block: 8 warps of 16 rows, or 4 warps of 32 for attention_07."""
-    return 128 if name == REUSE else THREADS
+    return 32 * TILES[name][0]
 
 
 def warp_rows(name: str) -> int:
     """Query rows of one warp: 16, or 32 (two m-tiles) for attention_07."""
-    return 32 if name == REUSE else WARP_ROWS
+    return TILES[name][1]
 
 
 def block_keys(name: str, d: int) -> int:
@@ -135,11 +137,10 @@ def block_keys(name: str, d: int) -> int:
 
 
 def shared_bytes(name: str, d: int) -> int:
-    """Dynamic shared memory of one block: STAGES (K, V) tiles of 16-bit elements (BLOCK_K x d, or
-    REUSE_KEYS[d] x d), and for attention_07 the Q tile of BLOCK_Q x d as well."""
-    if name == REUSE:
-        return (BLOCK_Q + STAGES[name] * 2 * REUSE_KEYS[d]) * d * 2
-    return STAGES[name] * 2 * BLOCK_K * d * 2
+    """Dynamic shared memory of one block, 16-bit elements: its (K, V) stages of block_keys x d,
+    and the Q tile of BLOCK_Q x d where it is staged (attention_07)."""
+    _, _, stages, q_shared = TILES[name]
+    return ((BLOCK_Q if q_shared else 0) + stages * 2 * block_keys(name, d)) * d * 2
 
 
 def grid(batch: int, heads: int, n_q: int) -> tuple[int, int, int]:
