@@ -1,4 +1,5 @@
-"""Suite `logsumexp`: logsumexp_01_online and log_softmax_01_online (fp32, fp16, bf16) against the libraries.
+"""Suite `logsumexp`: logsumexp_01_online, log_softmax_01_online and log_softmax_02_registers (rows up to
+32K) in fp32, fp16 and bf16 against the libraries.
 
 Peers, same process, same inputs, same timer (`onlinesoftmax.measure.timer.time_gpu`):
 torch.logsumexp / torch.log_softmax (when torch is importable) and cupy's
@@ -11,7 +12,7 @@ Bytes, per row of results (`bytes_counted` says which):
 GB/s = bytes / time. `fraction_of_copy` divides by the copy's GB/s, which counts read + write;
 a kernel that only reads is compared with the same number (reading alone is not slower than
 copying on this GPU, so the copy rate is a fair ceiling for both). `model_bytes` is what our
-kernel's access model says it moves (log_softmax reads each element twice).
+kernel's access model says it moves (log_softmax_01 reads each element twice).
 
 Every kernel of ours is checked against the float64 reference on its timing input before it
 is timed; a wrong answer stops the run.
@@ -93,15 +94,17 @@ def measure_shape(n_rows: int, n_cols: int, dtype: str, copy_GBps: float) -> lis
             ours = lambda x: osm.logsumexp(x, out=out)  # noqa: E731
             ideal_bytes, counted = n_rows * n_cols * itemsize + 4 * n_rows, LSE_BYTES
         else:
-            variant = osm.REGISTRY["log_softmax_01_online"]
             out = cupy.empty((n_rows, n_cols), dtype=dtype)
-            ours = lambda x: osm.log_softmax(x, out=out)  # noqa: E731
             ideal_bytes, counted = 2 * n_rows * n_cols * itemsize, LOG_SOFTMAX_BYTES
-        check_ours(op, ours(inputs[0]), inputs[0])
-        row = bench.measure(variant.name, ours, inputs, bytes_per_call=ideal_bytes, copy_GBps=copy_GBps,
-                            op=op, bytes_counted=counted, **fields)
-        row["model_bytes"] = variant.bytes_moved(n_rows, n_cols, itemsize) + (4 * n_rows if op == "logsumexp" else 0)
-        rows.append(row)
+        ours_calls = [(variant, ours)] if op == "logsumexp" else [   # each log_softmax kernel that takes the rows
+            (v, lambda x, name=v.name: osm.log_softmax(x, out=out, variant=name))
+            for v in osm.variants("log_softmax") if n_cols <= v.max_cols]
+        for variant, ours in ours_calls:
+            check_ours(op, ours(inputs[0]), inputs[0])
+            row = bench.measure(variant.name, ours, inputs, bytes_per_call=ideal_bytes, copy_GBps=copy_GBps,
+                                op=op, bytes_counted=counted, **fields)
+            row["model_bytes"] = variant.bytes_moved(n_rows, n_cols, itemsize) + (4 * n_rows if op == "logsumexp" else 0)
+            rows.append(row)
         for name, (fn, convert) in peers(op, dtype).items():
             try:  # a library that fails on this shape or dtype is reported, not fatal
                 rows.append(bench.measure(name, fn, [convert(x) for x in inputs], bytes_per_call=ideal_bytes,

@@ -18,6 +18,7 @@ from onlinesoftmax.kernels import softmax_masked  # noqa: F401  (softmax_03_onli
 from onlinesoftmax.kernels import softmax_fp16  # noqa: F401  (softmax_04/05: fp16 with vector loads)
 from onlinesoftmax.kernels import softmax_split_merge  # noqa: F401  (softmax_06_split_merge)
 from onlinesoftmax.kernels import logsumexp_online  # noqa: F401  (logsumexp_01_online, log_softmax_01_online)
+from onlinesoftmax.kernels import log_softmax_registers  # noqa: F401  (log_softmax_02_registers: rows up to 32K read once)
 from onlinesoftmax.kernels import logsumexp_state  # noqa: F401  (logsumexp_02_state: (m, l) per row, for merges across GPUs)
 from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
 from onlinesoftmax.kernels import softmax_topk  # noqa: F401  (softmax_topk_01 .. 04: the paper's four)

@@ -302,12 +302,12 @@ def _plain(function: str, x, axis):
 loader.on_reload(_fast_path.clear)
 
 
-def _choose_softmax(rows, options):
-    from onlinesoftmax.kernels import dispatch
-
-    if options:
-        return dispatch.choose_masked(rows.shape[0], rows.shape[1], rows.dtype).variant
-    return dispatch.choose(rows.shape[0], rows.shape[1], rows.dtype).variant
+def _chooser(rule: str):
+    """variant="auto": dispatch.<rule> (dispatch.choose_masked when a mask is given)."""
+    def choose(rows, options):
+        from onlinesoftmax.kernels import dispatch
+        return getattr(dispatch, "choose_masked" if options else rule)(*rows.shape, rows.dtype).variant
+    return choose
 
 
 def _only(name):
@@ -342,7 +342,7 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
         if y is not None:
             return y
     options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
-    return _call("softmax", "softmax", x, axis, variant, out, options, _choose_softmax, key, (mask, valid_lengths))
+    return _call("softmax", "softmax", x, axis, variant, out, options, _chooser("choose"), key, (mask, valid_lengths))
 
 
 def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
@@ -357,7 +357,7 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
-    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _only("log_softmax_01_online"), key)
+    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _chooser("choose_log_softmax"), key)
 
 
 def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):

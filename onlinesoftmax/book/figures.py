@@ -35,6 +35,7 @@ PALETTE = {
     "softmax_14_registers_masked": "#b5cf6b",
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
+    "log_softmax_02_registers": "#756bb1",
     "logsumexp_02_state": "#31a354",
     "softmax_topk_01_topk_only": "#8c6d31",
     "softmax_topk_02_safe_unfused": "#d6616b",

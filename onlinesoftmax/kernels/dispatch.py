@@ -64,6 +64,17 @@ def choose_masked(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None =
     return Choice(MASKED, "longer rows (or compute capability below 8.0): a block per row, two passes")
 
 
+def choose_log_softmax(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None) -> Choice:
+    """The kernel for log_softmax: rows up to 32K in registers (log_softmax_02, from compute capability
+    8.0: one read), longer rows (or older GPUs) the two-pass online kernel."""
+    from onlinesoftmax.kernels.log_softmax_registers import LOG_SOFTMAX_REGISTERS
+
+    cc = device.compute_capability() if cc is None else cc
+    if cc >= LOG_SOFTMAX_REGISTERS.min_cc and n_cols <= LOG_SOFTMAX_REGISTERS.max_cols:
+        return Choice(LOG_SOFTMAX_REGISTERS, "N <= 32K: the row in registers, read once")
+    return Choice(REGISTRY["log_softmax_01_online"], "longer rows (or compute capability below 8.0): two reads")
+
+
 def _rule(n_rows: int, n_cols: int, dtype: str, sms: int, clusters: bool) -> Choice:
     row_bytes = n_cols * DTYPE_ITEMSIZE[dtype]
     few_rows = n_rows < sms

@@ -52,17 +52,25 @@ def combine(a, b):
         return sim.online_combine(a, b, guards=True)
 
 
+def register_lanes(x32: np.ndarray, vec: int, nv: int, lanes: int):
+    """softmax_07 / 08's layout: lane t of `lanes` holds vectors k lanes + t. Returns the values each
+    lane holds, (rows, lanes, nv vec) with -inf padding past N, and their columns (lanes, nv vec)."""
+    n_rows, n_cols = x32.shape
+    k, t, j = np.meshgrid(np.arange(nv), np.arange(lanes), np.arange(vec), indexing="ij")
+    cols = ((k * lanes + t) * vec + j).transpose(1, 0, 2).reshape(lanes, nv * vec)   # (lanes, E)
+    valid = cols < n_cols
+    v = np.full((n_rows, lanes, nv * vec), -np.inf, dtype=F32)
+    v[:, valid] = x32[:, cols[valid]]
+    return v, cols, valid
+
+
 def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce, folded: bool | None = None) -> np.ndarray:
     """softmax_07 / 08 / 14: lane t of `lanes` holds vectors k lanes + t; one exp per element (folded:
     the FMA exponent form, by default for 16-bit rows as softmax_07 / 08 have it)."""
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
     folded = DTYPE_ITEMSIZE[dtype] == 2 if folded is None else folded
-    k, t, j = np.meshgrid(np.arange(nv), np.arange(lanes), np.arange(vec), indexing="ij")
-    cols = ((k * lanes + t) * vec + j).transpose(1, 0, 2).reshape(lanes, nv * vec)   # (lanes, E)
-    valid = cols < n_cols
-    v = np.full((n_rows, lanes, nv * vec), -np.inf, dtype=F32)
-    v[:, valid] = x32[:, cols[valid]]
+    v, cols, valid = register_lanes(x32, vec, nv, lanes)
     with np.errstate(all="ignore"):
         m = np.fmax.reduce(v, axis=2, initial=-np.inf).astype(F32)
         e = exp_sub(v, online_base(m)[..., None], folded)

@@ -1,6 +1,7 @@
-"""GPU tier for logsumexp_01_online and log_softmax_01_online in float32, float16 and bfloat16:
-edge matrix, special rows, views, every lane-group size, poisoned outputs, agreement with the
-NumPy models, bad input.
+"""GPU tier for logsumexp_01_online, log_softmax_01_online and log_softmax_02_registers in float32,
+float16 and bfloat16: edge matrix, special rows, views, every lane-group size, poisoned outputs,
+agreement with the NumPy models, bad input. log_softmax_02 holds rows of up to 32K: the edge
+matrix's longer rows check that its plan refuses them.
 
 The kernels are launched through their plans (runtime/plan.py's get_runner, what the API calls),
 so these tests hold whatever the public functions route. Every output is judged against the
@@ -23,6 +24,8 @@ EPS32 = float(np.finfo(np.float32).eps)
 DTYPES = checks.DTYPES
 LSE = osm.REGISTRY["logsumexp_01_online"]
 LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
+LOG_SOFTMAX_02 = osm.REGISTRY["log_softmax_02_registers"]
+LOG_SOFTMAXES = pytest.mark.parametrize("variant", (LOG_SOFTMAX, LOG_SOFTMAX_02), ids=lambda v: v.name)
 
 
 def gpu_rows(n_rows, n_cols, dtype="float32", seed=0, **kwargs):
@@ -62,13 +65,13 @@ def lse_checked(x, out=None, **options):
     return out
 
 
-def log_softmax_checked(x, out=None, **options):
+def log_softmax_checked(x, out=None, variant=LOG_SOFTMAX, **options):
     """log_softmax on a poisoned output of x's dtype (a poison no log-probability can be); an `out`
     passed in must come poisoned (checks.poisoned_like)."""
     x = rows_of(x)
     out = checks.poisoned_like(x) if out is None else out
     assert checks.unwritten(out) == out.size, "pass a poisoned out"
-    get_runner(LOG_SOFTMAX, x, out, options)(x, out, **options)
+    get_runner(variant, x, out, options)(x, out, **options)
     cp.cuda.Device().synchronize()
     assert out.dtype == x.dtype and checks.unwritten(out) == 0, "log_softmax left outputs unwritten"
     return out
@@ -116,12 +119,17 @@ def test_logsumexp_edge_matrix(n_rows, n_cols, dtype):
     assert_lse_close(lse_checked(x), x)
 
 
+@LOG_SOFTMAXES
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n_cols", checks.EDGE_COLS)
+@pytest.mark.parametrize("n_cols", checks.EDGE_COLS + (513, 1024, 1025, 32000, 32768))
 @pytest.mark.parametrize("n_rows", checks.EDGE_ROWS)
-def test_log_softmax_edge_matrix(dtype, n_rows, n_cols):
+def test_log_softmax_edge_matrix(variant, dtype, n_rows, n_cols):
     x = gpu_rows(n_rows, n_cols, dtype, seed=n_rows * 7919 + n_cols + 1)
-    assert_log_softmax_close(log_softmax_checked(x), x)
+    if n_cols > variant.max_cols:
+        with pytest.raises(ValueError, match="at most"):
+            log_softmax_checked(x, variant=variant)
+        return
+    assert_log_softmax_close(log_softmax_checked(x, variant=variant), x)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -135,17 +143,19 @@ def test_rows_of_a_million(n_cols, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols", (1, 3, 100, 257, 4097, 65536))
 def test_special_rows(n_cols, dtype):
+    """Rows of all -inf, with NaN, with +inf, with some -inf; log_softmax_02 where the row fits."""
     x, nan_rows = checks.special_rows(cp, n_cols, dtype)
     lse = lse_checked(x).get()
     assert lse[1] == -np.inf, "a row of all -inf has LSE -inf (log 0), not NaN"
     assert (np.isnan(lse) == (nan_rows & (np.arange(len(nan_rows)) != 1))).all()
     assert_lse_close(cp.asarray(lse), x)
-    y = log_softmax_checked(x)
-    y_host, x_host = checks.as_float64(y).get(), checks.as_float64(x).get()
-    assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), "all -inf, +inf and NaN rows must be NaN"
-    assert not np.isnan(y_host[~nan_rows]).any(), "unexpected NaN"
-    assert (y_host[~nan_rows][np.isneginf(x_host[~nan_rows])] == -np.inf).all()
-    assert_log_softmax_close(y, x)
+    for variant in (LOG_SOFTMAX, LOG_SOFTMAX_02) if n_cols <= LOG_SOFTMAX_02.max_cols else (LOG_SOFTMAX,):
+        y = log_softmax_checked(x, variant=variant)
+        y_host, x_host = checks.as_float64(y).get(), checks.as_float64(x).get()
+        assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), f"{variant.name}: all -inf, +inf and NaN rows must be NaN"
+        assert not np.isnan(y_host[~nan_rows]).any(), f"{variant.name}: unexpected NaN"
+        assert (y_host[~nan_rows][np.isneginf(x_host[~nan_rows])] == -np.inf).all(), variant.name
+        assert_log_softmax_close(y, x)
 
 
 @pytest.mark.parametrize("group", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
@@ -158,13 +168,17 @@ def test_every_group_size(group):
             assert_log_softmax_close(log_softmax_checked(x, group=group), x)
 
 
+@pytest.mark.parametrize("n_cols", (1001, 1024, 4096))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_misaligned_and_strided_views(dtype):
-    base = gpu_rows(9, 1001, dtype, seed=5)
+def test_misaligned_and_strided_views(dtype, n_cols):
+    """Views whose rows are off 16 bytes or N % V != 0 take the scalar builds (log_softmax_02's
+    scalar rows past 512 columns its block builds)."""
+    base = gpu_rows(9, n_cols, dtype, seed=5)
     views = (base[:, 1:], base[:, 3:-2], base[:, 7:], base[::2], base[1::3, 5:], base[:, ::2],
-             base.T[:500].T, base[::-1], base[:, 1:2])
+             base.T[:500].T, base[::-1], base[:, 1:2], base[:, :512], base[:, 8:])
     for view in views:
-        assert_log_softmax_close(log_softmax_checked(view), view)
+        for variant in (LOG_SOFTMAX, LOG_SOFTMAX_02):
+            assert_log_softmax_close(log_softmax_checked(view, variant=variant), view)
         assert_lse_close(lse_checked(view), view)
 
 
@@ -185,6 +199,9 @@ def test_many_rows(dtype):
     x = gpu_rows(100_003, 5, dtype, seed=12)
     assert_lse_close(lse_checked(x), x)
     assert_log_softmax_close(log_softmax_checked(x), x)
+    assert_log_softmax_close(log_softmax_checked(x, variant=LOG_SOFTMAX_02), x)
+    x = gpu_rows(16_387, 256, dtype, seed=13)   # many rows of 256: the shape the registers exist for
+    assert_log_softmax_close(log_softmax_checked(x, variant=LOG_SOFTMAX_02), x)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -209,6 +226,22 @@ def test_gpu_kernels_match_their_models(dtype):
             assert (np.abs(y_gpu - y_model) <= ulp + 1e-7).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_log_softmax_02_matches_its_model(dtype):
+    """log_softmax_02's model follows its layout (lane groups, blocks, the scalar builds): the kernel
+    agrees with it to 4 fp32 eps (fp32) or one ulp of the dtype."""
+    for n_cols, cut in ((3, 0), (256, 0), (1000, 0), (1000, 1), (4097, 0), (32000, 0), (600, 1)):
+        base = gpu_rows(7, n_cols + cut, dtype, seed=n_cols)
+        x = base[:, cut:] if cut else base   # cut: misaligned rows, the scalar builds
+        host = to_host(x)
+        y_gpu = checks.as_float64(log_softmax_checked(x, variant=LOG_SOFTMAX_02)).get()
+        y_model = checks.as_float64(LOG_SOFTMAX_02.simulate(host, vec=1 if cut else None))
+        if dtype == "float32":
+            assert np.abs(y_gpu - y_model).max() <= 4 * EPS32 * max(1.0, np.abs(y_model).max()), n_cols
+        else:
+            assert (np.abs(y_gpu - y_model) <= np.abs(y_model) * checks.EPS[dtype] + 1e-7).all(), n_cols
+
+
 def test_16_bit_entries_compute_in_float32():
     """fp16 / bf16 input: the LSE equals the fp32 entry's on the widened input to a few fp32 eps
     (only the vector schedule differs), far below a 16-bit ulp."""
@@ -230,6 +263,11 @@ def test_public_functions_on_cupy_take_every_dtype():
         assert y.dtype == x.dtype and y.shape == x.shape, dtype
         assert_lse_close(lse, x)
         assert_log_softmax_close(y, x)
+    from onlinesoftmax.kernels import dispatch   # auto: registers up to 32K, two passes past it
+    assert dispatch.choose_log_softmax(4, 300).variant is LOG_SOFTMAX_02
+    x = gpu_rows(2, 40000, seed=4)
+    assert dispatch.choose_log_softmax(*x.shape).variant is LOG_SOFTMAX
+    assert_log_softmax_close(osm.log_softmax(x), x)
 
 
 def test_bad_gpu_input_then_a_healthy_context():
@@ -248,15 +286,23 @@ def test_bad_gpu_input_then_a_healthy_context():
         LSE.plan(LSE, x16, cp.empty(2, cp.float16))
     with pytest.raises(TypeError):                    # nor log_softmax in another dtype than x's
         LOG_SOFTMAX.plan(LOG_SOFTMAX, x16, cp.empty((2, 8), cp.float32))
+    with pytest.raises(TypeError):
+        LOG_SOFTMAX_02.plan(LOG_SOFTMAX_02, x16, cp.empty((2, 8), cp.float32))
+    with pytest.raises(ValueError, match="32768"):
+        LOG_SOFTMAX_02.plan(LOG_SOFTMAX_02, cp.ones((2, 40000), cp.float32), cp.empty((2, 40000), cp.float32))
     for dtype in DTYPES:
         x = gpu_rows(2, 8, dtype)
         assert_lse_close(lse_checked(x), x)
         assert_log_softmax_close(log_softmax_checked(x), x)
+        assert_log_softmax_close(log_softmax_checked(x, variant=LOG_SOFTMAX_02), x)
 
 
 def test_compiled_resources_are_reported():
-    """Every entry of both files: at most 64 registers (1024-thread blocks), no local memory."""
-    for variant in (LSE, LOG_SOFTMAX):
+    """Every entry of the files: no local memory, registers within what its block size allows (64 for
+    1024-thread blocks; log_softmax_02's 128-thread groups up to 255)."""
+    for variant in (LSE, LOG_SOFTMAX, LOG_SOFTMAX_02):
         for entry in variant.launched_entries:
             report = resources_from_device(get_kernel(variant.path, entry, variant.defines))
-            assert 0 < report.registers <= 64 and report.stack_bytes == 0, (entry, report)
+            layout = entry.rsplit("_", 1)[-1]   # log_softmax_02: g<G> (128-thread blocks) or t<T>
+            threads = 1024 if variant is not LOG_SOFTMAX_02 else 128 if layout[0] == "g" else int(layout[1:])
+            assert 0 < report.registers <= min(255, 65536 // threads) and report.stack_bytes == 0, (entry, report)
