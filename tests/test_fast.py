@@ -47,7 +47,12 @@ def test_fast_dispatch_on_numpy_runs_the_chosen_model():
     (4000, 4096, True, "softmax_08_registers"),
     (4000, 8192, True, "softmax_08_registers"),
     (4000, 16384, True, "softmax_09_shared"),
-    (4000, 32768, True, "softmax_10_cluster"),
+    (4000, 32768, True, "softmax_08_registers"),   # too long for two blocks' shared memory: registers
+    (4000, 28672, True, "softmax_09_shared"),
+    (512, 32000, False, "softmax_08_registers"),
+    (64, 32000, True, "softmax_08_registers"),
+    (8, 32000, True, "softmax_10_cluster"),
+    (4000, 32769, True, "softmax_10_cluster"),
     (10, 4096, True, "softmax_08_registers"),
     (4000, 65536, True, "softmax_10_cluster"),
     (64, 16384, True, "softmax_08_registers"),
@@ -67,6 +72,9 @@ def test_dispatch_choices(n_rows, n_cols, clusters, expected):
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize(("n_rows", "n_cols", "clusters", "expected"), [
     (4000, 16384, True, "softmax_09_shared"),
+    (4000, 32000, True, "softmax_09_shared"),
+    (64, 24576, True, "softmax_08_registers"),
+    (8, 24576, True, "softmax_10_cluster"),
     (4000, 65536, True, "softmax_12_pipelined"),
     (4000, 65536, False, "softmax_09_shared"),
     (64, 65536, True, "softmax_10_cluster"),

@@ -23,18 +23,31 @@
 // Threads per row. 128 rather than 256: at 4000 x 32768 fp32, k = 5 the H200 read 0.54 of its read
 // bandwidth with 128, 0.42 with 256 and 0.29 with 512 (the same kernel built each way and timed in
 // one run): a row's closing merge and the wait for its first loads are paid per block, and with
-// more, smaller blocks per SM more of them overlap other blocks' reading.
+// more, smaller blocks per SM more of them overlap other blocks' reading. (-D overrides, for probes;
+// the launchers launch 128.)
+#ifndef TOPK_THREADS
 #define TOPK_THREADS 128
+#endif
 // Blocks per SM the compiler is asked to fit (__launch_bounds__' second argument), by list length:
 // 7 blocks of 128 threads (up to 72 registers) for K <= 4, 6 for K = 8 (80), 5 for K = 16 (102);
 // K = 32 needs about 130 (the list alone is 64) and gets 3: where the register list stops paying.
 // Without a second argument ptxas spilled a predicate register in a 32-register build.
 // (One name per bucket, TOPK_MIN_BLOCKS_<K>, so a kernel's declaration holds no nested parentheses.)
+#ifndef TOPK_MIN_BLOCKS_1
 #define TOPK_MIN_BLOCKS_1 7
+#endif
+#ifndef TOPK_MIN_BLOCKS_4
 #define TOPK_MIN_BLOCKS_4 7
+#endif
+#ifndef TOPK_MIN_BLOCKS_8
 #define TOPK_MIN_BLOCKS_8 6
+#endif
+#ifndef TOPK_MIN_BLOCKS_16
 #define TOPK_MIN_BLOCKS_16 5
+#endif
+#ifndef TOPK_MIN_BLOCKS_32
 #define TOPK_MIN_BLOCKS_32 3
+#endif
 
 #define TOPK_ONLY 0     // the list alone
 #define TOPK_SAFE 1     // the list and l = sum e^(x - base) for a known base

@@ -17,6 +17,7 @@ from onlinesoftmax.registry import DTYPE_ITEMSIZE, REGISTRY, Variant
 from onlinesoftmax.runtime import device, driver
 
 PIPELINED_MIN_ROWS = 1024   # 16-bit rows of 64K go to softmax_12 from here (measured at 4000)
+REGISTERS_MIN_FEW_ROWS = 64   # fewer rows than SMs but at least this many: rows of 16K-32K in registers
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,13 @@ def _rule(n_rows: int, n_cols: int, dtype: str, sms: int, clusters: bool) -> Cho
         return Choice(WARP_PER_ROW, "N <= 1024: a lane group per row, the row in registers")
     if n_cols <= 8192 or (few_rows and n_cols <= 16384):
         return Choice(REGISTERS, "N <= 8K (or 16K with few rows): a block per row, the row in registers")
+    # rows of up to 32K that would go to a cluster: in registers they measured 1.10-1.18x faster for
+    # fp32 rows of 28K-32K (too long for two blocks' shared memory) at 512-4000 rows, and 1.02-1.08x at
+    # 64 rows of 24K-32K in fp32 and fp16 (data/h200/2026-12-02-rule-probe.log)
+    if n_cols <= REGISTERS.max_cols and ((not few_rows and row_bytes > SHARED_TWO_BLOCKS_BYTES)
+                                         or (few_rows and n_rows >= REGISTERS_MIN_FEW_ROWS)):
+        return Choice(REGISTERS, "rows of up to 32K that two blocks' shared memory cannot hold, or 64+ rows: "
+                                 "a block per row, the row in registers")
     if not few_rows and row_bytes <= SHARED_TWO_BLOCKS_BYTES:
         return Choice(SHARED, "many rows of <= 112 KB: a block per row cached in shared memory, two blocks per SM")
     small_input = n_rows * row_bytes <= 24 * 2**20

@@ -267,12 +267,20 @@ def test_bad_gpu_input(name):
 
 
 def test_dispatch_runs_the_chosen_kernel():
-    for n_rows, n_cols in ((4000, 256), (4000, 4096), (64, 65536), (1, 1 << 20), (10, 1 << 20)):
-        choice = dispatch.choose(n_rows, n_cols, "float32")
-        x = checks.random_rows(cp, n_rows, n_cols, "float32", seed=n_cols)
-        y = run_checked("fast", x)
-        z = run_checked(choice.variant.name, x)
-        assert bool((y == z).all()), f"fast != {choice.variant.name} at {n_rows}x{n_cols}"
+    """auto runs what dispatch.choose names, bit for bit, and that output passes the reference check
+    (the rows of 24K-32K that go back to the registers included)."""
+    shapes = ((4000, 256), (4000, 4096), (64, 65536), (1, 1 << 20), (10, 1 << 20), (1024, 32000), (512, 32768),
+              (64, 24576), (8, 32000))
+    for dtype in ("float32", "bfloat16"):
+        for n_rows, n_cols in shapes:
+            choice = dispatch.choose(n_rows, n_cols, dtype)
+            x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=n_cols)
+            y = run_checked("fast", x)
+            z = run_checked(choice.variant.name, x)
+            assert bool((y.view(cp.uint16 if dtype != "float32" else cp.float32) ==
+                         z.view(cp.uint16 if dtype != "float32" else cp.float32)).all()), \
+                f"fast != {choice.variant.name} at {n_rows}x{n_cols} {dtype}"
+            assert_close(choice.variant.name, y, x)
 
 
 @pytest.mark.parametrize("dtype", checks.DTYPES)
