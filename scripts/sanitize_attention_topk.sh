@@ -25,7 +25,9 @@ for dtype in checks.DTYPES:
             for causal in (False, True):
                 osm.attention(q, k, v, causal=causal, return_lse=True, variant=variant)
                 launches += 1
-    for n_rows, n_cols, k in ((3, 1, 1), (2, 33, 4), (2, 1000, 16), (1, 4097, 32), (2, 70000, 5)):
+    # the last two: many rows, the 64- and 32-thread blocks (softmax_topk.block_threads)
+    for n_rows, n_cols, k in ((3, 1, 1), (2, 33, 4), (2, 1000, 16), (1, 4097, 32), (2, 70000, 5), (1100, 300, 2),
+                              (3000, 1000, 5)):
         x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=4)[:, :n_cols - (n_cols > 3)]   # misaligned tails too
         for variant in ("softmax_topk_02_safe_unfused", "softmax_topk_03_safe_fused", "softmax_topk_04_online_fused"):
             osm.softmax_topk(x, min(k, x.shape[1]), return_lse=True, variant=variant)

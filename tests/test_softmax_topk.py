@@ -211,6 +211,64 @@ def test_the_models_with_replay_agree_with_the_exact_selection():
         np.testing.assert_array_equal(columns, reference.topk_order(rows)[:, :9])
 
 
+@pytest.mark.parametrize("threads", (32, 64))
+def test_the_replayed_lists_of_smaller_blocks_hold_the_k_best(threads):
+    """The same claim for the 64- and 32-thread blocks block_threads gives many rows: every thread's
+    list with the shared threshold of its one or two warps."""
+    x = checks.random_rows(np, 3, 9000, "float32", seed=threads)
+    view = checks.random_rows(np, 3, 9003, "bfloat16", seed=threads)[:, 3:]
+    for rows in (x, view):
+        for k in (1, 2, 5, 8):
+            want = tk.top_keys(tk.row_keys(rows), k)
+            got = rm.block_top(rm.thread_lists(rows, k, kt.bucket(k), threads), k)
+            np.testing.assert_array_equal(got, want)
+
+
+class _Addressed:
+    """A numpy array with a device-style address (.data.ptr), as the plans read it."""
+
+    def __init__(self, array):
+        self.shape, self.strides, self.itemsize, self.dtype = array.shape, array.strides, array.itemsize, array.dtype
+        self.data = type("Pointer", (), {"ptr": array.ctypes.data})()
+
+
+def test_block_threads_follow_the_shape_and_the_build():
+    """128 threads a row for few rows, long rows and the lists of 16 and 32; 64 for a thousand rows or
+    more; 32 for the list of 8 from 3000 rows. The plan launches that block with the build of that size."""
+    bt = kt.block_threads
+    assert bt(4000, 32768, 5) == 32 and bt(4000, 8192, 8) == 32 and bt(1024, 32768, 5) == 64
+    assert bt(4000, 32768, 1) == bt(4000, 32768, 4) == 64 and bt(2000, 8192, 5) == 64
+    assert bt(4000, 32768, 10) == bt(4000, 32768, 32) == 128 and bt(528, 32768, 5) == 128
+    assert bt(4000, 131072, 5) == 128 and bt(10, 32768, 1) == 128
+    assert kt.build_defines("float32", 5, 128) == kt.build_defines("float32", 5)
+    assert "TOPK_THREADS=32" in kt.build_defines("float32", 5, 32) and "TOPK_MIN_BLOCKS_8=16" in kt.build_defines(
+        "float32", 5, 32)
+    assert "TOPK_THREADS=64" in kt.build_defines("bfloat16", 2, 64)
+    launched = []
+
+    def fake_launch(fn, grid, block, shared, cluster, types, fixed=None, **_):
+        launched.append((fn, tuple(grid), tuple(block)))
+        return lambda *values: None
+
+    built = []
+    original = (kt.get_kernel, kt.driver.prepare_launch)
+    kt.get_kernel = lambda path, entry, defines=(): built.append((entry, tuple(defines))) or entry
+    kt.driver.prepare_launch = fake_launch
+    try:
+        for variant in (kt.ONLINE_FUSED, kt.SAFE_FUSED, kt.SAFE_UNFUSED, kt.TOPK_ONLY):
+            for shape, k, threads in (((4000, 4096), 5, 32), ((1024, 4096), 2, 64), ((100, 4096), 5, 128)):
+                x = _Addressed(np.zeros(shape, np.float32))
+                before = len(launched)
+                variant.plan(variant, x, np.zeros((shape[0], k), np.float32), k=k)
+                new_launches, new_builds = launched[before:], built[before:]   # 02: its softmax and its select
+                assert new_launches and all(grid == (shape[0],) and block == (threads,)
+                                            for _, grid, block in new_launches), (variant.name, shape, new_launches)
+                assert all((f"TOPK_THREADS={threads}" in defines) == (threads != 128)
+                           for _, defines in new_builds), (variant.name, new_builds)
+    finally:
+        kt.get_kernel, kt.driver.prepare_launch = original
+
+
 def test_the_threshold_is_what_keeps_pushes_rare():
     """The shared threshold: after the first steps few elements enter a list (fewer walks of a list
     per warp and element slot than with no threshold, where every element enters)."""

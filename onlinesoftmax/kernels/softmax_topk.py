@@ -53,11 +53,25 @@ def to_dtype(p32, dtype) -> np.ndarray:
     return p32 if np.dtype(dtype) == np.float32 else checks.to_dtype(p32, np.dtype(dtype).name)
 
 
-def selected_keys(x, k: int, replay: bool) -> np.ndarray:
+def block_threads(n_rows: int, n_cols: int, k: int) -> int:
+    """Threads per row (the block) of softmax_topk_01 .. 04 for n_rows rows of n_cols, k kept.
+
+    From the H200 probe of softmax_topk_04 at 128, 64 and 32 threads (data/h200/2026-12-02-topk-threads-
+    probe.log): with a thousand rows or more and rows shorter than 128K, 64 threads a row were as fast
+    or faster than 128 for k <= 8 (4000 x 8192, k = 5: 83 against 108 us), and 32 faster still for the
+    list of 8 at 3000 rows or more (69 us there; 175 against 210 us at 4000 x 32768). Fewer rows,
+    longer rows or the lists of 16 and 32: 128."""
+    K = bucket(k)
+    if K >= 16 or n_rows < 1024 or n_cols >= 131072:
+        return BLOCK_THREADS
+    return 32 if K == 8 and n_rows >= 3000 else 64
+
+
+def selected_keys(x, k: int, replay: bool, threads: int = BLOCK_THREADS) -> np.ndarray:
     """The k best keys of each row (rows, k): exact, or from the replayed lists (replay=True)."""
     if not replay:
         return tk.top_keys(tk.row_keys(x), k)
-    return rm.block_top(rm.thread_lists(x, k, bucket(k)), k)
+    return rm.block_top(rm.thread_lists(x, k, bucket(k), threads), k)
 
 
 def _by_blocks(x, model):
@@ -68,8 +82,10 @@ def _by_blocks(x, model):
 
 def simulate_topk_only(x, k: int, replay: bool = False):
     """softmax_topk_01_topk_only: (the k largest logits in x's dtype, their columns int64)."""
+    threads = block_threads(*np.shape(x), k)
+
     def model(rows):
-        columns = tk.key_columns(selected_keys(rows, k, replay))
+        columns = tk.key_columns(selected_keys(rows, k, replay, threads))
         return np.take_along_axis(rows, columns, axis=1), columns
     return _by_blocks(x, model)
 
@@ -77,14 +93,16 @@ def simulate_topk_only(x, k: int, replay: bool = False):
 def simulate_safe_unfused(x, k: int, renormalize: bool = False, replay: bool = False):
     """softmax_topk_02_safe_unfused: the probabilities as the softmax kernel stores them (x's dtype),
     then the k largest of those stored values (ties, rounded ones included, to the lower column)."""
+    threads = block_threads(*np.shape(x), k)
+
     def model(rows):
         m = rm.row_max(rows)
         base = rm.base_of(m)
-        l = rm.row_sums(rows, base)
+        l = rm.row_sums(rows, base, threads)
         with np.errstate(all="ignore"):
             p32 = (rm.exp_terms(np.asarray(rows).astype(F32), base[:, None]) * (F32(1) / l)[:, None]).astype(F32)
             stored = to_dtype(p32, rows.dtype)
-            columns = tk.key_columns(selected_keys(stored, k, replay))
+            columns = tk.key_columns(selected_keys(stored, k, replay, threads))
             kept = np.take_along_axis(stored, columns, axis=1)
             if renormalize:
                 kept32 = np.asarray(kept).astype(F32)
@@ -95,9 +113,11 @@ def simulate_safe_unfused(x, k: int, renormalize: bool = False, replay: bool = F
 
 
 def _fused_model(x, k, renormalize, replay, state):
+    threads = block_threads(*np.shape(x), k)
+
     def model(rows):
-        m, l = state(rows)
-        keys = selected_keys(rows, k, replay)
+        m, l = state(rows, threads)
+        keys = selected_keys(rows, k, replay, threads)
         with np.errstate(all="ignore"):
             probs = rm.probabilities(keys, m, l, renormalize)
             lse = (m + np.log(l)).astype(F32)
@@ -105,9 +125,9 @@ def _fused_model(x, k, renormalize, replay, state):
     return _by_blocks(x, model)
 
 
-def safe_state(rows):
+def safe_state(rows, threads: int = BLOCK_THREADS):
     m = rm.row_max(rows)
-    return m, rm.row_sums(rows, rm.base_of(m))
+    return m, rm.row_sums(rows, rm.base_of(m), threads)
 
 
 def simulate_safe_fused(x, k: int, renormalize: bool = False, replay: bool = False):
@@ -121,7 +141,8 @@ def simulate_online_fused(x, k: int, renormalize: bool = False, replay: bool = F
 
 
 def geometry(n_rows: int, n_cols: int) -> Launch:
-    return Launch(grid=(n_rows,), block=(BLOCK_THREADS,))
+    """The launch for k = 1 (the block size follows k too: block_threads)."""
+    return Launch(grid=(n_rows,), block=(block_threads(n_rows, n_cols, 1),))
 
 
 def check_k(variant: Variant, k: int) -> None:
@@ -137,14 +158,23 @@ def _entry(variant: Variant, dtype: str, k: int, kernel: str = "") -> str:
     return f"{variant.path.stem}{kernel}_{DTYPE_TAGS[dtype]}_k{bucket(k)}"
 
 
-def build_defines(dtype: str, k: int | None = None) -> tuple[str, ...]:
+MIN_BLOCKS_32 = 16   # blocks per SM asked of the compiler for 32-thread blocks (the probe's build)
+
+
+def build_defines(dtype: str, k: int | None = None, threads: int = BLOCK_THREADS) -> tuple[str, ...]:
     """The defines of a build with only the entry of (dtype, bucket(k)) compiled (topk_rows.cuh:
-    topk_builds): a process compiles what it launches, not every bucket of every dtype."""
-    return (f"TOPK_BUILD_ROW={ROW_IDS[dtype]}",) + (() if k is None else (f"TOPK_BUILD_K={bucket(k)}",))
+    topk_builds): a process compiles what it launches, not every bucket of every dtype. A block of
+    other than 128 threads sets TOPK_THREADS (and, for 32, the blocks per SM of its bucket)."""
+    defines = (f"TOPK_BUILD_ROW={ROW_IDS[dtype]}",) + (() if k is None else (f"TOPK_BUILD_K={bucket(k)}",))
+    if threads != BLOCK_THREADS:
+        defines += (f"TOPK_THREADS={threads}",)
+        if threads == 32 and k is not None:
+            defines += (f"TOPK_MIN_BLOCKS_{bucket(k)}={MIN_BLOCKS_32}",)
+    return defines
 
 
-def _launch(variant, entry, n_rows, arg_types, fixed, defines):
-    return driver.prepare_launch(get_kernel(variant.path, entry, defines), (n_rows,), (BLOCK_THREADS,), 0, 1,
+def _launch(variant, entry, n_rows, arg_types, fixed, defines, threads: int = BLOCK_THREADS):
+    return driver.prepare_launch(get_kernel(variant.path, entry, defines), (n_rows,), (threads,), 0, 1,
                                  arg_types, fixed=fixed)
 
 
@@ -154,10 +184,11 @@ def plan_fused(variant: Variant, x, probs, k: int = 1, renormalize: bool = False
     if probs.dtype != x.dtype:
         raise TypeError(f"{variant.name}: probs must have x's dtype {x.dtype.name}, got {probs.dtype.name}")
     check_k(variant, k)
+    threads = block_threads(*x.shape, k)
     launch = _launch(variant, _entry(variant, x.dtype.name, k), x.shape[0],
                      (POINTER, POINTER, POINTER, POINTER, INT, LONG, INT, INT),
                      {4: x.shape[1], 5: x.strides[0] // x.itemsize, 6: k, 7: int(bool(renormalize))},
-                     build_defines(x.dtype.name, k))
+                     build_defines(x.dtype.name, k, threads), threads)
 
     def run(x, probs, columns=None, lse=None, **_):
         launch(x.data.ptr, probs.data.ptr, columns.data.ptr, None if lse is None else lse.data.ptr)
@@ -169,8 +200,10 @@ def plan_topk_only(variant: Variant, x, values, k: int = 1, columns=None, **_):
     if values.dtype != x.dtype:
         raise TypeError(f"{variant.name}: values must have x's dtype {x.dtype.name}, got {values.dtype.name}")
     check_k(variant, k)
+    threads = block_threads(*x.shape, k)
     launch = _launch(variant, _entry(variant, x.dtype.name, k), x.shape[0], (POINTER, POINTER, POINTER, INT, LONG, INT),
-                     {3: x.shape[1], 4: x.strides[0] // x.itemsize, 5: k}, build_defines(x.dtype.name, k))
+                     {3: x.shape[1], 4: x.strides[0] // x.itemsize, 5: k}, build_defines(x.dtype.name, k, threads),
+                     threads)
 
     def run(x, values, columns=None, **_):
         launch(x.data.ptr, values.data.ptr, columns.data.ptr)
@@ -188,11 +221,13 @@ def plan_unfused(variant: Variant, x, probs, k: int = 1, renormalize: bool = Fal
     n_rows, n_cols = x.shape
     stride = x.strides[0] // x.itemsize
     tag = DTYPE_TAGS[x.dtype.name]
+    threads = block_threads(n_rows, n_cols, k)
     softmax = _launch(variant, f"{variant.path.stem}_softmax_{tag}", n_rows, (POINTER, POINTER, POINTER, INT, LONG),
-                      {3: n_cols, 4: stride}, build_defines(x.dtype.name))
+                      {3: n_cols, 4: stride}, build_defines(x.dtype.name, None, threads), threads)
     select = _launch(variant, _entry(variant, x.dtype.name, k, "_select"), n_rows,
                      (POINTER, POINTER, POINTER, INT, LONG, INT, INT),
-                     {3: n_cols, 4: stride, 5: k, 6: int(bool(renormalize))}, build_defines(x.dtype.name, k))
+                     {3: n_cols, 4: stride, 5: k, 6: int(bool(renormalize))}, build_defines(x.dtype.name, k, threads),
+                     threads)
     phase = x.data.ptr % 16
     nbytes = ((n_rows - 1) * stride + n_cols) * x.itemsize + 16
 

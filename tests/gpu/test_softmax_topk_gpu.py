@@ -107,6 +107,26 @@ def test_warp_rows_both_load_orders(dtype):
             assert_kernel(moe.WARP_ROWS, x, k)
 
 
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+@pytest.mark.parametrize("n_rows", (1024, 3000))
+def test_the_smaller_blocks_of_many_rows(dtype, n_rows):
+    """Many rows get 64 or 32 threads a row (softmax_topk.block_threads): every list kernel and
+    topk_logits there, on misaligned rows of the edge lengths, special rows among them."""
+    special, _ = checks.special_rows(np, 1000, dtype)
+    for n_cols in (1, 33, 1000, 4097, 32768, 100003):
+        x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=n_cols)[:, 1:]
+        if n_cols == 1000:   # copied as bits (bf16 has no cupy kernels of its own)
+            bits = cp.uint32 if x.itemsize == 4 else cp.uint16
+            x.view(bits)[:special.shape[0]] = checks.on_device(cp, special).view(bits)
+        for k in (1, 2, 5, 8):
+            if k > n_cols:
+                continue
+            assert kt.block_threads(n_rows, n_cols, k) in ((64, 32) if n_rows >= 1024 and n_cols < 131072 else (128,))
+            for variant in LIST_KERNELS:
+                assert_kernel(variant, x, k, renormalize=k == 2)
+            assert_logits(x, k)
+
+
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("n_cols", checks.EDGE_COLS + checks.HUGE_COLS)
 def test_every_kernel_and_bucket_on_the_edge_matrix(dtype, n_cols):
