@@ -35,11 +35,12 @@ def reading_markdown(data: dict | None) -> str:
     bullets = []
     if data.get("quick"):
         alone = sorted(data.get("case_files", {}))
-        bullets.append("Only the quick run of the suite is recorded: one or two shapes per case, so each reading "
-                       "below rests on those few shapes" +
-                       (", except " + " and ".join(f"the {c.replace('moe', 'gating').replace('_', ' ')} case, whose "
-                                                   f"every shape comes from a run of that case alone "
-                                                   f"(`{data['case_files'][c]}`)" for c in alone) if alone else "") + ".")
+        names = [f"the {c.replace('moe', 'gating').replace('_', ' ')} case (`{data['case_files'][c]}`)" for c in alone]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1] if names else ""
+        bullets.append("The suite's full run is not recorded; its quick run has one or two shapes per case" +
+                       (f". Every shape of {listed} comes from a run of that case alone; a case not named rests "
+                        "on the quick run's few shapes" if alone else ", so each reading below rests on those "
+                        "few shapes") + ".")
     if "head_vs_unfused" in r:
         bullets.append(
             f"**The headline shape.** At 4000 rows of 32768 fp32 logits and *k* = 5, "
