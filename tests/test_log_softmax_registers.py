@@ -12,7 +12,7 @@ from onlinesoftmax.kernels import log_softmax_registers as lr
 from onlinesoftmax.kernels.softmax_fast_configs import vector_width
 from onlinesoftmax.registry import DTYPE_TAGS
 
-from test_logsumexp import log_softmax_compare, rows
+from test_logsumexp import Addressed, FakeKernel, log_softmax_compare, rows
 
 DTYPES = checks.DTYPES
 VARIANT = osm.REGISTRY["log_softmax_02_registers"]
@@ -81,13 +81,9 @@ def test_layout():
                 assert f"{VARIANT.name}_{DTYPE_TAGS[dtype]}_v{vec}_n{nv}_{kind}{lanes}" in entries
 
 
-class FakeKernel:
-    def __init__(self, entry):
-        self.entry, self.launches = entry, []
-
-
 @pytest.fixture
 def fake_kernels(monkeypatch):
+    """test_logsumexp's fakes, patched into this kernel's launcher module."""
     built = []
 
     def get_kernel(path, entry, defines=()):
@@ -104,11 +100,6 @@ def fake_kernels(monkeypatch):
     monkeypatch.setattr(lr, "get_kernel", get_kernel)
     monkeypatch.setattr(lr.driver, "prepare_launch", prepare_launch)
     return built
-
-
-class Addressed:
-    def __init__(self, array):
-        self.data = type("Pointer", (), {"ptr": array.ctypes.data})()
 
 
 def _aligned(shape, dtype):

@@ -254,9 +254,10 @@ def fake_kernels(monkeypatch):
 
 
 class Addressed:
-    """A numpy array with a device-style address (.data.ptr), as a runner reads it."""
+    """A numpy array with a device-style address (.data.ptr), as a runner or a plan reads it."""
 
     def __init__(self, array):
+        self.shape, self.strides, self.itemsize, self.dtype = array.shape, array.strides, array.itemsize, array.dtype
         self.data = type("Pointer", (), {"ptr": array.ctypes.data})()
 
 

@@ -14,6 +14,8 @@ from onlinesoftmax.kernels import softmax_topk_split as sp
 from onlinesoftmax.kernels import topk_keys as tk
 from onlinesoftmax.kernels import topk_rows_model as rm
 
+from test_logsumexp import Addressed
+
 COLS = (1, 2, 3, 31, 33, 100, 257, 1000, 4097)
 KS = (1, 2, 5, 16, 17, 32)
 PROBABILITY_KERNELS = (kt.SAFE_UNFUSED, kt.SAFE_FUSED, kt.ONLINE_FUSED, sp.SPLIT)   # any N
@@ -224,14 +226,6 @@ def test_the_replayed_lists_of_smaller_blocks_hold_the_k_best(threads):
             np.testing.assert_array_equal(got, want)
 
 
-class _Addressed:
-    """A numpy array with a device-style address (.data.ptr), as the plans read it."""
-
-    def __init__(self, array):
-        self.shape, self.strides, self.itemsize, self.dtype = array.shape, array.strides, array.itemsize, array.dtype
-        self.data = type("Pointer", (), {"ptr": array.ctypes.data})()
-
-
 def test_block_threads_follow_the_shape_and_the_build():
     """128 threads a row for few rows, long rows and the lists of 16 and 32; 64 for a thousand rows or
     more; 32 for the list of 8 from 3000 rows. The plan launches that block with the build of that size."""
@@ -257,7 +251,7 @@ def test_block_threads_follow_the_shape_and_the_build():
     try:
         for variant in (kt.ONLINE_FUSED, kt.SAFE_FUSED, kt.SAFE_UNFUSED, kt.TOPK_ONLY):
             for shape, k, threads in (((4000, 4096), 5, 32), ((1024, 4096), 2, 64), ((100, 4096), 5, 128)):
-                x = _Addressed(np.zeros(shape, np.float32))
+                x = Addressed(np.zeros(shape, np.float32))
                 before = len(launched)
                 variant.plan(variant, x, np.zeros((shape[0], k), np.float32), k=k)
                 new_launches, new_builds = launched[before:], built[before:]   # 02: its softmax and its select
