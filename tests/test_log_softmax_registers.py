@@ -12,7 +12,7 @@ from onlinesoftmax.kernels import log_softmax_registers as lr
 from onlinesoftmax.kernels.softmax_fast_configs import vector_width
 from onlinesoftmax.registry import DTYPE_TAGS
 
-from test_logsumexp import Addressed, FakeKernel, log_softmax_compare, rows
+from test_logsumexp import Addressed, install_fake_kernels, log_softmax_compare, rows
 
 DTYPES = checks.DTYPES
 VARIANT = osm.REGISTRY["log_softmax_02_registers"]
@@ -83,23 +83,7 @@ def test_layout():
 
 @pytest.fixture
 def fake_kernels(monkeypatch):
-    """test_logsumexp's fakes, patched into this kernel's launcher module."""
-    built = []
-
-    def get_kernel(path, entry, defines=()):
-        built.append(FakeKernel(entry))
-        return built[-1]
-
-    def prepare_launch(fn, grid, block, shared, cluster, types, fixed=None, **flags):
-        def launch(*values):
-            given = iter(values)
-            fn.launches.append((tuple(grid), tuple(block),
-                                tuple(fixed[i] if i in fixed else next(given) for i in range(len(types)))))
-        return launch
-
-    monkeypatch.setattr(lr, "get_kernel", get_kernel)
-    monkeypatch.setattr(lr.driver, "prepare_launch", prepare_launch)
-    return built
+    return install_fake_kernels(monkeypatch, lr)
 
 
 def _aligned(shape, dtype):

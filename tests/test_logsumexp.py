@@ -232,8 +232,9 @@ class FakeKernel:
         self.launches.append((grid, block, args))
 
 
-@pytest.fixture
-def fake_kernels(monkeypatch):
+def install_fake_kernels(monkeypatch, module) -> list:
+    """Replace a launcher module's get_kernel and driver.prepare_launch: every kernel built is a
+    FakeKernel (returned in build order) whose launches record the whole argument list."""
     built = []
 
     def get_kernel(path, entry, defines=()):
@@ -248,9 +249,14 @@ def fake_kernels(monkeypatch):
                                 tuple(fixed[i] if i in fixed else next(given) for i in range(len(types)))))
         return launch
 
-    monkeypatch.setattr(kl, "get_kernel", get_kernel)
-    monkeypatch.setattr(kl.driver, "prepare_launch", prepare_launch)
+    monkeypatch.setattr(module, "get_kernel", get_kernel)
+    monkeypatch.setattr(module.driver, "prepare_launch", prepare_launch)
     return built
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch):
+    return install_fake_kernels(monkeypatch, kl)
 
 
 class Addressed:

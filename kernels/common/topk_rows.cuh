@@ -20,11 +20,12 @@
 #include "top_keys.cuh"
 #include "topk_build.cuh"
 
-// Threads per row. 128 rather than 256: at 4000 x 32768 fp32, k = 5 the H200 read 0.54 of its read
-// bandwidth with 128, 0.42 with 256 and 0.29 with 512 (the same kernel built each way and timed in
-// one run): a row's closing merge and the wait for its first loads are paid per block, and with
-// more, smaller blocks per SM more of them overlap other blocks' reading. (-D overrides, for probes;
-// the launchers launch 128.)
+// Threads per row: 128 by default, rather than 256: at 4000 x 32768 fp32, k = 5 the H200 read 0.54 of
+// its read bandwidth with 128, 0.42 with 256 and 0.29 with 512 (the same kernel built each way and
+// timed in one run): a row's closing merge and the wait for its first loads are paid per block, and
+// with more, smaller blocks per SM more of them overlap other blocks' reading. The launchers build
+// and launch 64 or 32 for many rows (-DTOPK_THREADS, and for 32 -DTOPK_MIN_BLOCKS_<K>=16: see
+// block_threads in onlinesoftmax/kernels/softmax_topk.py).
 #ifndef TOPK_THREADS
 #define TOPK_THREADS 128
 #endif

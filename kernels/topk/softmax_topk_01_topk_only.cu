@@ -16,7 +16,8 @@
 //               included), and the columns.
 //               Order: larger logit first; equal logits by the lower column; NaN ranks above
 //               every number (as torch.topk).
-// Launch:       grid = (n_rows), block = (TOPK_THREADS = 128), static shared memory 4 x K keys + 8 B;
+// Launch:       grid = (n_rows), block = (TOPK_THREADS: 128, or 64 / 32 for many rows,
+//               softmax_topk.block_threads), static shared memory 4 x K keys + 8 B;
 //               registers by bucket: TOPK_MIN_BLOCKS_<K> (topk_rows.cuh).
 // Traffic:      1 read per element + k (value + 8 B column) per row; the ideal is the read.
 // Limits:       x float32, float16 or bfloat16 (entries softmax_topk_01_topk_only_<tag>_k<K>);

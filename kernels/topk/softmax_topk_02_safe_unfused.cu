@@ -11,7 +11,8 @@
 //               torch.softmax followed by torch.topk does: two logits whose probabilities round
 //               to the same value tie and go to the lower column, and a row whose softmax is
 //               NaN (NaN, +inf, all -inf) returns columns 0 .. k-1.
-// Launch:       both grid = (n_rows), block = (TOPK_THREADS = 128); select: static shared memory 4 x K keys + 8 B.
+// Launch:       both grid = (n_rows), block = (TOPK_THREADS: 128, or 64 / 32 for many rows,
+//               softmax_topk.block_threads); select: static shared memory 4 x K keys + 8 B.
 // Traffic:      softmax: 3 reads + 1 write per element; select: 1 read; 4 reads + 1 write in all
 //               against the fused ideal of 1 read.
 // Limits:       x float32, float16 or bfloat16 (entries softmax_topk_02_safe_unfused_softmax_<tag>

@@ -11,7 +11,8 @@
 //               Warp 0 writes them (or over the sum of the k kept, renormalize) in x's dtype
 //               and the columns; a row holding NaN or +inf has l = NaN (NaN probabilities, its
 //               NaN or +inf columns first), a row of all -inf has m = -inf and l = 0 (NaN).
-// Launch:       grid = (n_rows), block = (TOPK_THREADS = 128), static shared memory 4 x K keys + 32 floats + 8 B.
+// Launch:       grid = (n_rows), block = (TOPK_THREADS: 128, or 64 / 32 for many rows,
+//               softmax_topk.block_threads), static shared memory 4 x K keys + 32 floats + 8 B.
 // Traffic:      2 reads per element + k (probability + 8 B column) + 4 B per row; the ideal is 1 read.
 // Limits:       x float32, float16 or bfloat16 (entries softmax_topk_03_safe_fused_<tag>_k<K>,
 //               K = 1, 4, 8, 16, 32); 1 <= k <= K, k <= n_cols < 2^31; rows at any start and

@@ -11,7 +11,8 @@
 //               renormalize) in x's dtype and the columns (int64). NaN ranks above every number,
 //               so a row holding NaN returns NaN probabilities (its normalizer is NaN) at its NaN
 //               columns first; a row of all -inf returns NaN at columns 0 .. k-1.
-// Launch:       grid = (n_rows), block = (TOPK_THREADS = 128), static shared memory 4 x K keys + 32 states + 8 B.
+// Launch:       grid = (n_rows), block = (TOPK_THREADS: 128, or 64 / 32 for many rows,
+//               softmax_topk.block_threads), static shared memory 4 x K keys + 32 states + 8 B.
 // Traffic:      1 read per element + k (probability + 8 B column) + 4 B per row; the ideal is the read.
 // Limits:       x float32, float16 or bfloat16 (entries softmax_topk_04_online_fused_<tag>_k<K>,
 //               K = 1, 4, 8, 16, 32); 1 <= k <= K, k <= n_cols < 2^31; rows at any start and
