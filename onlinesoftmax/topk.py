@@ -42,13 +42,14 @@ AUTO = ("auto",)
 MAX_K = split.MAX_K
 AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_topk_05_warp_rows
 # Split a row over blocks when there are fewer rows than this many per SM and a row holds at least
-# SPLIT_MIN_ROW_BYTES: a block per row would leave SMs idle. For k = 1 (greedy sampling) the rows
-# per SM are SPLIT_BELOW_ROWS_PER_SM_K1: in the recorded sampling case (data/h200/2026-12-02-
-# softmax-topk-sampling.json) the one-row kernel, 128 threads a row, was ahead of the split kernel
-# at every shape of 64 and 256 rows with k = 1 (1.2 to 4x) and behind at 7 of the 8 shapes of 1 and
-# 8 rows; with k = 20 the split kernel was ahead at 64 rows. Other k between: not measured, the
-# older rule.
-SPLIT_BELOW_ROWS_PER_SM = 4
+# SPLIT_MIN_ROW_BYTES: a block per row would leave SMs idle. In the recorded sampling case
+# (data/h200/2026-12-02-softmax-topk-sampling.json) the one-row kernel (softmax_topk_04, 128 threads a
+# row) was ahead of the split kernel at every shape of 256 rows, with k = 20 as with k = 1 (1.1 to
+# 1.6x at k = 20, 1.2 to 4x at k = 1), so rows per SM below SPLIT_BELOW_ROWS_PER_SM (1.5: 198 rows on
+# an H200) split. For k = 1 (greedy sampling) the one-row kernel was also ahead at 64 rows and behind
+# at 7 of the 8 shapes of 1 and 8 rows: SPLIT_BELOW_ROWS_PER_SM_K1. With k = 20 the split kernel was
+# ahead at 64 rows; k = 2 .. 16 at 64 to 197 rows: not measured, split as before.
+SPLIT_BELOW_ROWS_PER_SM = 1.5
 SPLIT_BELOW_ROWS_PER_SM_K1 = 0.25
 SPLIT_MIN_ROW_BYTES = 32768
 # Register lists up to this k: the bucket K = 32 needs about 150 registers a thread, one block of 256

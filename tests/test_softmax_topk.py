@@ -361,6 +361,10 @@ def test_auto_chooses_by_rows_length_k_and_dtype():
     assert choose(4000, 32768, 5, sms=132) is kt.ONLINE_FUSED and choose(4000, 1000, 16, sms=132) is kt.ONLINE_FUSED
     assert choose(4000, 1000, 17, sms=132) is sp.SPLIT                 # above the list bucket of 16
     assert choose(8, 128256, 20, sms=132) is sp.SPLIT and choose(256, 262144, 20, "bfloat16", sms=132) is sp.SPLIT
+    # 2 <= k <= 16: a block per row from one and a half rows per SM (198 rows on 132 SMs), split below
+    assert choose(256, 262144, 16, "bfloat16", sms=132) is kt.ONLINE_FUSED and choose(198, 128256, 5, sms=132) \
+        is kt.ONLINE_FUSED
+    assert choose(197, 128256, 5, sms=132) is sp.SPLIT and choose(64, 151936, 8, "bfloat16", sms=132) is sp.SPLIT
     # k = 1: a block per row from a quarter of the SMs' count of rows (the recorded sampling case)
     assert choose(64, 262144, 1, "bfloat16", sms=132) is kt.ONLINE_FUSED and choose(8, 128256, 1, sms=132) is sp.SPLIT
     assert choose(4000, 32768, 33, sms=132) is sp.SPLIT and choose(64, 513, 50, sms=132) is sp.SPLIT
