@@ -18,7 +18,7 @@
 //               With one split the first kernel writes the output itself.
 // Launch:       split: grid = (splits, kv_heads * row_chunks, batch), block = (128), static
 //               shared memory 4 x R x (D + 2) floats. merge: grid = (batch * heads * n_q),
-//               block = (D).
+//               block = (D), a programmatic dependent launch on sm_90 (decode_merge.cuh).
 // Traffic:      K and V once (the ideal) + q and out; partials 4 (D + 1) B per row and split,
 //               written and read once.
 // Limits:       q, k, v contiguous, float32, float16 or bfloat16 (entries
@@ -92,6 +92,7 @@ __device__ __forceinline__ void decode_split(const typename Row::Elem* __restric
     constexpr int KEYS_PER_STEP = WARPS * 32 / LANES_PER_KEY;   // keys in flight per block step (x2 unrolled)
     constexpr int DPL = D / LANES_PER_KEY;                       // dims per lane
     __shared__ float partial[WARPS][R][D + 2];                   // O, then m and l
+    dependents_may_launch();   // the merge kernel may be scheduled once every block has started
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int sub = lane % LANES_PER_KEY, group = lane / LANES_PER_KEY;
     const int split = blockIdx.x, batch = blockIdx.z;

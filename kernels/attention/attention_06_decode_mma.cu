@@ -22,7 +22,7 @@
 //               the mma, l sums the fp32 P (as attention_03 .. 05 do).
 // Launch:       split: grid = (splits, kv_heads * ceil(rows / 8), batch), block = (128), static
 //               shared memory 4 x 8 x (D + 2) floats; rows = heads / kv_heads * n_q. merge: as
-//               attention_02's (grid = (batch * heads * n_q), block = (D)).
+//               attention_02's (grid = (batch * heads * n_q), block = (D), programmatic on sm_90).
 // Traffic:      K and V once (the ideal) + q and out; partials 4 (D + 1) B per row and split.
 // Limits:       q, k, v contiguous, 16-byte aligned, float16 or bfloat16 (entries
 //               attention_06_decode_mma_<f16|bf16>_d<64|128> and attention_06_decode_mma_merge_...);
@@ -70,6 +70,7 @@ __device__ __forceinline__ void decode_mma(const unsigned short* __restrict__ q,
     constexpr int KD = D / 4;    // dims of a K (and Q) row a lane loads: quad lane t owns [KD t, KD t + KD)
     constexpr int VD = D / 8;    // dims of a V row a lane loads: lane group g owns [VD g, VD g + VD)
     __shared__ float partial[DECODE_MMA_WARPS][DECODE_MMA_ROWS][D + 2];   // O, then m and l
+    dependents_may_launch();   // the merge kernel may be scheduled once every block has started
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int split = blockIdx.x, batch = blockIdx.z;
     const int group_size = heads / kv_heads, rows_per_kv = group_size * n_q;

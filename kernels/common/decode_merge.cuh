@@ -2,25 +2,48 @@
 // O_s (already divided by its own l) and its LSE in the log2 domain as fp32 partials; the row's
 // answer weighs them by 2^(lse_s - max) (chapter 05's merge of (O, LSE) pairs). Used by
 // attention_02_decode_split and attention_06_decode_mma; never pasted.
-// Launch: grid = (batch * heads * n_q), block = (D); partials [splits][rows][D] and [splits][rows].
+// Launch: grid = (batch * heads * n_q), block = (D); partials [splits][rows][D] and [splits][rows];
+// a programmatic dependent launch where the GPU allows (sm_90): the split kernel lets it start early.
 #pragma once
+#include "launch_order.cuh"
 #include "online_rows.cuh"
 
 // The splits of one row: out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), LSE = M + log2 of the sum.
+// One pass, MERGE_BATCH splits at a time: the batch's LSEs and values are all loaded before any is
+// used (one wait for memory per batch, not one per split), then the running sums are rebased on
+// the batch's maximum, as the online softmax rebases (m, l). The kernel may start while the split
+// kernel runs (a programmatic dependent launch): it waits for that grid before reading the partials.
+#define MERGE_BATCH 16
 template <class Row, int D>
 __device__ __forceinline__ void decode_merge(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                              typename Row::Elem* __restrict__ out, float* __restrict__ lse,
                                              int splits) {
     const long long row = blockIdx.x, n_rows = gridDim.x;
     const int d = threadIdx.x;
-    float mm = neg_inf();
-    for (int s = 0; s < splits; ++s) mm = fmaxf(mm, lse_part[s * n_rows + row]);
-    const float base = mm == neg_inf() ? 0.0f : mm;
-    float total = 0.0f, acc = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-        const float weight = exp2f(lse_part[s * n_rows + row] - base);   // a blind split weighs 0
-        total += weight;
-        acc = fmaf(weight, o_part[(s * n_rows + row) * D + d], acc);
+    wait_for_prerequisite_grid();   // the split kernel has finished and its partials are visible
+    float mm = neg_inf(), total = 0.0f, acc = 0.0f;
+    for (int first = 0; first < splits; first += MERGE_BATCH) {
+        float part_lse[MERGE_BATCH], part_o[MERGE_BATCH];
+#pragma unroll
+        for (int i = 0; i < MERGE_BATCH; ++i) {   // a split past the last weighs 0
+            const int s = first + i;
+            part_lse[i] = s < splits ? lse_part[s * n_rows + row] : neg_inf();
+            part_o[i] = s < splits ? o_part[(s * n_rows + row) * D + d] : 0.0f;
+        }
+        float batch_max = mm;
+#pragma unroll
+        for (int i = 0; i < MERGE_BATCH; ++i) batch_max = fmaxf(batch_max, part_lse[i]);
+        const float base = batch_max == neg_inf() ? 0.0f : batch_max;
+        const float rebase = exp2f(mm - base);   // 0 while nothing was seen (mm = -inf)
+        total *= rebase;
+        acc *= rebase;
+#pragma unroll
+        for (int i = 0; i < MERGE_BATCH; ++i) {
+            const float weight = exp2f(part_lse[i] - base);   // a blind split weighs 0
+            total += weight;
+            acc = fmaf(weight, part_o[i], acc);
+        }
+        mm = batch_max;
     }
     out[row * D + d] = Row::from_float(total > 0.0f ? acc / total : 0.0f);
     if (d == 0 && lse != nullptr) lse[row] = total > 0.0f ? (mm + log2f(total)) * 0.69314718056f : neg_inf();

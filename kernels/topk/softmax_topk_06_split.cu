@@ -42,15 +42,17 @@ __device__ __forceinline__ OnlineState unpack_state(TopKey word) {
     return {__uint_as_float(static_cast<unsigned int>(word)), __uint_as_float(static_cast<unsigned int>(word >> 32))};
 }
 
-// A thread's keys for the radix select (top_keys.cuh): its slots' keys (0: a missing slot) ...
+// A thread's keys for the radix select (top_keys.cuh): its slots' keys at or above the chunk's
+// floor (0: a missing slot) ...
 template <int SLOTS>
 struct SlotKeys {
     TopKey key[SLOTS];
+    TopKey floor;
     template <class F>
     __device__ __forceinline__ void operator()(const F& f) const {
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s)
-            if (key[s] != 0ull) f(key[s]);
+            if (key[s] != 0ull && key[s] >= floor) f(key[s]);
     }
 };
 
@@ -73,6 +75,7 @@ __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict
     constexpr int VEC = Row::VEC, PER_THREAD = Row::UNROLL, STEP = VEC * PER_THREAD, SLOTS = STEP + 2;
     __shared__ float scratch[32];
     __shared__ RadixScratch radix;
+    __shared__ TopKey floor_word;
     dependents_may_launch();   // the merge's blocks may take free SM slots now (they wait for this grid)
     const int threads = blockDim.x, t = threadIdx.x;
     const long long row = blockIdx.x / n_chunks;
@@ -103,6 +106,7 @@ __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict
     v[STEP + 1] = has_tail ? Row::load1(row_x + split.tail + t) : neg_inf();
     valid |= (has_head ? 1u << STEP : 0u) | (has_tail ? 1u << (STEP + 1) : 0u);
 
+    if (t == 0) key_floor_reset(&floor_word, k);   // published by block_max's barriers
     float m = neg_inf();
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) m = fmaxf(m, v[s]);
@@ -111,15 +115,19 @@ __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict
     float l = 0.0f;   // in slot order (missing slots add e^-inf = 0)
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) l += exp2f((v[s] - base) * ONLINE_ROWS_LOG2E);
-    l = block_sum(l, scratch);
 
     SlotKeys<SLOTS> keys;   // the values are no longer needed: only their keys (0 for a missing slot)
+    TopKey head = 0ull;
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
         const int column = s < STEP ? split.head + (chunk_first + (s / VEC) * threads + t) * VEC + s % VEC
                                     : (s == STEP ? t : split.tail + t);
         keys.key[s] = ((valid >> s) & 1u) ? top_key(v[s], column) : 0ull;
+        head = key_max(head, keys.key[s]);
     }
+    key_floor_offer(head, k, &floor_word);
+    l = block_sum(l, scratch);               // its barriers publish the floor
+    keys.floor = floor_word;                 // the radix select counts only the keys at or above it
     const TopKey threshold = block_kth_key(keys, k, &radix);
     TopKey* record = records + (row * n_chunks + chunk) * (k + 1);
     block_gather_keys(keys, threshold, k, &radix, record + 1);

@@ -146,8 +146,11 @@ def decode_runner(variant: Variant, q, k, split_entry: str, merge_entry: str, gr
                   scale: float, causal: bool, rows_per_block: int):
     """The runner of a split decode kernel (attention_02, attention_06: the same arguments): the split
     launch over `grid` with 128 threads, then, with more than one split, the merge kernel over the
-    fp32 partials the runner owns."""
+    fp32 partials the runner owns (a programmatic dependent launch where the GPU and cuda-bindings
+    allow it: its blocks start as the split kernel's last ones do)."""
     import cupy
+
+    from onlinesoftmax.runtime import device
 
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
@@ -160,7 +163,8 @@ def decode_runner(variant: Variant, q, k, split_entry: str, merge_entry: str, gr
                7: heads, 8: kv_heads, 9: n_q, 10: n_k, 11: keys, 12: scale * LOG2E, 13: int(bool(causal))})
     merge_launch = None if splits == 1 else driver.prepare_launch(
         get_kernel(variant.path, merge_entry), (n_rows,), (d,), 0, 1,
-        (POINTER,) * 4 + (INT,), fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits})
+        (POINTER,) * 4 + (INT,), fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits},
+        programmatic=device.compute_capability() >= 90 and driver.has_driver_bindings())
 
     def run(q, out, k=None, v=None, lse=None, **_):
         lse_ptr = None if lse is None else lse.data.ptr

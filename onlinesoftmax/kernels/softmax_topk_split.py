@@ -8,8 +8,9 @@ least TARGET_BLOCKS_PER_SM blocks per SM (fewer, larger records to merge), and n
 row needs; when no T fills the GPU (batch 1 of a short row), the smallest (the most blocks).
 
 The model replays the kernels: the same chunks and slots, each chunk's (m, l) from its registers
-(maximum, then the sum in slot order, then block_sum), the radix select of each chunk and of the
-merge digit by digit (topk_keys.radix_kth_key), the merge threads' combine of the C states, and the
+(maximum, then the sum in slot order, then block_sum), the floor under each chunk's k-th key
+(topk_keys.key_floor) and the radix select of the keys at or above it, and that of the merge,
+digit by digit (topk_keys.radix_kth_key), the merge threads' combine of the C states, and the
 outputs' formulas. With replay=False it takes the selection exactly instead of by the radix
 passes (the tests check both give the same).
 """
@@ -133,10 +134,11 @@ def records(x, shape: SplitShape, replay: bool = True, passes: list | None = Non
                 for s in range(terms.shape[2]):                       # slot order
                     lane_l = (lane_l + terms[:, :, s]).astype(F32)
                 m[rows, chunk], l[rows, chunk] = chunk_m, sim.block_sum(lane_l)
-                chunk_keys = tk.make_keys(values, np.broadcast_to(columns, values.shape))
+                chunk_keys = np.where(valid, tk.make_keys(values, np.broadcast_to(columns, values.shape)), tk.EMPTY)
                 for i, row in enumerate(rows):
                     mine = chunk_keys[i][valid]
-                    if replay:
+                    if replay:                                     # the select sees the keys at or above the floor
+                        mine = mine[mine >= np.uint64(tk.key_floor(chunk_keys[i], k))]
                         keys[row][chunk], taken = tk.select_by_radix(mine, k)
                         if passes is not None:
                             passes.append(taken)
