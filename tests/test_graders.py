@@ -115,8 +115,8 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
     "decode_splits": (ea.check_decode_splits, ea.solution_decode_splits, [
         (lambda *shape: None, "not answered yet"),
         (lambda *shape: 17, "expected 2 values (splits, keys per split) as a tuple, got one int"),
-        (lambda b, h, kv, nq, nk, sms: (1, nk), "splits is 1, expected 17"),
-        (lambda b, h, kv, nq, nk, sms: (max(1, -(-nk // 256)), 256), "splits is 128, expected 17"),   # never looks at the SMs
+        (lambda b, h, kv, nq, nk, sms: (1, nk), "splits is 1, expected 16"),
+        (lambda b, h, kv, nq, nk, sms: (max(1, -(-nk // 256)), 256), "splits is 128, expected 16"),   # never looks at the SMs
     ]),
 }
 GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_argmax", "check_torch_dispatch",

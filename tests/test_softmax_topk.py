@@ -351,8 +351,10 @@ def test_bad_input_and_kernel_limits_name_what_was_passed():
         osm.softmax_topk(x, 2, variant="topk_only")
     with pytest.raises(ValueError, match="at most 32"):
         osm.topk_logits(x, 40)
-    with pytest.raises(ValueError, match="takes k in 1 .. 256"):
-        osm.softmax_topk(np.ones((1, 2**20), np.float32), 1000, variant="split")
+    with pytest.raises(ValueError, match="at most 1024.*got 1025"):
+        osm.softmax_topk(np.ones((1, 2**20), np.float32), 1025, variant="split")
+    with pytest.raises(ValueError, match="takes k in 1 .. 1024"):
+        sp.split_shape(1, 2**20, 1025)
 
 
 def test_auto_chooses_by_rows_length_k_and_dtype():
@@ -375,17 +377,21 @@ def test_auto_chooses_by_rows_length_k_and_dtype():
 
 def test_the_split_rule():
     for n_rows, n_cols, k in ((1, 32000, 1), (1, 262144, 50), (256, 262144, 1024), (4000, 32768, 100),
-                              (8, 151936, 20), (1, 2**20, 256), (3, 100, 3)):
+                              (8, 151936, 20), (1, 2**20, 256), (1, 2**20, 1024), (3, 100, 3)):
         for dtype in ("float32", "bfloat16"):
             shape = sp.split_shape(n_rows, n_cols, k, dtype)
-            vec = 4 if dtype == "float32" else 8
-            chunk = shape.threads * sp.ELEMS_PER_THREAD
-            assert shape.n_chunks * chunk >= (n_cols // vec) * vec and (shape.n_chunks - 1) * chunk < n_cols
-            assert shape.n_chunks * k <= sp.MERGE_CAPACITY and shape.threads in sp.THREAD_CHOICES
+            step = shape.threads * sp.STEP                       # elements a block reads per step
+            chunk = shape.subs * step
+            assert shape.n_chunks * chunk >= n_cols - 8 and (shape.n_chunks - 1) * chunk < max(n_cols, 1)
+            assert shape.n_chunks * k <= sp.MERGE_CAPACITY and shape.n_chunks <= sp.MAX_CHUNKS
             assert k <= shape.merge_threads <= 1024 and shape.merge_shared_bytes <= 227 * 1024
-    assert sp.split_shape(1, 262144, 50).threads == 64                       # batch 1: as many blocks as it can
-    assert sp.split_shape(256, 262144, 20).threads == 1024                   # full GPU: the fewest records
-    assert sp.max_k(2**20) == 256 and sp.max_k(262144) == 1024 and sp.max_k(500) == 500
+            assert shape.capacity == k + 2 * shape.threads * sp.SLOTS and shape.chunk_shared_bytes <= 64 * 1024
+    one = sp.split_shape(1, 262144, 50)                                       # batch 1: a chunk per step
+    assert one.subs == 1 and one.n_chunks == 262144 // (sp.THREADS * sp.STEP)
+    many = sp.split_shape(256, 262144, 20)                                    # a full GPU: a few long chunks
+    assert many.n_chunks * 256 >= sp.BLOCKS_PER_SM * 132 and many.n_chunks == 3 and many.subs == 43
+    assert sp.split_shape(1, 2**20, 1024).n_chunks == 16                      # the merge holds 16 x 1024 keys
+    assert sp.max_k(2**20) == 1024 and sp.max_k(262144) == 1024 and sp.max_k(500) == 500
     assert sp.merge_capacity(227 * 1024) == sp.MERGE_CAPACITY and sp.merge_capacity(99 * 1024) < 16384
-    with pytest.raises(ValueError, match="got k = 300"):
-        sp.split_shape(1, 2**20, 300)
+    with pytest.raises(ValueError, match="got k = 1025"):
+        sp.split_shape(1, 2**20, 1025)

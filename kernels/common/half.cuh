@@ -18,15 +18,23 @@
 typedef unsigned short half_bits;  // the 16 bits of one IEEE binary16
 
 __device__ __forceinline__ float half_to_float(half_bits h) {
+#ifdef ONLINESOFTMAX_HOST_EMULATION   // the CPU emulator (kernels/emulator/): its conversions
+    return simt_f16_to_float(h);
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
+#endif
 }
 
 __device__ __forceinline__ half_bits float_to_half(float f) {
+#ifdef ONLINESOFTMAX_HOST_EMULATION
+    return simt_float_to_f16(f);
+#else
     half_bits h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
+#endif
 }
 
 // A 32-bit word holds two halves; the one at the lower address is the low 16 bits.
@@ -79,7 +87,7 @@ __device__ __forceinline__ float bfloat16_to_float(bfloat16_bits b) {
 }
 
 __device__ __forceinline__ bfloat16_bits float_to_bfloat16(float f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800 || defined(ONLINESOFTMAX_HOST_EMULATION)
     const unsigned int u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bfloat16_bits>((u >> 16) | 0x40u);  // quiet NaN
     return static_cast<bfloat16_bits>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest, ties to even
@@ -97,7 +105,7 @@ __device__ __forceinline__ void unpack_bfloat16x2(unsigned int word, float& lo, 
 }
 
 __device__ __forceinline__ unsigned int pack_bfloat16x2(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800 || defined(ONLINESOFTMAX_HOST_EMULATION)
     return static_cast<unsigned int>(float_to_bfloat16(lo)) |
            (static_cast<unsigned int>(float_to_bfloat16(hi)) << 16);
 #else

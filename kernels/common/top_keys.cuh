@@ -11,8 +11,6 @@
 //        Real keys are never 0 (~column >= 2^31 for a column < 2^31): key 0 is "no element".
 // Lists: K keys, best first, empty slots 0 (K a compile-time constant: every loop unrolls, the
 //        list is 2K registers, no stack).
-// Floor: a key at or below a block's k-th largest, from its warps' best keys (key_floor_offer),
-//        under which a selection need not look.
 // Used by the softmax_topk kernels (kernels/topk/); the NumPy models in
 // onlinesoftmax/kernels/topk_keys.py build the same keys bit for bit.
 #pragma once
@@ -135,30 +133,6 @@ __device__ __forceinline__ TopKey block_top_keys(KeyList<K>& list, int k, TopKey
         }
     }
     return mine;
-}
-
-// ---- a floor under a block's k-th key, from each thread's best ----------------------------------
-
-// Before a radix select over the keys a block holds (below), most of them can be set aside: a key
-// below the block's k-th largest is never selected. Each thread offers its best key (its "head",
-// 0 for none). Warp w's j-th best head h_w(j) has j keys of warp w at or above it (the heads of j
-// lanes). For k <= 32 any warp's h_w(k) is at or below the block's k-th key, so the largest of
-// them is the floor; for larger k, with j = ceil(k / warps) <= 32, each warp holds j keys at or
-// above the smallest h_w(j), k in all, so that smallest one is. A warp with fewer than j heads
-// gives 0 (warp_kth_key), and so does a k above 32 warps x 32: no floor. The block's keys at or
-// above the floor hold its k best (all of its keys when it has at most k), so a selection over
-// them gives the same k keys. key_floor_reset (one thread) before a barrier; key_floor_offer (every
-// warp, whole) after it; the floor is *word after the next barrier.
-__device__ __forceinline__ void key_floor_reset(TopKey* word, int k) { *word = k <= 32 ? 0ull : ~0ull; }
-
-__device__ __forceinline__ void key_floor_offer(TopKey head, int k, TopKey* word) {
-    const int n_warps = (blockDim.x + 31) >> 5;
-    const int j = k <= 32 ? k : (k + n_warps - 1) / n_warps;
-    const TopKey mine = j <= 32 ? warp_kth_key(head, j) : 0ull;
-    if ((threadIdx.x & 31) == 0) {
-        if (k <= 32) atomicMax(word, mine);
-        else atomicMin(word, mine);
-    }
 }
 
 // ---- radix select over keys the block holds on chip --------------------------------------------

@@ -104,19 +104,23 @@ def check_fa2_row(fn, quiet: bool = False) -> bool:
 # --- exercise: the split count of the decode kernel ------------------------------------------
 
 def decode_splits_reference(batch, heads, kv_heads, n_q, n_k, sms):
-    """What attention_02_decode_split's plan chooses (attention_blocked.plan_decode)."""
+    """What attention_02_decode_split's plan chooses (attention_blocked.plan_decode) on a GPU that holds
+    as many of its blocks per SM as its launch bounds promise."""
     rows_per_kv = heads // kv_heads * n_q
-    chunks = math.ceil(rows_per_kv / ab.decode_rows_per_block(rows_per_kv))
-    return ab.decode_splits(batch, kv_heads, chunks, n_k, sms)
+    rows_per_block = ab.decode_rows_per_block(rows_per_kv)
+    chunks = math.ceil(rows_per_kv / rows_per_block)
+    return ab.decode_splits(batch, kv_heads, chunks, n_k, sms, ab.decode_blocks_per_sm(rows_per_block))
 
 
 def solution_decode_splits(batch, heads, kv_heads, n_q, n_k, sms):
-    """Blocks without a split, then splits for about four blocks per SM, at least 256 keys each,
-    the keys per split rounded up to a multiple of 32 (which can lower the count)."""
+    """Blocks without a split, then as many splits as one wave of resident blocks holds (4 per SM,
+    2 with 2 rows a block), at least 256 keys each, the keys per split rounded up to a multiple of 32
+    (which can lower the count)."""
     rows_per_kv = heads // kv_heads * n_q                 # query rows that read one kv head
     rows_per_block = next((r for r in (1, 2, 4) if r >= rows_per_kv), 4)
     blocks = batch * kv_heads * math.ceil(rows_per_kv / rows_per_block)
-    splits = max(1, min(math.ceil(n_k / 256), math.ceil(4 * sms / blocks)))
+    resident = (2 if rows_per_block == 2 else 4) * sms     # blocks the GPU holds at once
+    splits = max(1, min(math.ceil(n_k / 256), resident // blocks))
     keys = 32 * math.ceil(math.ceil(n_k / splits) / 32)
     return math.ceil(n_k / keys), keys
 

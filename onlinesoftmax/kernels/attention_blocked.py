@@ -133,17 +133,33 @@ def decode_rows_per_block(rows_per_kv_head: int) -> int:
     return next((r for r in DECODE_ROWS if r >= rows_per_kv_head), DECODE_ROWS[-1])
 
 
-def decode_splits(batch: int, kv_heads: int, row_chunks: int, n_k: int, sms: int) -> tuple[int, int]:
-    """(splits, keys per split): enough blocks for about four per SM, no split under
+def decode_blocks_per_sm(rows_per_block: int) -> int:
+    """Blocks of attention_02_decode_split resident on one SM, as its __launch_bounds__ promise (4, or 2
+    for 2 rows a block): what the rule assumes without a GPU; the plan asks the GPU
+    (driver.resident_blocks), and the GPU tests check the two agree on the H200."""
+    return 2 if rows_per_block == 2 else 4
+
+
+def decode_splits(batch: int, kv_heads: int, row_chunks: int, n_k: int, sms: int,
+                  blocks_per_sm: int = 4) -> tuple[int, int]:
+    """(splits, keys per split): as many blocks as the GPU holds at once (blocks_per_sm x sms: one
+    wave; a second, partial wave would leave a few blocks reading alone at the end), no split under
     DECODE_KEYS_MIN keys, keys per split a multiple of 32."""
     base = batch * kv_heads * row_chunks
-    splits = max(1, min(math.ceil(n_k / DECODE_KEYS_MIN), math.ceil(4 * sms / base)))
+    splits = max(1, min(math.ceil(n_k / DECODE_KEYS_MIN), blocks_per_sm * sms // base))
     keys = 32 * math.ceil(math.ceil(n_k / splits) / 32)
     return math.ceil(n_k / keys), keys
 
 
+def resident_per_sm(variant: Variant, entry: str) -> int:
+    """Blocks of 128 threads of `entry` resident on one SM of the current GPU (the occupancy API)."""
+    from onlinesoftmax.runtime import device
+
+    return max(1, driver.resident_blocks(variant.path, entry, 128, 0) // device.sm_count())
+
+
 def decode_runner(variant: Variant, q, k, split_entry: str, merge_entry: str, grid, splits: int, keys: int,
-                  scale: float, causal: bool, rows_per_block: int):
+                  scale: float, causal: bool, rows_per_block: int, blocks_per_sm: int = 0):
     """The runner of a split decode kernel (attention_02, attention_06: the same arguments): the split
     launch over `grid` with 128 threads, then, with more than one split, the merge kernel over the
     fp32 partials the runner owns (a programmatic dependent launch where the GPU and cuda-bindings
@@ -172,6 +188,7 @@ def decode_runner(variant: Variant, q, k, split_entry: str, merge_entry: str, gr
         if merge_launch is not None:
             merge_launch(out.data.ptr, lse_ptr)
     run.splits, run.keys_per_split, run.rows_per_block = splits, keys, rows_per_block   # for the chapter and the tests
+    run.blocks_per_sm = blocks_per_sm
     # The launches hold only the partials' addresses: the runner must own the arrays, or the pool hands
     # their memory to the next allocation while every later call still writes there (the H200 showed it
     # as garbage in the arrays of other simulated ranks that shared this plan).
@@ -187,11 +204,12 @@ def plan_decode(variant: Variant, q, out, k=None, v=None, lse=None, causal=False
     rows_per_kv = heads // kv_heads * n_q
     r = decode_rows_per_block(rows_per_kv)
     row_chunks = math.ceil(rows_per_kv / r)
-    splits, keys = decode_splits(batch, kv_heads, row_chunks, n_k, device.sm_count())
     tag = DTYPE_TAGS[q.dtype.name]
-    return decode_runner(variant, q, k, f"attention_02_decode_split_{tag}_d{d}_r{r}",
-                         f"attention_02_decode_split_merge_{tag}_d{d}", (splits, kv_heads * row_chunks, batch),
-                         splits, keys, scale, causal, r)
+    entry = f"attention_02_decode_split_{tag}_d{d}_r{r}"
+    per_sm = resident_per_sm(variant, entry)
+    splits, keys = decode_splits(batch, kv_heads, row_chunks, n_k, device.sm_count(), per_sm)
+    return decode_runner(variant, q, k, entry, f"attention_02_decode_split_merge_{tag}_d{d}",
+                         (splits, kv_heads * row_chunks, batch), splits, keys, scale, causal, r, per_sm)
 
 
 def geometry_blocked(n_q: int, n_k: int) -> Launch:

@@ -28,6 +28,7 @@ NAME = "attention_06_decode_mma"
 DTYPES = ("float16", "bfloat16")
 SUPPORTED_D = (64, 128)
 ROWS, KEYS, WARPS = 8, 16, 4       # query rows per block (the mma's n), keys per warp step (its m), warps
+BLOCKS_PER_SM = 3                  # resident per SM, as __launch_bounds__(128, 3) promises (the H200 holds 3)
 F32 = np.float32
 
 
@@ -36,10 +37,11 @@ def row_chunks(heads: int, kv_heads: int, n_q: int) -> int:
     return math.ceil(heads // kv_heads * n_q / ROWS)
 
 
-def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, n_k: int, sms: int) -> tuple[int, int]:
-    """(splits, keys per split): attention_02's rule (about four blocks per SM, no split under
-    its minimum of keys) with this kernel's blocks per (split, kv head)."""
-    return ab.decode_splits(batch, kv_heads, row_chunks(heads, kv_heads, n_q), n_k, sms)
+def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, n_k: int, sms: int,
+               blocks_per_sm: int = BLOCKS_PER_SM) -> tuple[int, int]:
+    """(splits, keys per split): attention_02's rule (one wave of resident blocks, no split under its
+    minimum of keys) with this kernel's blocks per (split, kv head) and per SM."""
+    return ab.decode_splits(batch, kv_heads, row_chunks(heads, kv_heads, n_q), n_k, sms, blocks_per_sm)
 
 
 def _warp_state(q_rows, limits, steps, dtype):
@@ -123,18 +125,19 @@ def plan_decode_mma(variant: Variant, q, out, k=None, v=None, lse=None, causal=F
 
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
-    splits, keys = splits_for(batch, heads, kv_heads, n_q, n_k, device.sm_count())
     tag = DTYPE_TAGS[q.dtype.name]
+    per_sm = ab.resident_per_sm(variant, f"{NAME}_{tag}_d{d}")
+    splits, keys = splits_for(batch, heads, kv_heads, n_q, n_k, device.sm_count(), per_sm)
     return ab.decode_runner(variant, q, k, f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}",
                             (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), splits, keys, scale,
-                            causal, ROWS)
+                            causal, ROWS, per_sm)
 
 
 def geometry(n_q: int, n_k: int) -> Launch:
     """One (batch, kv head) with one row chunk on this GPU (the H200's SM count without one)."""
     from onlinesoftmax.runtime import device
 
-    splits, _ = ab.decode_splits(1, 1, 1, n_k, device.sm_count())
+    splits, _ = ab.decode_splits(1, 1, 1, n_k, device.sm_count(), BLOCKS_PER_SM)
     return Launch(grid=(splits,), block=(32 * WARPS,))
 
 

@@ -1,22 +1,27 @@
 """softmax_topk_06_split: a row split over C blocks that each write a packed (m, l, k keys) record,
 merged by a second kernel (plan with the split rule, NumPy model, registration).
 
-The split rule (`split_shape`): a chunk is T * 16 elements (16 per thread, in registers), T a power
-of two in 64 .. 1024; the merge holds all C * k keys of a row in shared memory, so C * k <=
-MERGE_CAPACITY. Among the T that keep that, the rule takes the largest T that still gives the GPU at
-least TARGET_BLOCKS_PER_SM blocks per SM (fewer, larger records to merge), and none larger than a
-row needs; when no T fills the GPU (batch 1 of a short row), the smallest (the most blocks).
+The split rule (`split_shape`): blocks of THREADS threads read a row in steps of THREADS * 16
+elements (16 per thread); a chunk is `subs` consecutive steps, C = ceil(steps / subs) chunks per
+row. C is as large as gives the GPU about BLOCKS_PER_SM blocks per SM (with few rows, every step
+its own chunk), no larger than the merge can hold (C * k <= MERGE_CAPACITY) or MAX_CHUNKS. A chunk
+keeps its candidates in shared memory: `capacity` = k + 2 * THREADS * 18 keys (a step appends at
+most 18 per thread: 16 elements, the head and the tail), and k more for the selection.
 
-The model replays the kernels: the same chunks and slots, each chunk's (m, l) from its registers
-(maximum, then the sum in slot order, then block_sum), the floor under each chunk's k-th key
-(topk_keys.key_floor) and the radix select of the keys at or above it, and that of the merge,
-digit by digit (topk_keys.radix_kth_key), the merge threads' combine of the C states, and the
-outputs' formulas. With replay=False it takes the selection exactly instead of by the radix
-passes (the tests check both give the same).
+The model replays the kernels: the same chunks, steps and slots; each thread's online (m, l) over
+its steps (the head and tail pair first on the steps that may hold them, then the step's 16 values
+as two folds of 8) and the block's combine;
+the candidates each step appends (not below the thread's floor value: for k <= 32 the warp's k-th
+largest lane maximum on a chunk's first step, then every selection's threshold), the radix select
+and gather whenever the buffer could not take another step, and the last one (digit by digit,
+topk_keys.radix_kth_key); the merge threads' combine of the C states and the merge's select; the
+outputs' formulas. With replay=False it takes each chunk's k best exactly instead (the tests check
+both give the same).
 """
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,29 +29,45 @@ import numpy as np
 from onlinesoftmax import simulate as sim
 from onlinesoftmax.kernels import topk_keys as tk
 from onlinesoftmax.kernels import topk_rows_model as rm
-from onlinesoftmax.kernels.logsumexp_online import LAYOUTS
+from onlinesoftmax.kernels.logsumexp_online import LAYOUTS, group_reduce, push_exp2
 from onlinesoftmax.kernels.softmax_topk import build_defines, to_dtype
 from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Variant, Launch, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
 F32 = np.float32
-ELEMS_PER_THREAD = 16
-THREAD_CHOICES = (64, 128, 256, 512, 1024)
+STEP = 16                        # elements a thread reads per step
+SLOTS = STEP + 2                 # and the row's head and tail element
+THREADS = 128
+BLOCKS_PER_SM = 4
 MERGE_CAPACITY = 16384           # keys of a row in the merge's shared memory (128 KiB)
 MAX_K = 1024
 MAX_CHUNKS = 1024
-TARGET_BLOCKS_PER_SM = 2
 KEY_BYTES = 8
 POINTER, INT, LONG = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 
 
 @dataclass(frozen=True)
 class SplitShape:
-    threads: int          # T of the chunks kernel; a chunk is T * 16 elements
+    threads: int          # T of the chunks kernel
     n_chunks: int         # C per row
+    subs: int             # steps of T * 16 elements per chunk
     merge_threads: int    # T_m of the merge kernel
     k: int
+
+    @property
+    def room(self) -> int:
+        """The most candidates one step appends."""
+        return self.threads * SLOTS
+
+    @property
+    def capacity(self) -> int:
+        """Candidates a chunk's buffer holds (a selection when the next step might not fit)."""
+        return self.k + 2 * self.room
+
+    @property
+    def chunk_shared_bytes(self) -> int:
+        return (self.capacity + self.k) * KEY_BYTES
 
     @property
     def merge_shared_bytes(self) -> int:
@@ -56,15 +77,9 @@ class SplitShape:
         return n_rows * self.n_chunks * (self.k + 1)
 
 
-def _chunks(n_vec: int, threads: int, vec: int) -> int:
-    return max(1, -(-n_vec // (threads * (ELEMS_PER_THREAD // vec))))
-
-
 def max_k(n_cols: int, dtype: str = "float32", capacity: int = MERGE_CAPACITY) -> int:
-    """The largest k the split kernel takes for rows of n_cols (MAX_K, or less for very long rows or
-    a smaller merge capacity)."""
-    vec = LAYOUTS[dtype].vec
-    return min(MAX_K, n_cols, capacity // _chunks(n_cols // vec, THREAD_CHOICES[-1], vec))
+    """The largest k the split kernel takes for rows of n_cols (MAX_K, or the row length)."""
+    return min(MAX_K, n_cols, capacity)
 
 
 def merge_capacity(shared_optin_bytes: int) -> int:
@@ -75,75 +90,109 @@ def merge_capacity(shared_optin_bytes: int) -> int:
 
 
 def split_shape(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int = 132,
-                capacity: int = MERGE_CAPACITY) -> SplitShape:
+                capacity: int = MERGE_CAPACITY, threads: int = THREADS,
+                blocks_per_sm: float = BLOCKS_PER_SM) -> SplitShape:
     """The split rule (module docstring) for n_rows rows of n_cols elements, k kept, on `sms` SMs,
     with a merge of at most `capacity` keys."""
-    vec = LAYOUTS[dtype].vec
-    n_vec = n_cols // vec
     if not 1 <= k <= max_k(n_cols, dtype, capacity):
         raise ValueError(f"softmax_topk_06_split takes k in 1 .. {max_k(n_cols, dtype, capacity)} for rows of "
-                         f"{n_cols} elements (at most {MAX_K}; its merge holds {capacity} keys of a row), "
-                         f"got k = {k}")
-    cover = next((t for t in THREAD_CHOICES if _chunks(n_vec, t, vec) == 1), THREAD_CHOICES[-1])
-    fits = [t for t in THREAD_CHOICES if t <= cover and _chunks(n_vec, t, vec) * k <= capacity
-            and _chunks(n_vec, t, vec) <= MAX_CHUNKS]
-    filling = [t for t in fits if n_rows * _chunks(n_vec, t, vec) >= TARGET_BLOCKS_PER_SM * sms]
-    threads = max(filling) if filling else min(fits)
-    n_chunks = _chunks(n_vec, threads, vec)
-    wanted = max(k, -(-n_chunks * k // 8))
-    merge_threads = int(min(1024, max(64, 1 << (wanted - 1).bit_length())))
-    return SplitShape(threads, n_chunks, merge_threads, k)
+                         f"{n_cols} elements (at most {MAX_K}), got k = {k}")
+    vec = LAYOUTS[dtype].vec
+    steps = max(1, -(-(n_cols // vec) // (threads * STEP // vec)))
+    wanted = max(1, math.ceil(blocks_per_sm * sms / n_rows))
+    subs = -(-steps // min(wanted, steps, capacity // k, MAX_CHUNKS))
+    n_chunks = -(-steps // subs)
+    merged = max(k, -(-n_chunks * k // 8))
+    merge_threads = int(min(1024, max(64, 1 << (merged - 1).bit_length())))
+    return SplitShape(threads, n_chunks, subs, merge_threads, k)
 
 
 # --- the model ------------------------------------------------------------------------------------
 
-def chunk_slots(n_cols: int, head: int, n_vec: int, tail: int, shape: SplitShape, vec: int, chunk: int):
-    """(columns (T, SLOTS), valid (T, SLOTS)) of one chunk, in the kernel's slot order."""
-    threads, per_thread = shape.threads, ELEMS_PER_THREAD // vec
+def _step_slots(xs, head: int, n_vec: int, tail: int, shape: SplitShape, vec: int, chunk: int, step: int,
+                first_step: int, last_step: int):
+    """One step of one chunk: values (rows, T, 16) (-inf past the row's vectors), their columns and
+    validity (T, 16), and each thread's head and tail value (rows, T) (-inf where it has none)."""
+    n_rows, n_cols = xs.shape
+    threads, unroll = shape.threads, STEP // vec
     t = np.arange(threads)
-    index = chunk * threads * per_thread + np.arange(per_thread)[None, :] * threads + t[:, None]   # (T, U)
-    columns = (head + index[:, :, None] * vec + np.arange(vec)).reshape(threads, ELEMS_PER_THREAD)
+    index = (chunk * shape.subs + step) * threads * unroll + np.arange(unroll)[None, :] * threads + t[:, None]
+    columns = (head + index[:, :, None] * vec + np.arange(vec)).reshape(threads, STEP)
     valid = np.repeat(index < n_vec, vec, axis=1)
-    head_col, tail_col = t, tail + t
-    head_ok = (chunk == 0) & (t < head)
-    tail_ok = (chunk == shape.n_chunks - 1) & (t < n_cols - tail)
-    columns = np.concatenate([columns, head_col[:, None], tail_col[:, None]], axis=1)
-    valid = np.concatenate([valid, head_ok[:, None], tail_ok[:, None]], axis=1)
-    return np.where(valid, columns, 0), valid
+    values = np.full((n_rows, threads, STEP), -np.inf, F32)
+    values[:, valid] = xs[:, columns[valid]]
+    head_ok = first_step & (t < head)
+    tail_ok = last_step & (t < n_cols - tail)
+    head_values = np.where(head_ok, xs[:, np.minimum(t, n_cols - 1)], F32(-np.inf)).astype(F32)
+    tail_values = np.where(tail_ok, xs[:, np.minimum(tail + t, n_cols - 1)], F32(-np.inf)).astype(F32)
+    return values, columns, valid, (head_values, head_ok, t), (tail_values, tail_ok, tail + t)
+
+
+def _warp_floor_values(values, head_values, tail_values, k: int):
+    """The value of each warp's floor on a chunk's first step (k <= 32): key_value of warp_kth_key over
+    the lanes' largest values (fmaxf: NaN passed over) as keys without a column, (rows, warps)."""
+    best = np.fmax(np.fmax(head_values, tail_values), np.fmax.reduce(values, axis=2))      # (rows, T)
+    keys = tk.order_bits(best).astype(tk.U64) << tk.U64(32)
+    n_rows, threads = best.shape
+    kth = rm.warp_kth_key(keys.reshape(-1, rm.WARP), k).reshape(n_rows, threads // rm.WARP)
+    return tk.key_values(kth)
 
 
 def records(x, shape: SplitShape, replay: bool = True, passes: list | None = None):
     """Model of softmax_topk_06_split_chunks: (m, l) of every chunk, each (rows, C) float32, and the
-    keys of every record, a list per row of C arrays (each the keys >= its chunk's threshold). With
-    replay and a list `passes`, the digit passes of every chunk's radix select are appended to it."""
+    keys of every record, a list per row of C arrays (each its chunk's k best, or all of them when
+    it has fewer). With replay and a list `passes`, the digit passes of every radix select are
+    appended to it."""
     x32 = np.asarray(x).astype(F32)
     n_rows, n_cols = x32.shape
-    vec, k = LAYOUTS[x.dtype.name].vec, shape.k
+    vec, k, threads = LAYOUTS[x.dtype.name].vec, shape.k, shape.threads
+    warp_of = np.arange(threads) // rm.WARP
     m = np.full((n_rows, shape.n_chunks), -np.inf, F32)
     l = np.zeros((n_rows, shape.n_chunks), F32)
     keys = [[None] * shape.n_chunks for _ in range(n_rows)]
+    sub_vectors = threads * STEP // vec
     with np.errstate(all="ignore"):
         for rows, head, n_vec, tail in rm.phase_groups(x):
+            xs = x32[rows]
             for chunk in range(shape.n_chunks):
-                columns, valid = chunk_slots(n_cols, head, n_vec, tail, shape, vec, chunk)
-                values = np.where(valid, x32[rows][:, columns], F32(-np.inf)).astype(F32)    # (rows, T, SLOTS)
-                chunk_m = np.fmax.reduce(values.reshape(len(rows), -1), axis=1, initial=-np.inf).astype(F32)
-                base = rm.base_of(chunk_m)
-                terms = rm.exp_terms(values, base[:, None, None])
-                lane_l = np.zeros(terms.shape[:2], F32)
-                for s in range(terms.shape[2]):                       # slot order
-                    lane_l = (lane_l + terms[:, :, s]).astype(F32)
-                m[rows, chunk], l[rows, chunk] = chunk_m, sim.block_sum(lane_l)
-                chunk_keys = np.where(valid, tk.make_keys(values, np.broadcast_to(columns, values.shape)), tk.EMPTY)
+                n_steps = max(1, min(shape.subs, -(-(n_vec - chunk * shape.subs * sub_vectors) // sub_vectors)))
+                state = (np.full((len(rows), threads), -np.inf, F32), np.zeros((len(rows), threads), F32))
+                floor = np.full((len(rows), threads // rm.WARP), -np.inf, F32)     # each warp's floor value
+                held = [np.zeros(0, tk.U64) for _ in rows]
+                for step in range(n_steps):
+                    first_step = chunk == 0 and step == 0
+                    last_step = chunk == shape.n_chunks - 1 and step == n_steps - 1
+                    values, columns, valid, head_slot, tail_slot = _step_slots(
+                        xs, head, n_vec, tail, shape, vec, chunk, step, first_step, last_step)
+                    if k <= 32 and step == 0:
+                        floor = _warp_floor_values(values, head_slot[0], tail_slot[0], k)
+                    thread_floor = floor[:, warp_of]                                       # (rows, T)
+                    entering = valid[None] & ~(values < thread_floor[:, :, None])
+                    new = tk.make_keys(values, np.broadcast_to(columns, values.shape))
+                    for i in range(len(rows)):
+                        parts = [held[i], new[i][entering[i]]]
+                        for slot_values, ok, slot_columns in (head_slot, tail_slot):
+                            enters = ok & ~(slot_values[i] < thread_floor[i])
+                            parts.append(tk.make_keys(slot_values[i][enters], slot_columns[enters]))
+                        held[i] = np.concatenate(parts)
+                    if first_step or last_step:
+                        state = push_exp2(state, np.stack([head_slot[0], tail_slot[0]], axis=-1))
+                    state = push_exp2(push_exp2(state, values[..., :STEP // 2]), values[..., STEP // 2:])
+                    for i in range(len(rows)):                       # the buffer could not take another step
+                        if len(held[i]) + shape.room > shape.capacity:
+                            threshold, taken = tk.radix_kth_key(held[i], k)
+                            held[i] = held[i][held[i] >= tk.U64(threshold)]
+                            floor[i] = np.fmax(floor[i], tk.key_values(np.array([threshold], tk.U64))[0])
+                            if passes is not None:
+                                passes.append(taken)
+                m[rows, chunk], l[rows, chunk] = group_reduce(*state, threads)
                 for i, row in enumerate(rows):
-                    mine = chunk_keys[i][valid]
-                    if replay:                                     # the select sees the keys at or above the floor
-                        mine = mine[mine >= np.uint64(tk.key_floor(chunk_keys[i], k))]
-                        keys[row][chunk], taken = tk.select_by_radix(mine, k)
+                    if replay:
+                        keys[row][chunk], taken = tk.select_by_radix(held[i], k)
                         if passes is not None:
                             passes.append(taken)
                     else:
-                        keys[row][chunk] = tk.top_keys(mine, k)
+                        keys[row][chunk] = tk.top_keys(held[i], k)
     return m, l, keys
 
 
@@ -185,7 +234,7 @@ def simulate_split(x, k: int, renormalize: bool = False, replay: bool = False, s
 def geometry(n_rows: int, n_cols: int) -> Launch:
     """The chunks kernel's launch for k = 1 (the real launch depends on k: split_shape)."""
     shape = split_shape(n_rows, n_cols, 1)
-    return Launch(grid=(n_rows * shape.n_chunks,), block=(shape.threads,))
+    return Launch(grid=(n_rows * shape.n_chunks,), block=(shape.threads,), shared_bytes=shape.chunk_shared_bytes)
 
 
 def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False, columns=None, lse=None):
@@ -204,9 +253,10 @@ def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False
     tag = DTYPE_TAGS[x.dtype.name]
     defines = build_defines(x.dtype.name)          # only this dtype's two entries (topk_build.cuh)
     chunks = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_chunks_{tag}", defines),
-                                   (n_rows * shape.n_chunks,), (shape.threads,), 0, 1,
-                                   (POINTER, POINTER, INT, LONG, INT, INT),
-                                   fixed={2: n_cols, 3: x.strides[0] // x.itemsize, 4: shape.n_chunks, 5: k})
+                                   (n_rows * shape.n_chunks,), (shape.threads,), shape.chunk_shared_bytes, 1,
+                                   (POINTER, POINTER, INT, LONG, INT, INT, INT, INT),
+                                   fixed={2: n_cols, 3: x.strides[0] // x.itemsize, 4: shape.n_chunks,
+                                          5: shape.subs, 6: k, 7: shape.capacity})
     early = device.compute_capability() >= 90 and driver.has_driver_bindings()
     merge = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_merge_{tag}", defines),
                                   (n_rows,), (shape.merge_threads,), shape.merge_shared_bytes, 1,
@@ -218,14 +268,50 @@ def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False
         record = cupy.empty(n_keys, dtype=cupy.uint64)
         chunks(x.data.ptr, record.data.ptr)
         merge(record.data.ptr, probs.data.ptr, columns.data.ptr, None if lse is None else lse.data.ptr)
+    run.shape = shape   # for the tests and the chapter
     return run
 
 
 SPLIT = register(Variant(
     name="softmax_topk_06_split", family="softmax_topk", file="topk/softmax_topk_06_split.cu", short="split",
-    story="few long rows, k up to 1024: C blocks per row, each a packed (m, l, k keys) record from a radix select "
-          "over its registers, merged by a second (programmatic) launch",
+    story="few long rows, k up to 1024: C blocks per row, each streaming its chunk with the candidates at or "
+          "above a rising floor in shared memory and writing a packed (m, l, k keys) record from a radix select, "
+          "merged by a second (programmatic) launch",
     geometry=geometry, simulate=simulate_split, plan=plan_split, reads_per_element=1, writes_per_element=0,
     dtypes=DTYPES, entry="softmax_topk_06_split_chunks_f32",
     entries=lambda v: tuple(f"softmax_topk_06_split_{kernel}_{DTYPE_TAGS[d]}" for kernel in ("chunks", "merge")
                             for d in v.dtypes), min_cc=70))
+
+
+def emulate(x, k: int, renormalize: bool = False, *, sms: int = 132, schedule: str = "random", seed: int = 1,
+            source: str | None = None):
+    """(probs, columns, lse) of the kernels' own CUDA source run on the CPU emulator
+    (runtime/emulator.py), both launches, with this plan's shape on a GPU of `sms` SMs, in a child
+    process. x: 2-D numpy rows (float32, float16 or bfloat16) with unit column stride, contiguous or
+    a view into a contiguous array (rows at any start and stride). Outputs and records start poisoned.
+    `source`: another text for the kernel file (the tests' broken kernels)."""
+    from onlinesoftmax.runtime import emulator
+
+    n_rows, n_cols = x.shape
+    base = x if x.base is None else x.base
+    if x.strides[1] != x.itemsize or not base.flags.c_contiguous:
+        raise ValueError("emulate takes rows with unit column stride inside a contiguous array")
+    start = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // x.itemsize
+    flat = base.reshape(-1)[start:]
+    shape = split_shape(n_rows, n_cols, k, x.dtype.name, sms)
+    tag = DTYPE_TAGS[x.dtype.name]
+    entries = [f"softmax_topk_06_split_{kernel}_{tag}" for kernel in ("chunks", "merge")]
+    module = emulator.Module(SPLIT.path, entries, flags=tuple(f"-D{d}" for d in build_defines(x.dtype.name)),
+                             schedule=schedule, seed=seed, source=source)
+    records_ = np.full(shape.record_keys(n_rows), 0x7B7B7B7B7B7B7B7B, np.uint64)
+    probs = np.full((n_rows, k), np.nan, x.dtype)
+    columns = np.full((n_rows, k), -7, np.int64)
+    lse = np.full(n_rows, np.float32(1.2345e30), np.float32)
+    module.launch(entries[0], (n_rows * shape.n_chunks,), (shape.threads,),
+                  (flat, records_, np.int32(n_cols), np.int64(x.strides[0] // x.itemsize), np.int32(shape.n_chunks),
+                   np.int32(shape.subs), np.int32(k), np.int32(shape.capacity)), shape.chunk_shared_bytes,
+                  isolated=True)
+    module.launch(entries[1], (n_rows,), (shape.merge_threads,),
+                  (records_, probs, columns, lse, np.int32(shape.n_chunks), np.int32(k), np.int32(bool(renormalize))),
+                  shape.merge_shared_bytes, isolated=True)
+    return probs, columns, lse

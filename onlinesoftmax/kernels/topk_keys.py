@@ -87,21 +87,6 @@ def radix_kth_key(keys, k: int) -> tuple[int, int]:
     raise AssertionError("unreachable: the last pass always ends the search")
 
 
-def key_floor(thread_keys, k: int) -> int:
-    """key_floor_offer's floor for one block: thread_keys (T, slots) holds each thread's keys (0 for
-    a missing slot). Each thread's best key is its head; for k <= 32 the largest over the warps of a
-    warp's k-th best head, else with j = ceil(k / warps) <= 32 the smallest over the warps of a
-    warp's j-th best head; 0 when a warp has fewer than j heads or j > 32."""
-    heads = np.asarray(thread_keys, dtype=U64).max(axis=1)
-    by_warp = np.sort(heads.reshape(-1, 32), axis=1)[:, ::-1]          # each warp's heads, best first
-    n_warps = by_warp.shape[0]
-    j = k if k <= 32 else -(-k // n_warps)
-    if j > 32:
-        return 0
-    kth = by_warp[:, j - 1]                                 # 0 where a warp has fewer than j heads
-    return int(kth.max()) if k <= 32 else int(kth.min())
-
-
 def select_by_radix(keys, k: int) -> tuple[np.ndarray, int]:
     """The keys >= block_kth_key's threshold (best first) and the passes it took."""
     keys = np.asarray(keys, dtype=U64)

@@ -302,3 +302,21 @@ def test_auto_takes_the_tensor_core_decode_for_long_multi_head_caches():
         err = float(np.abs(to_host64(out) - ref).max())
         tol = checks.tolerance(torch_error(host, "bfloat16", False, ref, np.zeros(1, bool)), ref, "bfloat16")
         assert err <= tol, f"n_k {n_k}: error {err:.3e}, tolerance {tol:.3e}"
+
+
+def test_the_rules_blocks_per_sm_are_the_gpus():
+    """The split rule's model, the chapter and the exercise assume as many resident blocks per SM as
+    the kernels' launch bounds promise; the plans ask the GPU. On the GPU the book was measured on,
+    the two agree (elsewhere the plan's own answer is used and may differ)."""
+    if "H200" not in cp.cuda.runtime.getDeviceProperties(0)["name"].decode():
+        pytest.skip("the assumed counts are the H200's")
+    for dtype, tag in (("float32", "f32"), ("bfloat16", "bf16")):
+        for r in ab.DECODE_ROWS:
+            entry = f"attention_02_decode_split_{tag}_d128_r{r}"
+            assert ab.resident_per_sm(ab.DECODE, entry) == ab.decode_blocks_per_sm(r), entry
+    assert ab.resident_per_sm(dm.DECODE_MMA, f"{dm.NAME}_bf16_d128") == dm.BLOCKS_PER_SM
+    q = cp.zeros((1, 32, 1, 128), cp.float16)
+    k = cp.zeros((1, 8, 32768, 128), cp.float16)
+    runner = get_runner(dm.DECODE_MMA, q, q, {"k": k, "v": k, "lse": None, "causal": False, "scale": 1.0})
+    assert (runner.splits, runner.keys_per_split) == dm.splits_for(1, 32, 8, 1, 32768, 132)
+    assert runner.splits * 8 <= dm.BLOCKS_PER_SM * 132          # one wave
