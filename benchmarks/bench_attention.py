@@ -111,7 +111,8 @@ def measure_decode(shapes, read_GBps, copy_GBps) -> tuple[list, list]:
                          "fraction_of_read": nbytes / timing["ms"] / 1e6 / read_GBps,
                          "fraction_of_copy": nbytes / timing["ms"] / 1e6 / copy_GBps,
                          "end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"],
-                         "splits": runner.splits, "rows_per_block": runner.rows_per_block, "auto": variant is auto})
+                         "splits": runner.splits, "rows_per_block": runner.rows_per_block,
+                         "blocks_per_sm": runner.blocks_per_sm, "auto": variant is auto})
             line.append(f"{variant.short} {rows[-1]['GBps']:.0f} GB/s ({rows[-1]['fraction_of_read']:.2f} of read, "
                         f"{runner.splits} splits)")
         tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
