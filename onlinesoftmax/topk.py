@@ -22,9 +22,9 @@ three allocations and the launch (as the api's functions: the plan and the check
 the first call).
 
 variant="auto" (`choose`): a warp per row for short rows (softmax_topk_05_warp_rows), a block per
-row with register lists when there are enough rows to fill the GPU and k <= 16
-(softmax_topk_04_online_fused), the row split over blocks for few long rows and for larger k
-(softmax_topk_06_split).
+row with register lists when there are enough rows to fill the GPU and k <= 8, or short rows and
+k <= 16 (softmax_topk_04_online_fused), the row split over blocks for few long rows and for larger
+k (softmax_topk_06_split).
 """
 from __future__ import annotations
 
@@ -41,20 +41,20 @@ from onlinesoftmax.runtime.plan import get_runner
 AUTO = ("auto",)
 MAX_K = split.MAX_K
 AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_topk_05_warp_rows
-# Split a row over blocks when there are fewer rows than this many per SM and a row holds at least
-# SPLIT_MIN_ROW_BYTES: a block per row would leave SMs idle. In the recorded sampling case
-# (data/h200/2026-12-02-softmax-topk-sampling.json) the one-row kernel (softmax_topk_04, 128 threads a
-# row) was ahead of the split kernel at every shape of 256 rows, with k = 20 as with k = 1 (1.1 to
-# 1.6x at k = 20, 1.2 to 4x at k = 1), so rows per SM below SPLIT_BELOW_ROWS_PER_SM (1.5: 198 rows on
-# an H200) split. For k = 1 (greedy sampling) the one-row kernel was also ahead at 64 rows and behind
-# at 7 of the 8 shapes of 1 and 8 rows: SPLIT_BELOW_ROWS_PER_SM_K1. With k = 20 the split kernel was
-# ahead at 64 rows; k = 2 .. 16 at 64 to 197 rows: not measured, split as before.
+# Split a row over blocks when a block per row would leave SMs idle: rows of at least
+# SPLIT_MIN_ROW_BYTES and fewer than SPLIT_BELOW_ROWS_PER_SM rows per SM (1.5: 198 rows on an H200).
+# From the H200 probe of the streaming split kernel (data/h200/2026-12-03-topk-split-probe.log): at 256
+# rows of a vocabulary the block per row (softmax_topk_04) was ahead for k = 1; at 64 rows the split
+# kernel was ahead for rows of 151936 and 262144 and behind for 32000. For k = 1 the split therefore
+# needs a row of SPLIT_K1_MIN_ROW_BYTES below 1.5 rows per SM, or fewer than SPLIT_BELOW_ROWS_PER_SM_K1
+# (a quarter of a row per SM). With 9 <= k <= 16 (the lists of 16) the split kernel was ahead on every
+# long row measured, at 4000 rows too (4000 x 32768, k = 16: 295 against 472 us; 4000 x 262144,
+# k = 10 and 15: 1.4-1.6 against 3.7 ms), so long rows always split there.
 SPLIT_BELOW_ROWS_PER_SM = 1.5
 SPLIT_BELOW_ROWS_PER_SM_K1 = 0.25
+SPLIT_K1_MIN_ROW_BYTES = 262144
 SPLIT_MIN_ROW_BYTES = 32768
-# Register lists up to this k: the bucket K = 32 needs about 150 registers a thread, one block of 256
-# per SM (kernels/common/topk_rows.cuh); above it the split kernel's radix select. Also to be set
-# from the suite (its large_k case times both for k = 1 .. 32).
+SPLIT_FROM_K = 9
 AUTO_LIST_MAX_K = 16
 FAST_PATH_LIMIT = 4096
 _fast_path: dict = {}   # _call_key(...) -> (runner, rows, the outputs' leading shape or None for 2-D x)
@@ -78,11 +78,20 @@ def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | 
     sms = device.sm_count() if sms is None else sms
     if n_cols <= AUTO_WARP_MAX_COLS and k <= moe.MAX_K:
         return moe.WARP_ROWS
-    per_sm = SPLIT_BELOW_ROWS_PER_SM_K1 if k == 1 else SPLIT_BELOW_ROWS_PER_SM
-    few_long_rows = n_rows < per_sm * sms and n_cols * DTYPE_ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES
-    if k <= AUTO_LIST_MAX_K and not few_long_rows:
+    row_bytes = n_cols * DTYPE_ITEMSIZE[dtype]
+    if k > AUTO_LIST_MAX_K:
+        return split.SPLIT
+    if row_bytes < SPLIT_MIN_ROW_BYTES:
         return kt.ONLINE_FUSED
-    return split.SPLIT
+    rows_per_sm = n_rows / sms
+    if k >= SPLIT_FROM_K:
+        few_long_rows = True
+    elif k == 1:
+        few_long_rows = rows_per_sm < SPLIT_BELOW_ROWS_PER_SM_K1 or \
+            (rows_per_sm < SPLIT_BELOW_ROWS_PER_SM and row_bytes >= SPLIT_K1_MIN_ROW_BYTES)
+    else:
+        few_long_rows = rows_per_sm < SPLIT_BELOW_ROWS_PER_SM
+    return split.SPLIT if few_long_rows else kt.ONLINE_FUSED
 
 
 def _check_variant(chosen, k: int, n_cols: int, dtype: str) -> None:

@@ -74,8 +74,10 @@ def test_the_replayed_buffer_selects_the_exact_k_best():
 
 SOURCE = (KERNELS_DIR / "topk" / "softmax_topk_06_split.cu").read_text()
 MUTANTS = [   # (text, its replacement, what the kernel then lacks, k)
-    ("warp_kth_key(static_cast<TopKey>(order_bits(best)) << 32, k)",
-     "warp_kth_key(static_cast<TopKey>(order_bits(best)) << 32, 1)", "a floor at the warp's k-th best", 20),
+    ("thr_value = key_value(warp_kth_key(best_key, k));", "thr_value = key_value(warp_kth_key(best_key, 1));",
+     "a floor at the warp's k-th best", 20),
+    ("j = k <= 32 ? k : (k + warps - 1) / warps;", "j = k <= 32 ? k : 1;",
+     "ceil(k / warps) elements of each warp above the floor for k > 32", 50),
     ("if (t == 0) appended[(step + 2) % 3] = 0;", "if (t == 0) appended[step % 3] = 0;",
      "a counter left alone while it is read", 300),
     ("            held = k;\n", "            held = 0;\n", "the chosen keys kept after a selection", 300),

@@ -11,7 +11,8 @@
 //               elements into its online (m, l), and an element not below the chunk's floor value
 //               is a candidate: its key (top_keys.cuh) is appended to a buffer in shared memory
 //               (a warp-wide prefix count, one atomic per warp and step). The floor starts at the
-//               warp's k-th largest lane maximum of its first step (k <= 32; else -inf). When the
+//               warp's k-th largest lane maximum of its first step (k <= 32), or at the smallest
+//               of the warps' ceil(k / warps)-th largest (larger k; -inf past 32 x warps). When the
 //               buffer could not take another step, a radix select over it (top_keys.cuh: eight-bit
 //               digits from the top, a shared histogram per digit) keeps its k best and its
 //               threshold becomes the floor: later steps append few keys. At the chunk's end the
@@ -87,7 +88,7 @@ __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict
     const int n_steps = max(1, min(subs, (split.n_vec - chunk * subs * sub_vectors + sub_vectors - 1) / sub_vectors));
     const int room = threads * (STEP + 2);               // the most candidates one step can append
     if (t < 3) appended[t] = 0;
-    if (t == 0) floor_key = 0ull;
+    if (t == 0) floor_key = ~0ull;   // the first step's block floor is a minimum (k > 32)
     __syncthreads();
 
     OnlineState s = online_identity();
@@ -115,14 +116,26 @@ __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict
         const float head_value = has_head ? Row::load1(row_x + t) : neg_inf();
         const float tail_value = has_tail ? Row::load1(row_x + split.tail + t) : neg_inf();
 
-        // For k <= 32 the warp floors its own first step: the k-th best of its lanes' largest values
-        // has k of the chunk's elements at or above it (top_keys.cuh: warp_kth_key; the keys carry
-        // no column, so equal values count, and fmaxf passes NaN over: both only lower the floor).
-        if (k <= 32 && step == 0) {
+        // The floor of a chunk's first step, from its lanes' largest values taken as keys without a
+        // column (equal values count, and fmaxf passes NaN over: both only lower the floor). Warp w's
+        // j-th best of them has j of the chunk's elements at or above it (top_keys.cuh:
+        // warp_kth_key). For k <= 32 each warp takes its own k-th best; for larger k, with
+        // j = ceil(k / warps) <= 32, every warp holds j elements at or above the smallest of the
+        // warps' j-th best, k in all: that one is the block's floor (one barrier, first step only).
+        if (step == 0) {
             float best = fmaxf(head_value, tail_value);
 #pragma unroll
             for (int e = 0; e < STEP; ++e) best = fmaxf(best, v[e]);
-            thr_value = key_value(warp_kth_key(static_cast<TopKey>(order_bits(best)) << 32, k));
+            const TopKey best_key = static_cast<TopKey>(order_bits(best)) << 32;
+            const int warps = threads >> 5, j = k <= 32 ? k : (k + warps - 1) / warps;
+            if (k <= 32) {
+                thr_value = key_value(warp_kth_key(best_key, k));
+            } else if (j <= 32) {
+                const TopKey mine = warp_kth_key(best_key, j);
+                if (lane == 0) atomicMin(&floor_key, mine);
+                __syncthreads();
+                thr_value = key_value(floor_key);
+            }
         }
         unsigned int entering = 0u;   // bit e: slot e is a candidate
 #pragma unroll

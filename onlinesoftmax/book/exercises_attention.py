@@ -113,14 +113,18 @@ def decode_splits_reference(batch, heads, kv_heads, n_q, n_k, sms):
 
 
 def solution_decode_splits(batch, heads, kv_heads, n_q, n_k, sms):
-    """Blocks without a split, then as many splits as one wave of resident blocks holds (4 per SM,
-    2 with 2 rows a block), at least 256 keys each, the keys per split rounded up to a multiple of 32
-    (which can lower the count)."""
+    """Blocks without a split; the GPU holds 4 of them per SM at once (3 with 2 rows a block). The
+    fewest splits (at least 256 keys each) whose blocks fill their waves of resident blocks to 95 %,
+    else the fullest; the keys per split rounded up to a multiple of 32 (which can lower the count)."""
     rows_per_kv = heads // kv_heads * n_q                 # query rows that read one kv head
     rows_per_block = next((r for r in (1, 2, 4) if r >= rows_per_kv), 4)
     blocks = batch * kv_heads * math.ceil(rows_per_kv / rows_per_block)
-    resident = (2 if rows_per_block == 2 else 4) * sms     # blocks the GPU holds at once
-    splits = max(1, min(math.ceil(n_k / 256), resident // blocks))
+    resident = (3 if rows_per_block == 2 else 4) * sms     # blocks the GPU holds at once
+
+    def fill(splits):                                      # blocks over the slots of the waves they take
+        return blocks * splits / (resident * math.ceil(blocks * splits / resident))
+    counts = range(1, math.ceil(n_k / 256) + 1)
+    splits = next((s for s in counts if fill(s) >= 0.95), max(counts, key=fill))
     keys = 32 * math.ceil(math.ceil(n_k / splits) / 32)
     return math.ceil(n_k / keys), keys
 

@@ -133,20 +133,32 @@ def decode_rows_per_block(rows_per_kv_head: int) -> int:
     return next((r for r in DECODE_ROWS if r >= rows_per_kv_head), DECODE_ROWS[-1])
 
 
+DECODE_WAVE_FILL = 0.95     # the fewest splits whose blocks fill their waves of resident blocks this well
+
+
 def decode_blocks_per_sm(rows_per_block: int) -> int:
-    """Blocks of attention_02_decode_split resident on one SM, as its __launch_bounds__ promise (4, or 2
-    for 2 rows a block): what the rule assumes without a GPU; the plan asks the GPU
-    (driver.resident_blocks), and the GPU tests check the two agree on the H200."""
-    return 2 if rows_per_block == 2 else 4
+    """Blocks of attention_02_decode_split resident on one SM of an H200 (4, and 3 with 2 rows a block:
+    more than its __launch_bounds__ promise, 4 and 2): what the rule assumes without a GPU. The plan
+    asks the GPU (driver.resident_blocks); the GPU tests check the two agree on the H200."""
+    return 3 if rows_per_block == 2 else 4
+
+
+def wave_fill(blocks: int, resident: int) -> float:
+    """How full the waves of `blocks` blocks are when `resident` run at once: blocks over the slots of
+    all the waves they take (a last, partial wave leaves a few blocks reading alone)."""
+    return blocks / (resident * math.ceil(blocks / resident))
 
 
 def decode_splits(batch: int, kv_heads: int, row_chunks: int, n_k: int, sms: int,
                   blocks_per_sm: int = 4) -> tuple[int, int]:
-    """(splits, keys per split): as many blocks as the GPU holds at once (blocks_per_sm x sms: one
-    wave; a second, partial wave would leave a few blocks reading alone at the end), no split under
-    DECODE_KEYS_MIN keys, keys per split a multiple of 32."""
+    """(splits, keys per split): the fewest splits whose blocks fill their waves of resident blocks
+    (blocks_per_sm x sms at once) to DECODE_WAVE_FILL or more, else the fullest; no split under
+    DECODE_KEYS_MIN keys; keys per split a multiple of 32 (which can lower the count)."""
     base = batch * kv_heads * row_chunks
-    splits = max(1, min(math.ceil(n_k / DECODE_KEYS_MIN), blocks_per_sm * sms // base))
+    resident = blocks_per_sm * sms
+    counts = range(1, max(1, math.ceil(n_k / DECODE_KEYS_MIN)) + 1)
+    splits = next((s for s in counts if wave_fill(base * s, resident) >= DECODE_WAVE_FILL),
+                  max(counts, key=lambda s: wave_fill(base * s, resident)))
     keys = 32 * math.ceil(math.ceil(n_k / splits) / 32)
     return math.ceil(n_k / keys), keys
 

@@ -11,8 +11,9 @@ most 18 per thread: 16 elements, the head and the tail), and k more for the sele
 The model replays the kernels: the same chunks, steps and slots; each thread's online (m, l) over
 its steps (the head and tail pair first on the steps that may hold them, then the step's 16 values
 as two folds of 8) and the block's combine;
-the candidates each step appends (not below the thread's floor value: for k <= 32 the warp's k-th
-largest lane maximum on a chunk's first step, then every selection's threshold), the radix select
+the candidates each step appends (not below the thread's floor value: on a chunk's first step the
+warp's k-th largest lane maximum for k <= 32, else the smallest of the warps' ceil(k / warps)-th;
+then every selection's threshold), the radix select
 and gather whenever the buffer could not take another step, and the last one (digit by digit,
 topk_keys.radix_kth_key); the merge threads' combine of the C states and the merge's select; the
 outputs' formulas. With replay=False it takes each chunk's k best exactly instead (the tests check
@@ -38,7 +39,7 @@ from onlinesoftmax.runtime.loader import get_kernel
 F32 = np.float32
 STEP = 16                        # elements a thread reads per step
 SLOTS = STEP + 2                 # and the row's head and tail element
-THREADS = 128
+THREADS = 256                    # and BLOCKS_PER_SM: the best of the H200 probe (data/h200/2026-12-03-topk-split-probe.log)
 BLOCKS_PER_SM = 4
 MERGE_CAPACITY = 16384           # keys of a row in the merge's shared memory (128 KiB)
 MAX_K = 1024
@@ -128,13 +129,20 @@ def _step_slots(xs, head: int, n_vec: int, tail: int, shape: SplitShape, vec: in
     return values, columns, valid, (head_values, head_ok, t), (tail_values, tail_ok, tail + t)
 
 
-def _warp_floor_values(values, head_values, tail_values, k: int):
-    """The value of each warp's floor on a chunk's first step (k <= 32): key_value of warp_kth_key over
-    the lanes' largest values (fmaxf: NaN passed over) as keys without a column, (rows, warps)."""
+def _first_floor_values(values, head_values, tail_values, k: int):
+    """Each warp's floor value on a chunk's first step, (rows, warps): over the lanes' largest values
+    (fmaxf: NaN passed over) as keys without a column, warp_kth_key's k-th best for k <= 32; for
+    larger k the smallest over the warps of their j-th best, j = ceil(k / warps) (-inf past 32)."""
     best = np.fmax(np.fmax(head_values, tail_values), np.fmax.reduce(values, axis=2))      # (rows, T)
     keys = tk.order_bits(best).astype(tk.U64) << tk.U64(32)
     n_rows, threads = best.shape
-    kth = rm.warp_kth_key(keys.reshape(-1, rm.WARP), k).reshape(n_rows, threads // rm.WARP)
+    warps = threads // rm.WARP
+    j = k if k <= 32 else -(-k // warps)
+    if j > 32:
+        return np.full((n_rows, warps), -np.inf, F32)
+    kth = rm.warp_kth_key(keys.reshape(-1, rm.WARP), j).reshape(n_rows, warps)
+    if k > 32:
+        kth = np.repeat(kth.min(axis=1, keepdims=True), warps, axis=1)
     return tk.key_values(kth)
 
 
@@ -164,8 +172,8 @@ def records(x, shape: SplitShape, replay: bool = True, passes: list | None = Non
                     last_step = chunk == shape.n_chunks - 1 and step == n_steps - 1
                     values, columns, valid, head_slot, tail_slot = _step_slots(
                         xs, head, n_vec, tail, shape, vec, chunk, step, first_step, last_step)
-                    if k <= 32 and step == 0:
-                        floor = _warp_floor_values(values, head_slot[0], tail_slot[0], k)
+                    if step == 0:
+                        floor = _first_floor_values(values, head_slot[0], tail_slot[0], k)
                     thread_floor = floor[:, warp_of]                                       # (rows, T)
                     entering = valid[None] & ~(values < thread_floor[:, :, None])
                     new = tk.make_keys(values, np.broadcast_to(columns, values.shape))
