@@ -146,11 +146,11 @@ def _first_floor_values(values, head_values, tail_values, k: int):
     return tk.key_values(kth)
 
 
-def records(x, shape: SplitShape, replay: bool = True, passes: list | None = None):
+def records(x, shape: SplitShape, replay: bool = True, passes: list | None = None, appended: list | None = None):
     """Model of softmax_topk_06_split_chunks: (m, l) of every chunk, each (rows, C) float32, and the
     keys of every record, a list per row of C arrays (each its chunk's k best, or all of them when
     it has fewer). With replay and a list `passes`, the digit passes of every radix select are
-    appended to it."""
+    appended to it; a list `appended` gets the candidates each chunk of each row appended."""
     x32 = np.asarray(x).astype(F32)
     n_rows, n_cols = x32.shape
     vec, k, threads = LAYOUTS[x.dtype.name].vec, shape.k, shape.threads
@@ -167,6 +167,7 @@ def records(x, shape: SplitShape, replay: bool = True, passes: list | None = Non
                 state = (np.full((len(rows), threads), -np.inf, F32), np.zeros((len(rows), threads), F32))
                 floor = np.full((len(rows), threads // rm.WARP), -np.inf, F32)     # each warp's floor value
                 held = [np.zeros(0, tk.U64) for _ in rows]
+                count = np.zeros(len(rows), np.int64)
                 for step in range(n_steps):
                     first_step = chunk == 0 and step == 0
                     last_step = chunk == shape.n_chunks - 1 and step == n_steps - 1
@@ -182,6 +183,7 @@ def records(x, shape: SplitShape, replay: bool = True, passes: list | None = Non
                         for slot_values, ok, slot_columns in (head_slot, tail_slot):
                             enters = ok & ~(slot_values[i] < thread_floor[i])
                             parts.append(tk.make_keys(slot_values[i][enters], slot_columns[enters]))
+                        count[i] += sum(len(part) for part in parts[1:])
                         held[i] = np.concatenate(parts)
                     if first_step or last_step:
                         state = push_exp2(state, np.stack([head_slot[0], tail_slot[0]], axis=-1))
@@ -194,6 +196,8 @@ def records(x, shape: SplitShape, replay: bool = True, passes: list | None = Non
                             if passes is not None:
                                 passes.append(taken)
                 m[rows, chunk], l[rows, chunk] = group_reduce(*state, threads)
+                if appended is not None:
+                    appended.extend(count.tolist())
                 for i, row in enumerate(rows):
                     if replay:
                         keys[row][chunk], taken = tk.select_by_radix(held[i], k)
