@@ -25,7 +25,7 @@
 //               above it are sorted by rank, and the k probabilities, columns and LSE are
 //               written. A record is the (m, l, list of k) state of its chunk, and the merge is
 //               the combine of those states for C parts at once.
-// Launch:       chunks: grid = (n_rows * C), block = (T = 128), dynamic shared memory
+// Launch:       chunks: grid = (n_rows * C), block = (T = 256), dynamic shared memory
 //               (capacity + k) keys, capacity = k + 2 * T * 18 (a step appends at most 18 keys a
 //               thread: 16 elements, the head and the tail); merge: grid = (n_rows), block = (T_m)
 //               in 64 .. 1024, dynamic shared memory (C + 2) * k keys; records: n_rows * C * (k + 1)
@@ -63,9 +63,9 @@ struct SharedKeys {
     }
 };
 
-// Chunk `chunk` of a row: sub-chunks [chunk * subs, (chunk + 1) * subs) of T * UNROLL vectors each
-// (thread t takes vectors base + u * T + t), with the row's scalar head before the first sub-chunk
-// of chunk 0 and its scalar tail after the last of the last chunk (thread t: element t of each).
+// Chunk `chunk` of a row: steps [chunk * subs, (chunk + 1) * subs) of T * UNROLL vectors each
+// (thread t takes vectors base + u * T + t), with the row's scalar head in the first step of chunk
+// 0 and its scalar tail in the last step of the last chunk (thread t: element t of each).
 template <class Row>
 __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict__ x, TopKey* __restrict__ records,
                                             int n_cols, long long x_row_stride, int n_chunks, int subs, int k,
@@ -74,7 +74,7 @@ __device__ __forceinline__ void split_chunk(const typename Row::Elem* __restrict
     extern __shared__ TopKey buffer[];   // `capacity` candidates, then k chosen ones
     __shared__ OnlineState states[32];
     __shared__ RadixScratch radix;
-    __shared__ int appended[3];          // candidates appended by sub-chunk i: appended[i % 3]
+    __shared__ int appended[3];          // candidates appended by step i: appended[i % 3]
     __shared__ TopKey floor_key;         // the chunk's floor: the last selection's threshold
     dependents_may_launch();   // the merge's blocks may take free SM slots now (they wait for this grid)
     const int threads = blockDim.x, t = threadIdx.x, lane = t & 31;

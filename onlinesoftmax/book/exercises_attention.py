@@ -105,7 +105,7 @@ def check_fa2_row(fn, quiet: bool = False) -> bool:
 
 def decode_splits_reference(batch, heads, kv_heads, n_q, n_k, sms):
     """What attention_02_decode_split's plan chooses (attention_blocked.plan_decode) on a GPU that holds
-    as many of its blocks per SM as its launch bounds promise."""
+    as many of its blocks per SM as an H200 does (attention_blocked.decode_blocks_per_sm)."""
     rows_per_kv = heads // kv_heads * n_q
     rows_per_block = ab.decode_rows_per_block(rows_per_kv)
     chunks = math.ceil(rows_per_kv / rows_per_block)

@@ -79,7 +79,8 @@ class SplitShape:
 
 
 def max_k(n_cols: int, dtype: str = "float32", capacity: int = MERGE_CAPACITY) -> int:
-    """The largest k the split kernel takes for rows of n_cols (MAX_K, or the row length)."""
+    """The largest k the split kernel takes for rows of n_cols (MAX_K, or the row length; a chunk per
+    row holds any k, so neither the dtype nor the row's length beyond that matters)."""
     return min(MAX_K, n_cols, capacity)
 
 
@@ -111,7 +112,7 @@ def split_shape(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: i
 # --- the model ------------------------------------------------------------------------------------
 
 def _step_slots(xs, head: int, n_vec: int, tail: int, shape: SplitShape, vec: int, chunk: int, step: int,
-                first_step: int, last_step: int):
+                first_step: bool, last_step: bool):
     """One step of one chunk: values (rows, T, 16) (-inf past the row's vectors), their columns and
     validity (T, 16), and each thread's head and tail value (rows, T) (-inf where it has none)."""
     n_rows, n_cols = xs.shape
