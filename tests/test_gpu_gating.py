@@ -109,3 +109,14 @@ def test_a_sanitizer_script_reports_the_sanitizers_own_exit(script, tmp_path):
     lines = [line for line in done.stdout.splitlines() if " exit " in line]
     assert lines and all(line.endswith(" exit 3") for line in lines), done.stdout
     assert done.returncode != 0
+
+
+def test_the_attention_topk_sanitizer_families_cover_every_kernel_of_its_program():
+    """sanitize_attention_topk.sh runs its program once per kernel family: a kernel the program launches
+    but no family names would never be sanitized."""
+    text = (REPO_ROOT / "scripts" / "sanitize_attention_topk.sh").read_text()
+    program, families = text.split("\nPY\n)\n")
+    kernel = r"\b(?:attention|softmax_topk)_\d\d_[a-z_]*[a-z]"
+    launched = set(re.findall(kernel, program.split("<<'PY'", 1)[1]))
+    named = set(re.findall(kernel, families))
+    assert launched and launched == named, (launched - named, named - launched)
