@@ -1,0 +1,73 @@
+"""Where the host time of one softmax_topk call on the split kernel goes (GPU machine only).
+
+    python3 scripts/probe_split_host.py <commit>
+
+Each piece of a call (the public call through its fast path, the three output allocations, the
+runner, the record allocation, the chunks launch alone, both launches) is made back to back, 300
+times in a loop, and the best of 5 loops is printed in microseconds per call, with the device time
+of the whole call (timer.time_gpu) and the wait after the last loop. A piece whose loop waits on the
+GPU shows as close to the device time; the host budget is 25 us for a call of two kernels.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import cupy as cp
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax import topk as tk
+from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.measure import timer
+
+SHAPES = ((1, 32000, 20, "float32"), (8, 128256, 1, "float32"), (1, 151936, 50, "bfloat16"))
+
+
+def per_call_us(fn, calls: int = 300, repeats: int = 5) -> tuple[float, float]:
+    """(best host us per call over `repeats` loops of `calls`, the wait after that loop in us)."""
+    for _ in range(10):
+        fn()
+    cp.cuda.Device().synchronize()
+    best = (float("inf"), 0.0)
+    for _ in range(repeats):
+        began = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        ended = time.perf_counter()
+        cp.cuda.Device().synchronize()
+        best = min(best, ((ended - began) / calls * 1e6, (time.perf_counter() - ended) * 1e6))
+    return best
+
+
+def main(commit: str) -> None:
+    gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"# host us per piece of a softmax_topk_06_split call on {gpu}, commit {commit}: back to back, "
+          "best of 5 loops of 300 (wait after that loop beside)")
+    for n_rows, n_cols, k, dtype in SHAPES:
+        x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=1)
+        probs, columns, lse = tk._outputs(n_rows, k, x.dtype)
+        run = sp.plan_split(sp.SPLIT, x, probs, k, False, columns, lse)
+        # the runner's two prepared launches and the record size, from its closure
+        cells = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__)))
+        chunks, merge, n_keys = cells["chunks"], cells["merge"], cells["n_keys"]
+        record = cp.empty(n_keys, dtype=cp.uint64)
+        device_us = timer.time_gpu(lambda: osm.softmax_topk(x, k), [()], warmup=5, reps=30)["ms"] * 1e3
+        print(f"## {n_rows} x {n_cols}, k = {k}, {dtype}: {run.shape}; device {device_us:.1f} us per call")
+        pieces = {
+            "the public call (fast path)": lambda: osm.softmax_topk(x, k),
+            "the outputs (3 allocations)": lambda: tk._outputs(n_rows, k, x.dtype),
+            "the runner (record + 2 launches)": lambda: run(x, probs, columns=columns, lse=lse),
+            "the record allocation": lambda: cp.empty(n_keys, dtype=cp.uint64),
+            "the chunks launch": lambda: chunks(x.data.ptr, record.data.ptr),
+            "the chunks and merge launches": lambda: (chunks(x.data.ptr, record.data.ptr),
+                                                      merge(record.data.ptr, probs.data.ptr, columns.data.ptr,
+                                                            lse.data.ptr)),
+        }
+        for name, fn in pieces.items():
+            host, wait = per_call_us(fn)
+            print(f"{name:34s} {host:6.1f} us per call (wait after the loop {wait:8.1f} us)", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "unknown")
