@@ -3,15 +3,15 @@
     python3 scripts/probe_split_host.py <commit>
 
 Each piece of a call (the public call through its fast path, the three output allocations, the
-runner, the record allocation, the chunks launch alone, both launches) is made back to back, 300
-times in a loop, and the best of 5 loops is printed in microseconds per call, with the device time
-of the whole call (timer.time_gpu) and the wait after the last loop. A piece whose loop waits on the
-GPU shows as close to the device time; the host budget is 25 us for a call of two kernels.
+runner, the record allocation, the chunks launch alone, both launches) is made back to back
+(timer.host_us_per_call: 300 calls a loop, the best of 5 loops) and printed in microseconds per
+call with the wait after that loop, beside the device time of the whole call (timer.time_gpu). A
+piece whose loop waits on the GPU shows as close to the device time; the host budget is 25 us for
+a call of two kernels.
 """
 from __future__ import annotations
 
 import sys
-import time
 
 import cupy as cp
 
@@ -22,22 +22,6 @@ from onlinesoftmax.kernels import softmax_topk_split as sp
 from onlinesoftmax.measure import timer
 
 SHAPES = ((1, 32000, 20, "float32"), (8, 128256, 1, "float32"), (1, 151936, 50, "bfloat16"))
-
-
-def per_call_us(fn, calls: int = 300, repeats: int = 5) -> tuple[float, float]:
-    """(best host us per call over `repeats` loops of `calls`, the wait after that loop in us)."""
-    for _ in range(10):
-        fn()
-    cp.cuda.Device().synchronize()
-    best = (float("inf"), 0.0)
-    for _ in range(repeats):
-        began = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        ended = time.perf_counter()
-        cp.cuda.Device().synchronize()
-        best = min(best, ((ended - began) / calls * 1e6, (time.perf_counter() - ended) * 1e6))
-    return best
 
 
 def main(commit: str) -> None:
@@ -65,8 +49,9 @@ def main(commit: str) -> None:
                                                             lse.data.ptr)),
         }
         for name, fn in pieces.items():
-            host, wait = per_call_us(fn)
-            print(f"{name:34s} {host:6.1f} us per call (wait after the loop {wait:8.1f} us)", flush=True)
+            host = timer.host_us_per_call(fn, calls=300, repeats=5)
+            print(f"{name:34s} {host['us']:6.1f} us per call (wait after the loop {host['drain_us']:8.1f} us)",
+                  flush=True)
 
 
 if __name__ == "__main__":
