@@ -3,7 +3,7 @@
     python3 scripts/probe_split_host.py <commit>
 
 Each piece of a call (the public call through its fast path, the three output allocations, the
-runner, the record allocation, the chunks launch alone, both launches) is made back to back
+runner, the chunks launch alone, both launches) is made back to back
 (timer.host_us_per_call: 300 calls a loop, the best of 5 loops) and printed in microseconds per
 call with the wait after that loop, beside the device time of the whole call (timer.time_gpu). A
 piece whose loop waits on the GPU shows as close to the device time; the host budget is 25 us for
@@ -32,21 +32,18 @@ def main(commit: str) -> None:
         x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=1)
         probs, columns, lse = tk._outputs(n_rows, k, x.dtype)
         run = sp.plan_split(sp.SPLIT, x, probs, k, False, columns, lse)
-        # the runner's two prepared launches and the record size, from its closure
+        # the runner's two prepared launches (the records' address is fixed in both), from its closure
         cells = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__)))
-        chunks, merge, n_keys = cells["chunks"], cells["merge"], cells["n_keys"]
-        record = cp.empty(n_keys, dtype=cp.uint64)
+        chunks, merge = cells["chunks"], cells["merge"]
         device_us = timer.time_gpu(lambda: osm.softmax_topk(x, k), [()], warmup=5, reps=30)["ms"] * 1e3
         print(f"## {n_rows} x {n_cols}, k = {k}, {dtype}: {run.shape}; device {device_us:.1f} us per call")
         pieces = {
             "the public call (fast path)": lambda: osm.softmax_topk(x, k),
             "the outputs (3 allocations)": lambda: tk._outputs(n_rows, k, x.dtype),
-            "the runner (record + 2 launches)": lambda: run(x, probs, columns=columns, lse=lse),
-            "the record allocation": lambda: cp.empty(n_keys, dtype=cp.uint64),
-            "the chunks launch": lambda: chunks(x.data.ptr, record.data.ptr),
-            "the chunks and merge launches": lambda: (chunks(x.data.ptr, record.data.ptr),
-                                                      merge(record.data.ptr, probs.data.ptr, columns.data.ptr,
-                                                            lse.data.ptr)),
+            "the runner (2 launches)": lambda: run(x, probs, columns=columns, lse=lse),
+            "the chunks launch": lambda: chunks(x.data.ptr),
+            "the chunks and merge launches": lambda: (chunks(x.data.ptr),
+                                                      merge(probs.data.ptr, columns.data.ptr, lse.data.ptr)),
         }
         for name, fn in pieces.items():
             host = timer.host_us_per_call(fn, calls=300, repeats=5)

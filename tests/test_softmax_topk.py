@@ -400,3 +400,39 @@ def test_the_split_rule():
     assert sp.merge_capacity(227 * 1024) == sp.MERGE_CAPACITY and sp.merge_capacity(99 * 1024) < 16384
     with pytest.raises(ValueError, match="got k = 1025"):
         sp.split_shape(1, 2**20, 1025)
+
+
+def test_the_split_plan_owns_its_records_and_a_call_only_launches(monkeypatch):
+    """Without a GPU (cupy, the kernels and the launches faked): the plan allocates the records once,
+    both launches hold their address as a fixed argument, and each call of the runner launches the
+    chunks kernel with x's address and the merge with the outputs' addresses, allocating nothing."""
+    import sys
+    import types
+
+    allocated, prepared, calls = [], [], []
+    fake_cupy = types.SimpleNamespace(
+        uint64=np.uint64,
+        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
+            attributes={"MaxSharedMemoryPerBlockOptin": 227 * 1024})),
+        empty=lambda n, dtype: allocated.append(Addressed(np.empty(n, dtype))) or allocated[-1])
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(sp, "get_kernel", lambda path, entry, defines=(): entry)
+
+    def prepare_launch(fn, grid, block, shared, cluster, types_, fixed=None, **_):
+        prepared.append((fn, dict(fixed)))
+        return lambda *values: calls.append((fn, values))
+    monkeypatch.setattr(sp.driver, "prepare_launch", prepare_launch)
+
+    x = Addressed(np.zeros((2, 151936), np.float32))
+    probs, columns, lse = (Addressed(np.zeros(shape, dtype)) for shape, dtype in
+                           (((2, 20), np.float32), ((2, 20), np.int64), ((2,), np.float32)))
+    run = sp.plan_split(sp.SPLIT, x, probs, k=20, columns=columns, lse=lse)
+    assert len(allocated) == 1 and allocated[0].shape == (run.shape.record_keys(2),) and run.workspace == tuple(allocated)
+    record = allocated[0].data.ptr
+    (chunks, chunks_fixed), (merge, merge_fixed) = prepared
+    assert chunks.startswith("softmax_topk_06_split_chunks") and chunks_fixed[1] == record
+    assert merge.startswith("softmax_topk_06_split_merge") and merge_fixed[0] == record
+    for _ in range(2):
+        run(x, probs, columns=columns, lse=lse)
+    assert len(allocated) == 1, "a call allocated"
+    assert calls == [(chunks, (x.data.ptr,)), (merge, (probs.data.ptr, columns.data.ptr, lse.data.ptr))] * 2

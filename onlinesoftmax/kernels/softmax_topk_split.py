@@ -251,9 +251,11 @@ def geometry(n_rows: int, n_cols: int) -> Launch:
 
 
 def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False, columns=None, lse=None):
-    """Runner of both launches on 2-D cupy arrays (softmax_topk.plan_fused's arguments); the records are
-    allocated on every call (the pool's, on the current stream); the merge is a programmatic
-    dependent launch where the GPU and cuda-bindings allow it."""
+    """Runner of both launches on 2-D cupy arrays (softmax_topk.plan_fused's arguments). The records
+    are the runner's own, allocated once (as the decode plans' partials): both launches take their
+    address as a fixed argument, and a call launches only. Calls of one plan share its stream (the
+    plan's key), where the next call's chunks kernel starts after this call's merge has ended. The
+    merge is a programmatic dependent launch where the GPU and cuda-bindings allow it."""
     import cupy
 
     from onlinesoftmax.runtime import device
@@ -265,23 +267,24 @@ def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False
     shape = split_shape(n_rows, n_cols, k, x.dtype.name, device.sm_count(), merge_capacity(optin))
     tag = DTYPE_TAGS[x.dtype.name]
     defines = build_defines(x.dtype.name)          # only this dtype's two entries (topk_build.cuh)
+    record = cupy.empty(shape.record_keys(n_rows), dtype=cupy.uint64)
     chunks = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_chunks_{tag}", defines),
                                    (n_rows * shape.n_chunks,), (shape.threads,), shape.chunk_shared_bytes, 1,
                                    (POINTER, POINTER, INT, LONG, INT, INT, INT, INT),
-                                   fixed={2: n_cols, 3: x.strides[0] // x.itemsize, 4: shape.n_chunks,
-                                          5: shape.subs, 6: k, 7: shape.capacity})
+                                   fixed={1: record.data.ptr, 2: n_cols, 3: x.strides[0] // x.itemsize,
+                                          4: shape.n_chunks, 5: shape.subs, 6: k, 7: shape.capacity})
     early = device.compute_capability() >= 90 and driver.has_driver_bindings()
     merge = driver.prepare_launch(get_kernel(variant.path, f"softmax_topk_06_split_merge_{tag}", defines),
                                   (n_rows,), (shape.merge_threads,), shape.merge_shared_bytes, 1,
                                   (POINTER, POINTER, POINTER, POINTER, INT, INT, INT),
-                                  fixed={4: shape.n_chunks, 5: k, 6: int(bool(renormalize))}, programmatic=early)
-    n_keys = shape.record_keys(n_rows)
+                                  fixed={0: record.data.ptr, 4: shape.n_chunks, 5: k, 6: int(bool(renormalize))},
+                                  programmatic=early)
 
     def run(x, probs, columns=None, lse=None, **_):
-        record = cupy.empty(n_keys, dtype=cupy.uint64)
-        chunks(x.data.ptr, record.data.ptr)
-        merge(record.data.ptr, probs.data.ptr, columns.data.ptr, None if lse is None else lse.data.ptr)
+        chunks(x.data.ptr)
+        merge(probs.data.ptr, columns.data.ptr, None if lse is None else lse.data.ptr)
     run.shape = shape   # for the tests and the chapter
+    run.workspace = (record,)   # the launches hold only its address: the runner must keep it
     return run
 
 

@@ -165,3 +165,27 @@ def test_the_plans_are_reused_and_the_api_agrees_with_the_runner():
     for a, b in zip(first, second):
         np.testing.assert_array_equal(checks.as_float64(a).get(), checks.as_float64(b).get())
     assert checks.compare_topk(first[0], first[1], x, 20, lse=first[2])[0]
+
+
+def test_the_split_plan_owns_its_records():
+    """The launches write and read the records at an address fixed when the plan was built: the runner
+    must keep that array, or the pool gives its memory to later allocations, which every call then
+    overwrites. Repeated calls of one plan give the first call's answer."""
+    import gc
+
+    x = checks.random_rows(cp, 3, 151936, "float32", seed=10)
+    probs, columns, lse = topk._outputs(3, 50, x.dtype)
+    runner = plan.get_runner(sp.SPLIT, x, probs, {"k": 50, "renormalize": False, "columns": columns, "lse": lse})
+    assert runner.shape.n_chunks > 1
+    gc.collect()
+    sentinels = [cp.full(a.size, 7, a.dtype) for a in runner.workspace for _ in range(4)]
+    answers = []
+    for _ in range(3):
+        runner(x, probs, columns=columns, lse=lse)
+        answers.append((probs.copy(), columns.copy(), lse.copy()))
+    cp.cuda.Device().synchronize()
+    assert all(bool((s == 7).all()) for s in sentinels), "a later allocation was written by the split launches"
+    assert checks.compare_topk(*answers[0][:2], x, 50, lse=answers[0][2])[0]
+    for later in answers[1:]:
+        for a, b in zip(answers[0], later):
+            np.testing.assert_array_equal(a.get(), b.get())
