@@ -31,6 +31,19 @@ Run on a GPU machine:  python benchmarks/bench_softmax_topk.py           (about 
                        python benchmarks/bench_softmax_topk.py --case moe   (one case's shapes: suite
                                                                           softmax-topk-moe; paper, sampling,
                                                                           moe or large_k)
+                       python benchmarks/bench_softmax_topk.py --case host  (suite softmax-topk-host,
+                                                                          under a minute; below)
+
+The host case: what one call of onlinesoftmax.softmax_topk(x, k) costs the host, back to back
+(timer.host_us_per_call, `method` host_per_call), at HOST_SHAPES (the split kernel's sampling shapes,
+MoE gating, batch 1), against the runtime's budget (HOST_BUDGET_US: 15 us for a call of one kernel,
+25 us for two; bench_api_overhead's TARGET_US), beside torch's two calls on the same tensor and a bare
+cupy RawKernel launch of an empty kernel (this machine's floor for any launch from Python). Each call
+is checked first (as above), then timed in HOST_ROUNDS rounds that go round every call in turn (a
+drift of the host's speed reaches all of them alike), each round the best of 5 loops of HOST_CALLS;
+a row keeps its best round and lists every round (`round_us`). `device_us` (timer.time_gpu) shows
+whether the GPU kept up; a row whose device time is above 0.8 of its host time is `device_bound`
+(its loop may have waited on a full launch queue: its host figure is then an upper bound).
 """
 from __future__ import annotations
 
@@ -56,6 +69,11 @@ MOE = [(t, e, k, dtype) for dtype in ("float32", "bfloat16") for t in (1, 64, 51
        for e in (64, 128, 256, 512) for k in (2, 8)]
 LARGE_K = [(256, 262144, k, "float32") for k in (64, 128, 256, 512, 1024)] + \
           [(rows, n, k, "float32") for rows, n in ((4000, 32768), (64, 151936)) for k in (1, 2, 4, 8, 16, 24, 32)]
+HOST_SHAPES = [(1, 32000, 20, "float32"), (1, 151936, 50, "bfloat16"), (8, 128256, 1, "float32"),
+               (1, 128256, 1, "bfloat16"), (1, 256, 8, "bfloat16"), (64, 512, 8, "bfloat16"),
+               (512, 256, 2, "float32"), (32, 4096, 5, "float32")]
+HOST_BUDGET_US = {1: 15.0, 2: 25.0}     # launches per call -> the runtime's budget (bench_api_overhead.TARGET_US)
+HOST_ROUNDS, HOST_CALLS = 3, 250
 QUICK = {"paper": [(4000, 32768, 5), (10, 1 << 20, 30)],
          "sampling": [(1, 151936, 50, "bfloat16"), (64, 128256, 20, "float32")],
          "moe": [(512, 256, 8, "bfloat16")],
@@ -161,6 +179,93 @@ def measure_case(case: str, n_rows: int, n_cols: int, k: int, dtype: str, read_G
     return rows
 
 
+def launches(variant) -> int:
+    """Kernels one softmax_topk call on `variant` launches (the split kernel: chunks, then merge)."""
+    return 2 if variant is sp.SPLIT else 1
+
+
+def host_calls(n_rows: int, n_cols: int, k: int, dtype: str) -> dict:
+    """{row fields: the call} for one host shape: ours (checked first), torch's two calls, torch.topk."""
+    import cupy
+    import torch
+
+    x = checks.random_rows(cupy, n_rows, n_cols, dtype, seed=n_cols + k)
+    auto = topk.choose(n_rows, n_cols, k, dtype)
+    shape = {"case": "host", "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype}
+    check = check_ours(auto, x, k)
+    osm.softmax_topk(x, k)                      # the first call fills the fast path the loop then takes
+    tx = bench.torch_view(x)
+    return {(auto.name, "onlinesoftmax.softmax_topk(x, k)"): (
+                lambda: osm.softmax_topk(x, k),
+                shape | {"auto": True, "correct": True, "check": check, "launches": launches(auto),
+                         "budget_us": HOST_BUDGET_US[launches(auto)]}),
+            ("torch_softmax_topk", "torch.topk(torch.softmax(t, -1), k)"): (
+                lambda: torch.topk(torch.softmax(tx, dim=-1), k, dim=-1), shape | {"launches": 2}),
+            ("torch_topk", "torch.topk(t, k)"): (lambda: torch.topk(tx, k, dim=-1), shape)}
+
+
+def bare_launch() -> dict:
+    """{fields: call}: an empty kernel with 2 pointer arguments launched through cupy's RawKernel."""
+    import cupy
+
+    kernel = cupy.RawKernel(r'extern "C" __global__ void bare_2(const float* x, float* y) { }', "bare_2")
+    x = cupy.zeros(32, cupy.float32)
+    y = cupy.empty_like(x)
+    return {("cupy.RawKernel", "kernel((1,), (32,), (x, y))"): (lambda: kernel((1,), (32,), (x, y)),
+                                                                {"case": "host", "launches": 1})}
+
+
+def host_rows() -> list[dict]:
+    """The host case's rows: every call checked, then timed round-robin (module docstring)."""
+    calls = bare_launch()
+    for shape in HOST_SHAPES:
+        calls |= host_calls(*shape)
+    rounds = {key: [] for key in calls}
+    for _ in range(HOST_ROUNDS):
+        for key, (fn, _) in calls.items():
+            rounds[key].append(timer.host_us_per_call(fn, calls=HOST_CALLS, repeats=5))
+    rows = []
+    for (kernel, call), (fn, fields) in calls.items():
+        best = min(rounds[(kernel, call)], key=lambda r: r["us"])
+        device_us = timer.time_gpu(fn, [()], warmup=3, reps=20)["ms"] * 1e3
+        rows.append({"kernel": kernel, "call": call, "method": "host_per_call", **fields, **best,
+                     "round_us": [r["us"] for r in rounds[(kernel, call)]], "device_us": device_us,
+                     "device_bound": device_us > 0.8 * best["us"]})
+    return rows
+
+
+def host_verdicts(rows: list[dict]) -> list[dict]:
+    """Ours against the budget, one entry per row of ours: within, over, or over but device-bound."""
+    verdicts = []
+    for row in rows:
+        if "budget_us" not in row:
+            continue
+        within = row["us"] <= row["budget_us"]
+        verdicts.append({"kernel": row["kernel"], "shape": (row["n_rows"], row["n_cols"], row["k"], row["dtype"]),
+                         "us": row["us"], "budget_us": row["budget_us"], "within": within,
+                         "device_bound": row["device_bound"]})
+    return verdicts
+
+
+def main_host() -> None:
+    started = time.time()
+    rows = host_rows()
+    for row in rows:
+        budget = f"budget {row['budget_us']:.0f} us" if "budget_us" in row else ""
+        print(f"{row['kernel']:24s} {row.get('n_rows', '')}x{row.get('n_cols', '')} k={row.get('k', '')} "
+              f"{row.get('dtype', ''):9s} host {row['us']:6.1f} us (rounds "
+              f"{' '.join(f'{u:.1f}' for u in row['round_us'])})  device {row['device_us']:6.1f} us  {budget}"
+              f"{'  (device-bound)' if row['device_bound'] else ''}", flush=True)
+    for verdict in host_verdicts(rows):
+        print(f"{verdict['shape']}: {verdict['us']:.1f} us against {verdict['budget_us']:.0f}: "
+              f"{'within' if verdict['within'] else 'OVER'}", flush=True)
+    meta = results.gpu_meta(f"host_per_call: {timer.METHOD_HOST} | device_us: {timer.METHOD}")
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    meta |= {"host_cpu": cpu, "wall_s": time.time() - started, "rounds": HOST_ROUNDS, "calls_per_loop": HOST_CALLS,
+             "budget_us": {str(n): us for n, us in HOST_BUDGET_US.items()}}
+    print("wrote", results.write_results(SUITE + "-host", rows, meta), file=sys.stderr)
+
+
 def shapes(quick: bool, only: str | None = None):
     cases = QUICK if quick else {"paper": PAPER, "sampling": SAMPLING, "moe": MOE, "large_k": LARGE_K}
     for case, listed in cases.items():
@@ -196,6 +301,9 @@ def main(quick: bool, only: str | None = None) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     only = args[args.index("--case") + 1] if "--case" in args else None
-    if only is not None and only not in ("paper", "sampling", "moe", "large_k"):
-        raise SystemExit(f"--case takes paper, sampling, moe or large_k, got {only!r}")
-    main("--quick" in args, only)
+    if only is not None and only not in ("paper", "sampling", "moe", "large_k", "host"):
+        raise SystemExit(f"--case takes paper, sampling, moe, large_k or host, got {only!r}")
+    if only == "host":
+        main_host()
+    else:
+        main("--quick" in args, only)

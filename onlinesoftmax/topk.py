@@ -127,9 +127,10 @@ def _call_key(x, k, axis, renormalize, return_lse, variant):
             variant, api._current_stream().ptr)
 
 
-def _outputs(rows: int, k: int, dtype):
+def _outputs(rows: int, k: int, dtype, lse: bool = True):
+    """probs, indices and (when asked for: the kernels skip a null one) the LSE of `rows` rows."""
     return (api._cupy_ndarray((rows, k), dtype), api._cupy_ndarray((rows, k), np.int64),
-            api._cupy_ndarray((rows,), np.float32))
+            api._cupy_ndarray((rows,), np.float32) if lse else None)
 
 
 def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return_lse: bool = False,
@@ -144,10 +145,11 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
         hit = None if key is None else _fast_path.get(key)
         if hit is not None and api._current_device() == x.data.device_id:
             runner, n_rows, lead = hit
-            probs, indices, lse = _outputs(n_rows, k, x.dtype)
+            probs, indices, lse = _outputs(n_rows, k, x.dtype, return_lse)
             runner(x, probs, columns=indices, lse=lse)        # the runner reads only the addresses
             if lead is not None:
-                probs, indices, lse = probs.reshape(lead + (k,)), indices.reshape(lead + (k,)), lse.reshape(lead)
+                probs, indices = probs.reshape(lead + (k,)), indices.reshape(lead + (k,))
+                lse = None if lse is None else lse.reshape(lead)
             return (probs, indices, lse) if return_lse else (probs, indices)
     on_gpu = api.check_array(x, "softmax_topk")
     axis = api.normalize_axis(axis, x.ndim, "softmax_topk")
@@ -165,14 +167,14 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
     if not on_gpu:
         probs, indices, lse = chosen.simulate(rows, k, bool(renormalize))
     else:
-        probs, indices, lse = _outputs(rows.shape[0], k, rows.dtype)
+        probs, indices, lse = _outputs(rows.shape[0], k, rows.dtype, return_lse)
         runner = run(chosen, rows, k, bool(renormalize), probs, indices, lse)
         if key is not None and view:   # rows is x itself or a view of it (no copy): its address is x's
             if len(_fast_path) >= FAST_PATH_LIMIT:
                 _fast_path.clear()
             _fast_path[key] = (runner, rows.shape[0], None if lead == (rows.shape[0],) else lead)
-    probs, indices, lse = probs.reshape(lead + (k,)), indices.reshape(lead + (k,)), lse.reshape(lead)
-    return (probs, indices, lse) if return_lse else (probs, indices)
+    probs, indices = probs.reshape(lead + (k,)), indices.reshape(lead + (k,))
+    return (probs, indices, lse.reshape(lead)) if return_lse else (probs, indices)
 
 
 def topk_logits(x, k: int, axis: int = -1):

@@ -49,3 +49,29 @@ def test_the_check_before_timing_passes_right_answers_and_stops_wrong_ones():
     wrong = type("WrongKernel", (), {"simulate": staticmethod(off_by_one), "name": "wrong"})()
     with pytest.raises(AssertionError, match="not timed"):
         bench.check_ours(wrong, x, 5)     # the last row's columns are off by one: the edge rows catch it
+
+
+def test_the_host_case_holds_the_runtime_budget_and_the_shapes_that_need_it():
+    api_spec = importlib.util.spec_from_file_location("bench_api_overhead",
+                                                      REPO_ROOT / "benchmarks" / "bench_api_overhead.py")
+    api = importlib.util.module_from_spec(api_spec)
+    api_spec.loader.exec_module(api)
+    assert bench.HOST_BUDGET_US == {1: api.TARGET_US[api.ONE_KERNEL], 2: api.TARGET_US[api.CLUSTER_OR_TWO]}
+    chosen = [topk.choose(*shape) for shape in bench.HOST_SHAPES]
+    assert sp.SPLIT in chosen and any(v is not sp.SPLIT for v in chosen)     # both budgets are met by a shape
+    assert any(shape[0] == 1 for shape in bench.HOST_SHAPES)
+    for (n_rows, n_cols, k, dtype), variant in zip(bench.HOST_SHAPES, chosen):
+        topk._check_variant(variant, k, n_cols, dtype)
+        assert bench.launches(variant) == (2 if variant is sp.SPLIT else 1)
+
+
+def test_the_host_verdicts_name_each_call_of_ours_against_its_budget():
+    rows = [{"kernel": "softmax_topk_06_split", "n_rows": 1, "n_cols": 32000, "k": 20, "dtype": "float32",
+             "us": 26.0, "budget_us": 25.0, "device_bound": False},
+            {"kernel": "softmax_topk_05_warp_rows", "n_rows": 64, "n_cols": 512, "k": 8, "dtype": "bfloat16",
+             "us": 12.0, "budget_us": 15.0, "device_bound": True},
+            {"kernel": "torch_topk", "n_rows": 64, "n_cols": 512, "k": 8, "dtype": "bfloat16", "us": 30.0,
+             "device_bound": False}]
+    verdicts = bench.host_verdicts(rows)
+    assert [(v["kernel"], v["within"], v["device_bound"]) for v in verdicts] == [
+        ("softmax_topk_06_split", False, False), ("softmax_topk_05_warp_rows", True, True)]

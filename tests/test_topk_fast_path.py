@@ -1,5 +1,5 @@
-"""CPU tier: a repeated softmax_topk call of the same layout takes the fast path (one lookup, three
-allocations, the launch), as the api's functions do; what it returns keeps the first call's shapes.
+"""CPU tier: a repeated softmax_topk call of the same layout takes the fast path (one lookup, two
+allocations, or three with return_lse, the launch), as the api's functions do; what it returns keeps the first call's shapes.
 The cupy path runs on numpy arrays dressed as cupy ones (tests/test_api.py's FakeDeviceArray)."""
 
 import numpy as np
@@ -25,19 +25,23 @@ class Allocated(FakeDeviceArray):
 
 @pytest.fixture
 def topk_gpu(fake_gpu, monkeypatch):  # noqa: F811
-    """fake_gpu, plus topk's runners recorded and its slow path counted."""
-    launches, built = [], []
-    monkeypatch.setattr(api, "_cupy_ndarray", lambda shape, dtype=None: Allocated(np.empty(shape, dtype)))
+    """fake_gpu, plus topk's runners recorded, its slow path counted and its allocations listed."""
+    launches, built, allocated = [], [], []
+
+    def allocate(shape, dtype=None):
+        allocated.append(shape)
+        return Allocated(np.empty(shape, dtype))
+    monkeypatch.setattr(api, "_cupy_ndarray", allocate)
 
     def fake_run(chosen, rows, k, renormalize, probs, indices, lse=None):
         built.append((chosen.name, rows.shape))
         def runner(x, probs, columns=None, lse=None, **_):
-            launches.append((chosen.name, x.data.ptr, probs.shape, columns.shape, lse.shape))
+            launches.append((chosen.name, x.data.ptr, probs.shape, columns.shape, None if lse is None else lse.shape))
         runner(rows, probs, columns=indices, lse=lse)
         return runner
     monkeypatch.setattr(topk, "run", fake_run)
     topk._fast_path.clear()
-    yield launches, built
+    yield launches, built, allocated
     topk._fast_path.clear()
 
 
@@ -52,7 +56,7 @@ CALLS = {
 
 @pytest.mark.parametrize("call", CALLS)
 def test_a_repeated_call_takes_the_fast_path(topk_gpu, call):
-    launches, built = topk_gpu
+    launches, built, _ = topk_gpu
     fn, shape, out_shape = CALLS[call]
     x = FakeDeviceArray(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
     for _ in range(3):
@@ -65,8 +69,21 @@ def test_a_repeated_call_takes_the_fast_path(topk_gpu, call):
     assert {ptr for _, ptr, *_ in launches} == {x.data.ptr}, "every launch reads x itself"
 
 
+def test_the_lse_is_allocated_and_written_only_when_asked_for(topk_gpu):
+    """Without return_lse the kernels get a null LSE (each skips it) and no third array is allocated."""
+    launches, built, allocated = topk_gpu
+    x = FakeDeviceArray(np.zeros((8, 256), np.float32))
+    for return_lse in (False, False, True, True):
+        del allocated[:]
+        result = osm.softmax_topk(x, 4, return_lse=return_lse)
+        assert allocated == [(8, 4), (8, 4)] + ([(8,)] if return_lse else [])
+        assert launches[-1][-1] == ((8,) if return_lse else None)
+        assert len(result) == (3 if return_lse else 2)
+    assert len(built) == 2, "one plan each for a null and a given LSE; the repeats take the fast path"
+
+
 def test_the_repeated_call_touches_no_file_device_query_or_import(topk_gpu):
-    launches, built = topk_gpu
+    launches, built, _ = topk_gpu
     x = FakeDeviceArray(np.zeros((8, 256), np.float32))
     osm.softmax_topk(x, 4)
     with hot_path_forbids_io():
@@ -77,7 +94,7 @@ def test_the_repeated_call_touches_no_file_device_query_or_import(topk_gpu):
 def test_other_arguments_other_keys_and_a_copy_never_cached(topk_gpu):
     """Another k, renormalize or dtype is another plan; an axis other than the last runs on a copy
     (its address is not x's), so it always takes the checked path; bad k still raises."""
-    launches, built = topk_gpu
+    launches, built, _ = topk_gpu
     x = FakeDeviceArray(np.zeros((6, 128), np.float32))
     osm.softmax_topk(x, 4)
     osm.softmax_topk(x, 5)
