@@ -73,7 +73,7 @@ HOST_SHAPES = [(1, 32000, 20, "float32"), (1, 151936, 50, "bfloat16"), (8, 12825
                (1, 128256, 1, "bfloat16"), (1, 256, 8, "bfloat16"), (64, 512, 8, "bfloat16"),
                (512, 256, 2, "float32"), (32, 4096, 5, "float32")]
 HOST_BUDGET_US = {1: 15.0, 2: 25.0}     # launches per call -> the runtime's budget (bench_api_overhead.TARGET_US)
-HOST_ROUNDS, HOST_CALLS = 3, 250
+HOST_ROUNDS, HOST_CALLS = 5, 250
 QUICK = {"paper": [(4000, 32768, 5), (10, 1 << 20, 30)],
          "sampling": [(1, 151936, 50, "bfloat16"), (64, 128256, 20, "float32")],
          "moe": [(512, 256, 8, "bfloat16")],
@@ -195,13 +195,14 @@ def host_calls(n_rows: int, n_cols: int, k: int, dtype: str) -> dict:
     check = check_ours(auto, x, k)
     osm.softmax_topk(x, k)                      # the first call fills the fast path the loop then takes
     tx = bench.torch_view(x)
-    return {(auto.name, "onlinesoftmax.softmax_topk(x, k)"): (
+    where = (n_rows, n_cols, k, dtype)
+    return {(auto.name, "onlinesoftmax.softmax_topk(x, k)", where): (
                 lambda: osm.softmax_topk(x, k),
                 shape | {"auto": True, "correct": True, "check": check, "launches": launches(auto),
                          "budget_us": HOST_BUDGET_US[launches(auto)]}),
-            ("torch_softmax_topk", "torch.topk(torch.softmax(t, -1), k)"): (
+            ("torch_softmax_topk", "torch.topk(torch.softmax(t, -1), k)", where): (
                 lambda: torch.topk(torch.softmax(tx, dim=-1), k, dim=-1), shape | {"launches": 2}),
-            ("torch_topk", "torch.topk(t, k)"): (lambda: torch.topk(tx, k, dim=-1), shape)}
+            ("torch_topk", "torch.topk(t, k)", where): (lambda: torch.topk(tx, k, dim=-1), shape)}
 
 
 def bare_launch() -> dict:
@@ -211,8 +212,8 @@ def bare_launch() -> dict:
     kernel = cupy.RawKernel(r'extern "C" __global__ void bare_2(const float* x, float* y) { }', "bare_2")
     x = cupy.zeros(32, cupy.float32)
     y = cupy.empty_like(x)
-    return {("cupy.RawKernel", "kernel((1,), (32,), (x, y))"): (lambda: kernel((1,), (32,), (x, y)),
-                                                                {"case": "host", "launches": 1})}
+    return {("cupy.RawKernel", "kernel((1,), (32,), (x, y))", None): (lambda: kernel((1,), (32,), (x, y)),
+                                                                      {"case": "host", "launches": 1})}
 
 
 def host_rows() -> list[dict]:
@@ -225,11 +226,11 @@ def host_rows() -> list[dict]:
         for key, (fn, _) in calls.items():
             rounds[key].append(timer.host_us_per_call(fn, calls=HOST_CALLS, repeats=5))
     rows = []
-    for (kernel, call), (fn, fields) in calls.items():
-        best = min(rounds[(kernel, call)], key=lambda r: r["us"])
+    for (kernel, call, where), (fn, fields) in calls.items():
+        best = min(rounds[(kernel, call, where)], key=lambda r: r["us"])
         device_us = timer.time_gpu(fn, [()], warmup=3, reps=20)["ms"] * 1e3
         rows.append({"kernel": kernel, "call": call, "method": "host_per_call", **fields, **best,
-                     "round_us": [r["us"] for r in rounds[(kernel, call)]], "device_us": device_us,
+                     "round_us": [r["us"] for r in rounds[(kernel, call, where)]], "device_us": device_us,
                      "device_bound": device_us > 0.8 * best["us"]})
     return rows
 

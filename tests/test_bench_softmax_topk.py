@@ -75,3 +75,26 @@ def test_the_host_verdicts_name_each_call_of_ours_against_its_budget():
     verdicts = bench.host_verdicts(rows)
     assert [(v["kernel"], v["within"], v["device_bound"]) for v in verdicts] == [
         ("softmax_topk_06_split", False, False), ("softmax_topk_05_warp_rows", True, True)]
+
+
+def test_the_host_case_keeps_a_row_per_call_and_shape(monkeypatch):
+    """Every shape keeps its own rows (a key without the shape would keep only the last shape's)."""
+    made = []
+
+    def fake_calls(n_rows, n_cols, k, dtype):
+        where = (n_rows, n_cols, k, dtype)
+        made.append(where)
+        shape = {"case": "host", "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype}
+        return {("softmax_topk_05_warp_rows", "onlinesoftmax.softmax_topk(x, k)", where): (
+                    lambda: None, shape | {"budget_us": 15.0}),
+                ("torch_topk", "torch.topk(t, k)", where): (lambda: None, shape)}
+
+    monkeypatch.setattr(bench, "host_calls", fake_calls)
+    monkeypatch.setattr(bench, "bare_launch", lambda: {})
+    monkeypatch.setattr(bench.timer, "host_us_per_call", lambda fn, **_: {"us": 10.0, "drain_us": 1.0})
+    monkeypatch.setattr(bench.timer, "time_gpu", lambda fn, args, **_: {"ms": 0.005})
+    rows = bench.host_rows()
+    assert len(rows) == 2 * len(bench.HOST_SHAPES) and made == bench.HOST_SHAPES
+    assert {(r["n_rows"], r["n_cols"], r["k"], r["dtype"]) for r in rows} == set(bench.HOST_SHAPES)
+    assert all(len(r["round_us"]) == bench.HOST_ROUNDS and not r["device_bound"] for r in rows)
+    assert len(bench.host_verdicts(rows)) == len(bench.HOST_SHAPES)
