@@ -83,6 +83,31 @@ def test_the_reading_quotes_the_rows():
     assert "quick run" in topk_reading.reading_markdown({**data, "quick": True})
 
 
+def made_up_host_run():
+    def row(kernel, n_rows, n_cols, k, dtype, us):
+        return {"kernel": kernel, "method": "host_per_call", "n_rows": n_rows, "n_cols": n_cols, "k": k,
+                "dtype": dtype, "us": us}
+    return {"rows": [row("softmax_topk_06_split", 1, 32000, 20, "float32", 17.25),
+                     row("softmax_topk_06_split", 8, 128256, 1, "float32", 21.5),
+                     row("torch_softmax_topk", 1, 32000, 20, "float32", 140.0),
+                     row("torch_softmax_topk", 8, 128256, 1, "float32", 120.0),
+                     row("torch_softmax_topk", 64, 512, 8, "bfloat16", 36.0),    # not a split shape: left out
+                     row("softmax_topk_05_warp_rows", 64, 512, 8, "bfloat16", 12.5),
+                     row("torch_topk", 64, 512, 8, "bfloat16", 25.0),
+                     {"kernel": "cupy.RawKernel", "method": "host_per_call", "us": 4.5}]}
+
+
+def test_the_host_reading_quotes_the_host_run():
+    host = made_up_host_run()
+    h = topk_figures.host_reading(host)
+    assert h == {"split": (17.25, 21.5), "one": (12.5, 12.5), "torch_unfused": (120.0, 140.0), "floor": 4.5}
+    text = topk_reading.reading_markdown(made_up_suite(), host)
+    assert ("two launches) costs 17.2 to 21.5 µs" in text or "two launches) costs 17.3 to 21.5 µs" in text)
+    assert "costs 120.0 to 140.0 µs" in text and "one kernel (gating, the row pass) costs 12.5 µs" in text
+    assert "cupy costs 4.5 µs" in text and "$" not in text
+    assert "What one call costs the host" not in topk_reading.reading_markdown(made_up_suite()), "no host run"
+
+
 def test_without_a_file_nothing_is_quoted(monkeypatch):
     monkeypatch.setattr(topk_figures.results, "recorded_files", lambda suite: [])
     assert topk_figures.load() is None

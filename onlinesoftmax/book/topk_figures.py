@@ -5,7 +5,9 @@ quick run (`softmax-topk-quick`, labelled so), else None; a case recorded alone 
 `softmax-topk-moe`) replaces that case's rows of a quick run (data["case_files"] names the file). `plot_paper(data)` draws the paper's
 comparison (online fused over safe unfused, split into the fusion and online gains) beside the
 paper's own V100 figures; `plot_speedups`, `plot_fraction_of_read` and `plot_large_k` draw the rest;
-`reading(data)` computes the numbers the prose quotes. `show_choice` is the widget (topk_widgets.py).
+`reading(data)` computes the numbers the prose quotes. `load_host()` returns the newest host run
+(`softmax-topk-host`, `--case host`: host microseconds per call back to back) and `host_reading` its
+numbers. `show_choice` is the widget (topk_widgets.py).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 SUITE = "softmax-topk"
 QUICK_SUITE = SUITE + "-quick"
+HOST_SUITE = SUITE + "-host"
 CASES = (("paper", "the paper's sweep (fp32)"), ("sampling", "sampling: batch × vocabulary"),
          ("moe", "MoE gating: tokens × experts"))
 PEERS = {"torch_softmax_topk": ("torch.softmax + torch.topk", "^"), "torch_topk": ("torch.topk alone", "v")}
@@ -268,6 +271,31 @@ def reading(data: dict) -> dict:
     large = [r for r in case_rows(data, "large_k") if r["kernel"] == SPLIT and r["k"] == 1024]
     if large:
         out["k1024_vs_topk"] = large[0]["speedup_vs_torch_topk"]
+    return out
+
+
+def load_host() -> dict | None:
+    """The newest recorded host run (suite softmax-topk-host), or None."""
+    return results.load_recorded(HOST_SUITE) if results.recorded_files(HOST_SUITE) else None
+
+
+def host_reading(data: dict) -> dict:
+    """Host microseconds per call back to back: ours on the split kernel (two launches) and on one
+    kernel, torch's softmax -> topk at the split kernel's shapes, an empty cupy launch; (low, high)
+    ranges, {} for a part not recorded."""
+    rows = [r for r in data["rows"] if r.get("method") == "host_per_call" and "us" in r]
+    shape = lambda r: (r.get("n_rows"), r.get("n_cols"), r.get("k"), r.get("dtype"))   # noqa: E731
+    split = [r for r in rows if r["kernel"] == SPLIT]
+    one = [r for r in rows if is_ours(r) and r["kernel"] != SPLIT]
+    split_shapes = {shape(r) for r in split}
+    unfused = [r for r in rows if r["kernel"] == "torch_softmax_topk" and shape(r) in split_shapes]
+    out = {}
+    for name, group in (("split", split), ("one", one), ("torch_unfused", unfused)):
+        if group:
+            out[name] = (min(r["us"] for r in group), max(r["us"] for r in group))
+    floor = [r["us"] for r in rows if r["kernel"] == "cupy.RawKernel"]
+    if floor:
+        out["floor"] = min(floor)
     return out
 
 

@@ -27,8 +27,35 @@ NOT_RECORDED = ("The suite has not been recorded yet, so there is nothing to rea
                 "its file.")
 
 
-def reading_markdown(data: dict | None) -> str:
-    """The chapter's reading of the plots, as Markdown computed from the recorded rows."""
+def _range(pair) -> str:
+    low, high = pair
+    return f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f}"
+
+
+def host_bullet(host: dict) -> str:
+    """What one call costs the host, from the suite's host run (topk_figures.host_reading)."""
+    h = tf.host_reading(host)
+    if "split" not in h and "one" not in h:
+        return ""
+    parts = []
+    if "split" in h:
+        text = (f"a call on the split kernel (two launches) costs {_range(h['split'])} µs of host time at the "
+                "sampling shapes")
+        if "torch_unfused" in h:
+            text += f", where `torch.softmax` followed by `torch.topk` costs {_range(h['torch_unfused'])} µs"
+        parts.append(text)
+    if "one" in h:
+        parts.append(f"a call of one kernel (gating, the row pass) costs {_range(h['one'])} µs")
+    text = "**What one call costs the host.** Made back to back, " + "; ".join(parts) + "."
+    if "floor" in h:
+        text += (f" On the same machine an empty kernel launched through cupy costs {h['floor']:.1f} µs, the "
+                 "least any launch from Python costs there.")
+    return text
+
+
+def reading_markdown(data: dict | None, host: dict | None = None) -> str:
+    """The chapter's reading of the plots, as Markdown computed from the recorded rows (and, when
+    given, the suite's host run)."""
     if data is None:
         return NOT_RECORDED
     r = tf.reading(data)
@@ -92,6 +119,8 @@ def reading_markdown(data: dict | None) -> str:
                        f"select is faster than the register lists from *k* = {k} on." if k else
                        f"**Where the register lists stop.** At {n_rows} rows of {n_cols} the register lists stay "
                        "faster than the split kernel up to *k* = 32, their last bucket.")
+    if host is not None and host_bullet(host):
+        bullets.append(host_bullet(host))
     return "\n".join(f"- {b}" for b in bullets)
 
 
