@@ -206,14 +206,14 @@ def host_calls(n_rows: int, n_cols: int, k: int, dtype: str) -> dict:
 
 
 def bare_launch() -> dict:
-    """{fields: call}: an empty kernel with 2 pointer arguments launched through cupy's RawKernel."""
+    """{key: (call, fields)}: the suite api-overhead's empty kernel with 2 pointer arguments, launched
+    through cupy's RawKernel (bench_api_overhead.bare_kernels)."""
     import cupy
+    from bench_api_overhead import bare_kernels   # benchmarks/ is on the path (this script's folder)
 
-    kernel = cupy.RawKernel(r'extern "C" __global__ void bare_2(const float* x, float* y) { }', "bare_2")
-    x = cupy.zeros(32, cupy.float32)
-    y = cupy.empty_like(x)
-    return {("cupy.RawKernel", "kernel((1,), (32,), (x, y))", None): (lambda: kernel((1,), (32,), (x, y)),
-                                                                      {"case": "host", "launches": 1})}
+    fn, fields = bare_kernels(cupy)[0]
+    return {("cupy.RawKernel", fields["call"], None): (fn, {"case": "host", "launches": 1,
+                                                             "arguments": fields["arguments"]})}
 
 
 def host_rows() -> list[dict]:

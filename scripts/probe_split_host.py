@@ -2,9 +2,9 @@
 
     python3 scripts/probe_split_host.py <commit>
 
-Each piece of a call (the public call through its fast path, the two output allocations of a call without the LSE, the
-runner, the chunks launch alone, the merge launch alone as prepared and as an ordinary launch,
-both launches; first a one-kernel call as the same run's baseline) is made back to back
+Each piece of a call (the public call through its fast path, the two output allocations of a call
+without the LSE, the runner, the chunks launch alone, the merge launch alone as prepared and as an
+ordinary launch, both launches; first a one-kernel call as the same run's baseline) is made back to back
 (timer.host_us_per_call: 300 calls a loop, the best of 5 loops) and printed in microseconds per
 call with the wait after that loop, beside the device time of the whole call (timer.time_gpu). A
 piece whose loop waits on the GPU shows as close to the device time; the host budget is 25 us for

@@ -119,8 +119,9 @@ def reading_markdown(data: dict | None, host: dict | None = None) -> str:
                        f"select is faster than the register lists from *k* = {k} on." if k else
                        f"**Where the register lists stop.** At {n_rows} rows of {n_cols} the register lists stay "
                        "faster than the split kernel up to *k* = 32, their last bucket.")
-    if host is not None and host_bullet(host):
-        bullets.append(host_bullet(host))
+    host_text = host_bullet(host) if host is not None else ""
+    if host_text:
+        bullets.append(host_text)
     return "\n".join(f"- {b}" for b in bullets)
 
 
