@@ -193,7 +193,6 @@ def host_calls(n_rows: int, n_cols: int, k: int, dtype: str) -> dict:
     auto = topk.choose(n_rows, n_cols, k, dtype)
     shape = {"case": "host", "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype}
     check = check_ours(auto, x, k)
-    osm.softmax_topk(x, k)                      # the first call fills the fast path the loop then takes
     tx = bench.torch_view(x)
     where = (n_rows, n_cols, k, dtype)
     return {(auto.name, "onlinesoftmax.softmax_topk(x, k)", where): (

@@ -18,8 +18,8 @@ top-k on the same row):
 - k from 1 to min(N, 1024).
 
 A repeated call with the same layout of x, k, axis, options and stream is one dictionary lookup,
-three allocations and the launch (as the api's functions: the plan and the checks were made on
-the first call).
+two allocations (three with return_lse: the kernels skip a null LSE) and the launch (as the api's
+functions: the plan and the checks were made on the first call).
 
 variant="auto" (`choose`): a warp per row for short rows (softmax_topk_05_warp_rows), a block per
 row with register lists when there are enough rows to fill the GPU and k <= 8, or short rows and
@@ -83,10 +83,10 @@ def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | 
         return split.SPLIT
     if row_bytes < SPLIT_MIN_ROW_BYTES:
         return kt.ONLINE_FUSED
+    if k >= SPLIT_FROM_K:           # the lists of 16 lost on every long row measured
+        return split.SPLIT
     rows_per_sm = n_rows / sms
-    if k >= SPLIT_FROM_K:
-        few_long_rows = True
-    elif k == 1:
+    if k == 1:
         few_long_rows = rows_per_sm < SPLIT_BELOW_ROWS_PER_SM_K1 or \
             (rows_per_sm < SPLIT_BELOW_ROWS_PER_SM and row_bytes >= SPLIT_K1_MIN_ROW_BYTES)
     else:

@@ -37,9 +37,7 @@ def main(commit: str) -> None:
         x = checks.random_rows(cp, n_rows, n_cols, dtype, seed=1)
         probs, columns, lse = tk._outputs(n_rows, k, x.dtype)
         run = sp.plan_split(sp.SPLIT, x, probs, k, False, columns, lse)
-        # the runner's two prepared launches (the records' address is fixed in both), from its closure
-        cells = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__)))
-        chunks, merge = cells["chunks"], cells["merge"]
+        chunks, merge = run.launches     # the runner's two prepared launches (the records' address fixed in both)
         device_us = timer.time_gpu(lambda: osm.softmax_topk(x, k), [()], warmup=5, reps=30)["ms"] * 1e3
         print(f"## {n_rows} x {n_cols}, k = {k}, {dtype}: {run.shape}; device {device_us:.1f} us per call")
         # the same merge launch prepared as an ordinary launch (not programmatic), for the comparison

@@ -436,3 +436,6 @@ def test_the_split_plan_owns_its_records_and_a_call_only_launches(monkeypatch):
         run(x, probs, columns=columns, lse=lse)
     assert len(allocated) == 1, "a call allocated"
     assert calls == [(chunks, (x.data.ptr,)), (merge, (probs.data.ptr, columns.data.ptr, lse.data.ptr))] * 2
+    run.launches[0](x.data.ptr)                                       # the launches alone, as the host probe makes them
+    run.launches[1](probs.data.ptr, columns.data.ptr, None)
+    assert calls[-2:] == [(chunks, (x.data.ptr,)), (merge, (probs.data.ptr, columns.data.ptr, None))]

@@ -285,6 +285,7 @@ def plan_split(variant: Variant, x, probs, k: int = 1, renormalize: bool = False
         merge(probs.data.ptr, columns.data.ptr, None if lse is None else lse.data.ptr)
     run.shape = shape   # for the tests and the chapter
     run.workspace = (record,)   # the launches hold only its address: the runner must keep it
+    run.launches = (chunks, merge)   # each alone, for scripts/probe_split_host.py
     return run
 
 
