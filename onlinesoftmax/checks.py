@@ -161,6 +161,45 @@ def special_rows(xp, n_cols: int, dtype="float32", seed: int = 1):
     return on_device(xp, to_dtype(x, dtype)), nan_rows
 
 
+# Magnitudes that overflow a kernel's exponent arithmetic if it scales before it subtracts (m log2e past
+# FLT_MAX, or rounded by hundreds): near +-1e10 (fp16: +-6e4, its largest), near finfo.max, finfo.min, -1e30.
+EXTREME_ROWS = ("near +1e10", "near -1e10", "near finfo.max", "all finfo.min", "finfo.min and one finfo.max",
+                "-1e30 + noise", "one +inf", "all -inf but one", "one NaN", "+inf and NaN")
+FINFO_MAX = {"float32": float(np.finfo(np.float32).max), "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def extreme_rows(xp, n_cols: int, dtype="float32", seed: int = 5):
+    """The extreme-row matrix of one dtype: one row per name of EXTREME_ROWS (in that order), rounded
+    once to `dtype` (fp16 holds neither 1e10 nor 1e30: its rows sit at +-6e4 instead). Every value is
+    finite in `dtype` except the +inf, -inf and NaN that a row's name announces. The expected outputs
+    are the float64 reference's (torch's and scipy's conventions): softmax and log_softmax NaN for a
+    row holding +inf or NaN, logsumexp +inf for +inf without NaN."""
+    rng = np.random.default_rng(seed)
+    big = FINFO_MAX[dtype]
+    ten = 6.0e4 if dtype == "float16" else 1.0e10
+    thirty = -6.0e4 if dtype == "float16" else -1.0e30
+    noise = rng.standard_normal((len(EXTREME_ROWS), n_cols))
+    x = np.empty((len(EXTREME_ROWS), n_cols))
+    x[0] = ten * (1 - 0.01 * np.abs(noise[0]))
+    x[1] = -ten * (1 + 0.01 * np.abs(noise[1]))
+    x[2] = big * (1 - 0.01 * np.abs(noise[2]))
+    x[3] = -big
+    x[4] = -big
+    x[4, rng.integers(n_cols)] = big
+    x[5] = thirty * (1 + 0.01 * np.abs(noise[5]))
+    x[6] = 3 * noise[6]
+    x[6, rng.integers(n_cols)] = np.inf
+    x[7] = -np.inf
+    x[7, rng.integers(n_cols)] = 2.5
+    x[8] = 3 * noise[8]
+    x[8, rng.integers(n_cols)] = np.nan
+    x[9] = 3 * noise[9]
+    x[9, rng.integers(n_cols)] = np.inf
+    x[9, rng.integers(n_cols)] = np.nan
+    with np.errstate(over="ignore"):
+        return on_device(xp, to_dtype(x.astype(np.float32), dtype))
+
+
 def short_row():
     """The guard case N = 100 < 256 threads: threads 100..255 never see an element."""
     return np.random.default_rng(3).standard_normal((1, 100)).astype(np.float32)
@@ -217,6 +256,15 @@ def tolerance(base_error: float, ref, dtype) -> float:
     scale = float(finite.max()) if finite.size else 1.0
     eps = EPS.get(np.dtype(dtype).name) or float(np.finfo(dtype).eps)   # np.finfo knows no bfloat16
     return 2.0 * base_error + 2.0 * eps * max(scale, 1.0)
+
+
+def saturated(ref, dtype: str):
+    """The float64 reference as `dtype` can hold it: values past the dtype's largest finite value (their
+    rounding) become +-inf, as any result stored in that dtype must (log_softmax of finfo.min beside
+    finfo.max is -6.8e38 in float64, -inf in float32)."""
+    xp = array_module(ref)
+    big = FINFO_MAX[dtype] * (1 + EPS[dtype] / 2)
+    return xp.where(xp.abs(ref) >= big, xp.sign(ref) * xp.inf, ref)
 
 
 def compare(y, ref, baseline, dtype) -> tuple[bool, str]:
@@ -340,7 +388,9 @@ def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_o
     and swap columns, and every probability under fp32's smallest normal may be stored as 0); a row whose softmax is NaN returns columns 0 .. k-1. Probabilities: NaN exactly
     where the definition's are, and an error at most twice the baseline's (the softmax in fp32
     rounded once to x's dtype, at the same columns) plus two ulps of the largest. lse, if given:
-    within 4 fp32 ulps (of max(|lse|, 1)) of the float64 log-sum-exp where that is finite."""
+    within 4 fp32 ulps (of max(|lse|, 1)) of the float64 log-sum-exp where that is finite, and NaN in
+    every row whose probabilities are NaN (a row holding +inf or NaN: the fused kernels give no LSE
+    for a row they cannot normalise)."""
     x_host, probs_host, got = _host(x), _host(probs), _host(columns)
     x64 = np.asarray(as_float64(x_host))
     n_rows, n_cols = x64.shape
@@ -387,6 +437,7 @@ def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_o
     message = f"{x_host.dtype} k={k}: error {err:.3e}, tolerance {tol:.3e}"
     if lse is not None:
         lse_host, want_lse = _host(lse).astype(np.float64), reference.logsumexp(x64)
+        want_lse = np.where(np.isnan(p64).all(axis=1) & (want_lse != -np.inf), np.nan, want_lse)
         ok = np.isfinite(want_lse)
         # twice a float32 baseline's error (numpy's pairwise sum of the kernels' terms) plus four ulps
         with np.errstate(all="ignore"):

@@ -50,25 +50,25 @@ def softmax(x) -> np.ndarray:
 
 
 def logsumexp(x) -> np.ndarray:
-    """log sum_j e^(x_j) per row in float64. A row of all -inf gives -inf.
-
-    A row holding +inf gives NaN, unlike torch.logsumexp (+inf): m = +inf makes
-    l = sum e^(x - m) hold e^(inf - inf) = NaN, which (m, l) cannot tell apart from a NaN input.
-    """
+    """log sum_j e^(x_j) per row in float64, as torch.logsumexp and scipy.special.logsumexp: a row of
+    all -inf gives -inf, a row holding NaN gives NaN, a row holding +inf (and no NaN) gives +inf."""
     x64 = _as_float64(x)
     xp = array_module(x64)
     m, l = row_stats(x64)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = xp.where(m == NEG_INF, NEG_INF, m + xp.log(l))
+        out = xp.where((m == xp.inf) & ~xp.isnan(x64).any(axis=-1), xp.inf, out)
     return out if x64.ndim > 1 else out[0]
 
 
 def log_softmax(x) -> np.ndarray:
-    """x - logsumexp(x) per row in float64. A row of all -inf gives NaN (as torch)."""
+    """(x - m) - log sum e^(x - m) per row in float64, as torch: a row of all -inf, or holding +inf or
+    NaN, gives NaN everywhere."""
     x64 = _as_float64(x)
     x2 = x64.reshape(1, -1) if x64.ndim == 1 else x64
-    with np.errstate(invalid="ignore"):
-        y = x2 - logsumexp(x2)[:, None]
+    m, l = row_stats(x2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = (x2 - m[:, None]) - np.log(l)[:, None]
     return y.reshape(x64.shape)
 
 

@@ -44,7 +44,6 @@ __device__ __forceinline__ typename Io<T, V>::raw_t load_x(const T* __restrict__
 template <typename T, int V, bool FromCache = false, bool AllCached = false>
 __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int chunk_elems, int cache_elems,
                                                    typename Io<T, V>::raw_t* cache) {
-    constexpr bool Folded = FoldExp<T>::value;
     constexpr int U = CHUNK_UNROLL;
     const int n_vec = chunk_elems / V;
     const int step = static_cast<int>(blockDim.x);
@@ -73,12 +72,12 @@ __device__ __forceinline__ OnlineState chunk_state(const T* __restrict__ cx, int
             for (int j = 0; j < V; ++j) batch_max = fmaxf(batch_max, v[u][j]);
         }
         const float m_new = fmaxf(s.m, batch_max);
-        const ExpShift b = exp_shift(online_base(m_new));
-        float l = s.l * ex2((s.m - b.m) * LOG2E_F);
+        const float b = online_base(m_new);
+        float l = s.l * ex2((s.m - b) * LOG2E_F);
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
-            for (int j = 0; j < V; ++j) l += exp_sub<Folded>(v[u][j], b);
+            for (int j = 0; j < V; ++j) l += exp_sub(v[u][j], b);
         s = {m_new, l};
     }
     return s;
@@ -92,9 +91,8 @@ __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __rest
                                              int cache_elems, typename Io<T, V>::raw_t* cache,
                                              OnlineState row, const T* __restrict__ next = nullptr,
                                              int next_elems = -1) {
-    constexpr bool Folded = FoldExp<T>::value;
     const int n_vec = chunk_elems / V;
-    const ExpShift shift = exp_shift(row.m);
+    const float shift = row.m;
     const float inv_l = 1.0f / row.l;
     const int next_cached = min(cache_elems, next_elems < 0 ? chunk_elems : next_elems);
 #pragma unroll 4
@@ -104,7 +102,7 @@ __device__ __forceinline__ void chunk_output(const T* __restrict__ cx, T* __rest
         float v[V];
         Io<T, V>::unpack(raw, v);
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = exp_sub<Folded>(v[j], shift) * inv_l;
+        for (int j = 0; j < V; ++j) v[j] = exp_sub(v[j], shift) * inv_l;
         if constexpr (UnsplitStore) Io<T, V>::store_unsplit(cy + i * V, Io<T, V>::pack(v));  // row loops
         else Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
         if (next != nullptr && i * V < next_cached) cp_async_16(&cache[i], next + i * V);  // raw was used above
@@ -156,10 +154,9 @@ __device__ __forceinline__ int chunk_length(int vec_elems, long long start, int 
 // l' = l e^(m - b') + e^(x - b'), with the kernels' exponent form.
 template <typename T>
 __device__ __forceinline__ void chunk_push(OnlineState& s, float x) {
-    constexpr bool Folded = FoldExp<T>::value;
     const float m_new = fmaxf(s.m, x);
-    const ExpShift b = exp_shift(online_base(m_new));
-    s.l = s.l * ex2((s.m - b.m) * LOG2E_F) + exp_sub<Folded>(x, b);
+    const float b = online_base(m_new);
+    s.l = s.l * ex2((s.m - b) * LOG2E_F) + exp_sub(x, b);
     s.m = m_new;
 }
 
@@ -180,14 +177,13 @@ template <typename T, int V>
 __device__ __forceinline__ void edge_output(const T* __restrict__ row_x, T* __restrict__ row_y, RowParts parts,
                                             bool first_chunk, bool last_chunk, OnlineState row) {
     if constexpr (V > 1) {
-        constexpr bool Folded = FoldExp<T>::value;
         const int t = static_cast<int>(threadIdx.x);
-        const ExpShift shift = exp_shift(row.m);
+        const float shift = row.m;
         const float inv_l = 1.0f / row.l;
         if (first_chunk && t < parts.head)
-            Elem<T>::store(row_y + t, exp_sub<Folded>(Elem<T>::load(row_x + t), shift) * inv_l);
+            Elem<T>::store(row_y + t, exp_sub(Elem<T>::load(row_x + t), shift) * inv_l);
         const int k = parts.head + parts.vec_elems + t;
         if (last_chunk && t < parts.tail)
-            Elem<T>::store(row_y + k, exp_sub<Folded>(Elem<T>::load(row_x + k), shift) * inv_l);
+            Elem<T>::store(row_y + k, exp_sub(Elem<T>::load(row_x + k), shift) * inv_l);
     }
 }

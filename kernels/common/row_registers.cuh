@@ -16,16 +16,16 @@
 #include "vec_io.cuh"
 
 // State of E register values; replaces v[i] by e^(v[i] - b_t). Padding must be -inf.
-template <bool Folded, int E>
+template <int E>
 __device__ __forceinline__ OnlineState registers_state(float (&v)[E]) {
     float m = neg_inf();
 #pragma unroll
     for (int i = 0; i < E; ++i) m = fmaxf(m, v[i]);
-    const ExpShift b = exp_shift(online_base(m));
+    const float b = online_base(m);
     float l = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) {
-        v[i] = exp_sub<Folded>(v[i], b);
+        v[i] = exp_sub(v[i], b);
         l += v[i];
     }
     return {m, l};

@@ -126,22 +126,8 @@ __device__ __forceinline__ float ex2(float t) {
     return r;
 }
 
-// A shift m together with m * log2 e, computed once per row / thread.
-struct ExpShift {
-    float m;
-    float m_log2e;
-};
-__device__ __forceinline__ ExpShift exp_shift(float m) { return {m, m * LOG2E_F}; }
-
-// Folded = true: one FFMA + MUFU.EX2, 2^(x log2e - m log2e). The rounding of m log2e costs
-// a relative error of about |m| 2^-24 — invisible after rounding to fp16 / bf16, but
-// hundreds of ulps of an fp32 result once |m| is in the hundreds. fp32 therefore keeps
-// the subtraction first (FADD + FMUL + MUFU.EX2): x - m is exact or nearly so.
-template <bool Folded>
-__device__ __forceinline__ float exp_sub(float x, ExpShift s) {
-    return Folded ? ex2(fmaf(x, LOG2E_F, -s.m_log2e)) : ex2((x - s.m) * LOG2E_F);
-}
-
-template <typename T> struct FoldExp {
-    static constexpr bool value = sizeof(T) == 2;
-};
+// e^(x - m), the subtraction first: FADD + FMUL + MUFU.EX2. For x <= m, x - m never overflows and is
+// exact or nearly so at any magnitude; the folded form 2^(fma(x, log2e, -m log2e)) saves the FADD but
+// overflows once |m log2e| passes FLT_MAX (bf16 rows near its finfo.max or finfo.min) and rounds
+// m log2e by |m| 2^-24, hundreds in the exponent for |m| near 1e10: NaN or 0 / 0 rows.
+__device__ __forceinline__ float exp_sub(float x, float m) { return ex2((x - m) * LOG2E_F); }

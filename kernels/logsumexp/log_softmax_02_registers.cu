@@ -31,10 +31,10 @@ __device__ __forceinline__ OnlineState registers_lse_state(const float (&v)[E]) 
     float m = neg_inf();
 #pragma unroll
     for (int i = 0; i < E; ++i) m = fmaxf(m, v[i]);
-    const ExpShift b = exp_shift(online_base(m));
+    const float b = online_base(m);
     float l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < E; ++i) l += exp_sub<false>(v[i], b);
+    for (int i = 0; i < E; ++i) l += exp_sub(v[i], b);
     return {m, l};
 }
 

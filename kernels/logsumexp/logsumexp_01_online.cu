@@ -18,8 +18,9 @@
 //               contiguous), whatever x's dtype; all arithmetic in fp32. 1 <= n_cols <=
 //               2^31 - 2^16; rows may be strided (unit column stride) and start at any
 //               element; group a power of two in 1 .. 1024. A row of all -inf gives -inf
-//               (log 0); a row holding NaN or +inf gives NaN, as the float64 reference does.
-#include "online_rows.cuh"
+//               (log 0), a row holding NaN gives NaN, and one holding +inf but no NaN gives
+//               +inf (lse_rows.cuh: such a row is read a second time), as torch and SciPy do.
+#include "lse_rows.cuh"
 
 template <class Row>
 __device__ __forceinline__ void logsumexp_rows(const typename Row::Elem* __restrict__ x,
@@ -34,7 +35,8 @@ __device__ __forceinline__ void logsumexp_rows(const typename Row::Elem* __restr
     OnlineState s = online_identity();
     if (active) s = row_online_state<Row>(x + row * x_row_stride, n_cols, lane, group);
     s = online_group_reduce(s, group, scratch);
-    if (active && lane == 0) lse[row] = s.m + logf(s.l);  // all -inf: -inf + log 0 = -inf
+    const float row_value = row_lse<Row>(s, x + row * x_row_stride, n_cols, lane, group, active, scratch);
+    if (active && lane == 0) lse[row] = row_value;
 }
 
 extern "C" __global__ void __launch_bounds__(1024)

@@ -43,7 +43,7 @@ __device__ __forceinline__ void warp_per_row(const T* __restrict__ x, T* __restr
             for (int j = 0; j < V; ++j) v[k * V + j] = neg_inf();
         }
     }
-    const OnlineState mine = registers_state<FoldExp<T>::value>(v);
+    const OnlineState mine = registers_state(v);
     const OnlineState whole = online_warp_reduce(mine, G);
     const float scale = registers_scale(mine.m, whole);
 #pragma unroll

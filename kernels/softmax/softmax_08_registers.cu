@@ -38,7 +38,7 @@ __device__ __forceinline__ void block_per_row_registers(const T* __restrict__ x,
             for (int j = 0; j < V; ++j) v[k * V + j] = neg_inf();
         }
     }
-    const OnlineState mine = registers_state<FoldExp<T>::value>(v);
+    const OnlineState mine = registers_state(v);
     const OnlineState whole = online_block_reduce(mine, scratch);
     const float scale = registers_scale(mine.m, whole);
 #pragma unroll

@@ -11,9 +11,9 @@
 //               straddles it is loaded and its elements past the limit replaced by `fill`.
 //               Columns past N are padding (-inf), never `fill`, so a finite fill on a fully
 //               masked row gives the uniform 1/N and fill = -inf gives NaN (0/0), as torch.
-//               Every dtype takes e^(v - m) with the subtraction first (softmax_08 folds it
-//               into one FMA for 16-bit rows): m log2e overflows for a fill of -FLT_MAX, and so
-//               a 16-bit row gives exactly the fp32 build's result on the widened row, rounded once.
+//               e^(v - m) takes the subtraction first (vec_io.cuh's exp_sub), so a fill of
+//               -FLT_MAX is safe and a 16-bit row gives exactly the fp32 build's result on the
+//               widened row, rounded once.
 // Launch:       rows up to 1024: softmax_07's layout, a group of G lanes per row, 128 / G rows
 //               per block, no shared memory (entries ..._<dtype>_v<V>_n<NV>_g<G>, config_07);
 //               longer rows up to 32K: softmax_08's, grid = n_rows, block = T threads, 32
@@ -112,7 +112,7 @@ __device__ __forceinline__ void block_per_row_registers_masked(
 #pragma unroll
     for (int k = 0; k < NV; ++k)
         load_masked<T, V>(v + k * V, x + row * x_row_stride, row_mask, (k * THREADS + lane) * V, n_cols, limit, fill);
-    const OnlineState mine = registers_state<false>(v);  // x - m first, every dtype (see the header)
+    const OnlineState mine = registers_state(v);
     const OnlineState whole = online_block_reduce(mine, scratch);
     store_scaled<T, V, NV, THREADS>(y + row * y_row_stride, v, registers_scale(mine.m, whole), lane, n_cols);
 }
@@ -134,7 +134,7 @@ __device__ __forceinline__ void group_per_row_registers_masked(
 #pragma unroll
     for (int k = 0; k < NV; ++k)
         load_masked<T, V>(v + k * V, x + r * x_row_stride, row_mask, (k * G + lane) * V, cols, limit, fill);
-    const OnlineState mine = registers_state<false>(v);
+    const OnlineState mine = registers_state(v);
     const OnlineState whole = online_warp_reduce(mine, G);
     store_scaled<T, V, NV, G>(y + r * y_row_stride, v, registers_scale(mine.m, whole), lane, cols);
 }

@@ -62,9 +62,12 @@ def _lse_rule(y, ref, base, what: str, lse_scale: float):
 
 
 def compare_lse(lse, x) -> tuple[bool, str]:
-    """log-sum-exp of each whole row of x (2-D), float32."""
+    """log-sum-exp of each whole row of x (2-D), float32. The ranks' states (logsumexp_02_state) cannot
+    tell +inf from +inf with NaN, so a row holding +inf gives NaN here (the single-GPU logsumexp gives
+    +inf, as torch)."""
     x64 = checks.as_float64(x)
     ref = reference.logsumexp(x64)
+    ref = array_module(x64).where(ref == np.inf, np.nan, ref)
     base = reference.logsumexp_same_dtype(x64.astype(array_module(x64).float32)).astype(np.float64)
     return _lse_rule(lse, ref, base, f"logsumexp {x.dtype.name}", _largest(ref))
 
@@ -81,7 +84,8 @@ def compare_loss(loss, x, targets, ignore_index: int = IGNORE_INDEX) -> tuple[bo
     rows = xp.arange(x.shape[0])
     lse_ref = reference.logsumexp(x64)
     with np.errstate(invalid="ignore"):
-        ref = xp.where(ignored, 0.0, lse_ref - x64[rows, safe])
+        # -log_softmax at the target, as torch's cross_entropy: NaN for a row holding +inf
+        ref = xp.where(ignored, 0.0, -reference.log_softmax(x64)[rows, safe])
         x32 = x64.astype(xp.float32)
         base = xp.where(ignored, 0.0, (reference.logsumexp_same_dtype(x32) - x32[rows, safe]).astype(xp.float64))
     return _lse_rule(loss, ref, base, f"cross-entropy {x.dtype.name}", _largest(lse_ref))

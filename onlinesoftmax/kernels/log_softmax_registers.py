@@ -55,7 +55,7 @@ def simulate_log_softmax_registers(x, vec: int | None = None) -> np.ndarray:
     held, _, _ = models.register_lanes(x32, v, nv, lanes)
     with np.errstate(all="ignore"):
         m = np.fmax.reduce(held, axis=2, initial=-np.inf).astype(F32)
-        l = models.exp_sub(held, models.online_base(m)[..., None], folded=False).sum(axis=2, dtype=F32)
+        l = models.exp_sub(held, models.online_base(m)[..., None]).sum(axis=2, dtype=F32)
         if kind == "g":
             row_m, row_l = models.group_butterfly((m, l), lanes)
         else:

@@ -151,10 +151,13 @@ def row_state(x, group: int | None = None, phases=None):
 
 
 def simulate_logsumexp(x, group: int | None = None, phases=None) -> np.ndarray:
-    """LSE per row, float32 whatever x's dtype (float32, float16 or bfloat16)."""
+    """LSE per row, float32 whatever x's dtype (float32, float16 or bfloat16). A row whose maximum is
+    +inf gives +inf unless it holds a NaN (lse_rows.cuh reads such a row again for NaN)."""
     m, l = row_state(x, group, phases)
     with np.errstate(all="ignore"):
-        return (m + np.log(l)).astype(F32)
+        lse = (m + np.log(l)).astype(F32)
+        nan_seen = np.isnan(np.asarray(x, dtype=F32)).any(axis=1)
+        return np.where((m == np.inf) & ~nan_seen, F32(np.inf), lse).astype(F32)
 
 
 def simulate_log_softmax(x, group: int | None = None, phases=None) -> np.ndarray:

@@ -32,15 +32,10 @@ def to_storage(y32: np.ndarray, dtype: str) -> np.ndarray:
     return y32.astype(dtype)
 
 
-def exp_sub(v: np.ndarray, m: np.ndarray, folded: bool) -> np.ndarray:
-    """The kernels' e^(v - m): 2^((v - m) log2e) in fp32, or 2^(fma(v, log2e, -m log2e)) (folded)."""
+def exp_sub(v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The kernels' e^(v - m) (vec_io.cuh's exp_sub): 2^((v - m) log2e) in fp32, the subtraction first."""
     with np.errstate(all="ignore"):
-        if folded:
-            m_log2e = (m.astype(F32) * LOG2E).astype(F32)
-            t = (v.astype(np.float64) * np.float64(LOG2E) - m_log2e.astype(np.float64)).astype(F32)
-        else:
-            t = ((v - m).astype(F32) * LOG2E).astype(F32)
-        return np.exp2(t).astype(F32)
+        return np.exp2(((v - m).astype(F32) * LOG2E).astype(F32)).astype(F32)
 
 
 def online_base(m):
@@ -64,16 +59,14 @@ def register_lanes(x32: np.ndarray, vec: int, nv: int, lanes: int):
     return v, cols, valid
 
 
-def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce, folded: bool | None = None) -> np.ndarray:
-    """softmax_07 / 08 / 14: lane t of `lanes` holds vectors k lanes + t; one exp per element (folded:
-    the FMA exponent form, by default for 16-bit rows as softmax_07 / 08 have it)."""
+def registers_model(x, dtype: str, vec: int, nv: int, lanes: int, reduce) -> np.ndarray:
+    """softmax_07 / 08 / 14: lane t of `lanes` holds vectors k lanes + t; one exp per element."""
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
-    folded = DTYPE_ITEMSIZE[dtype] == 2 if folded is None else folded
     v, cols, valid = register_lanes(x32, vec, nv, lanes)
     with np.errstate(all="ignore"):
         m = np.fmax.reduce(v, axis=2, initial=-np.inf).astype(F32)
-        e = exp_sub(v, online_base(m)[..., None], folded)
+        e = exp_sub(v, online_base(m)[..., None])
         l = e.sum(axis=2, dtype=F32)
         row_m, row_l = reduce((m, l))
         rebase = np.where(m == -np.inf, F32(0), np.exp2(((m - row_m[:, None]) * LOG2E).astype(F32)))
@@ -112,7 +105,7 @@ def simulate_08(x, vec: int | None = None) -> np.ndarray:
                            lambda s: sim.block_reduce(s, combine, (F32(-np.inf), F32(0))))
 
 
-def chunk_states(x32: np.ndarray, threads: int, vec: int, folded: bool):
+def chunk_states(x32: np.ndarray, threads: int, vec: int):
     """row_chunk.cuh's chunk_state for every chunk row of x32 (rows, chunk): per-thread (m, l)."""
     n_rows, length = x32.shape
     n_vec = length // vec
@@ -131,24 +124,24 @@ def chunk_states(x32: np.ndarray, threads: int, vec: int, folded: bool):
             m_new = np.fmax(m, batch_max)
             base = online_base(m_new)
             l = (l * np.exp2(((m - base) * LOG2E).astype(F32))).astype(F32) + \
-                exp_sub(vals, base[..., None], folded).sum(axis=2, dtype=F32)
+                exp_sub(vals, base[..., None]).sum(axis=2, dtype=F32)
             l = l.astype(F32)
             m = m_new
     return m, l
 
 
-def chunk_push(m: np.ndarray, l: np.ndarray, v: np.ndarray, folded: bool):
+def chunk_push(m: np.ndarray, l: np.ndarray, v: np.ndarray):
     """row_chunk.cuh's chunk_push: one element folded in as a chunk_state step folds its vectors."""
     with np.errstate(all="ignore"):
         m_new = np.fmax(m, v)
         base = online_base(m_new)
-        l = (l * np.exp2(((m - base) * LOG2E).astype(F32))).astype(F32) + exp_sub(v, base, folded)
+        l = (l * np.exp2(((m - base) * LOG2E).astype(F32))).astype(F32) + exp_sub(v, base)
         return m_new, l.astype(F32)
 
 
-def chunk_output(x32: np.ndarray, row_m: np.ndarray, row_l: np.ndarray, folded: bool) -> np.ndarray:
+def chunk_output(x32: np.ndarray, row_m: np.ndarray, row_l: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return (exp_sub(x32, row_m[:, None], folded) * (F32(1) / row_l)[:, None]).astype(F32)
+        return (exp_sub(x32, row_m[:, None]) * (F32(1) / row_l)[:, None]).astype(F32)
 
 
 def split_rows(x32: np.ndarray, n_chunks: int, chunk: int) -> np.ndarray:
@@ -159,7 +152,7 @@ def split_rows(x32: np.ndarray, n_chunks: int, chunk: int) -> np.ndarray:
     return padded.reshape(n_rows * n_chunks, chunk)
 
 
-def chunked_states(x, x32: np.ndarray, plan: ChunkPlan, vec: int, any_start: bool, folded: bool):
+def chunked_states(x, x32: np.ndarray, plan: ChunkPlan, vec: int, any_start: bool):
     """Per-thread (m, l) of every chunk, shape (rows * n_chunks, threads). any_start (softmax_09 .. 12):
     each row splits at its first 16-byte boundary (row_parts): the vector part is chunked, thread t < head
     of chunk 0 then folds head element t, thread t < tail of the last chunk tail element t (edge_push).
@@ -175,12 +168,12 @@ def chunked_states(x, x32: np.ndarray, plan: ChunkPlan, vec: int, any_start: boo
         end = head + (n_cols - head) // vec * vec          # first tail element
         assert end - head <= count * plan.chunk_elems
         # a chunk's length is what lies inside the vector part; padding is -inf, which the kernels treat alike
-        cm, cl = chunk_states(split_rows(x32[rows, head:end], count, plan.chunk_elems), threads, vec, folded)
+        cm, cl = chunk_states(split_rows(x32[rows, head:end], count, plan.chunk_elems), threads, vec)
         cm, cl = cm.reshape(len(rows), count, threads), cl.reshape(len(rows), count, threads)
         for t in range(head):
-            cm[:, 0, t], cl[:, 0, t] = chunk_push(cm[:, 0, t], cl[:, 0, t], x32[rows, t], folded)
+            cm[:, 0, t], cl[:, 0, t] = chunk_push(cm[:, 0, t], cl[:, 0, t], x32[rows, t])
         for t in range(n_cols - end):
-            cm[:, -1, t], cl[:, -1, t] = chunk_push(cm[:, -1, t], cl[:, -1, t], x32[rows, end + t], folded)
+            cm[:, -1, t], cl[:, -1, t] = chunk_push(cm[:, -1, t], cl[:, -1, t], x32[rows, end + t])
         m[rows], l[rows] = cm, cl
     return m.reshape(n_rows * count, threads), l.reshape(n_rows * count, threads)
 
@@ -191,8 +184,7 @@ def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = Fa
     dtype = dtype_name(x.dtype)
     x32 = as_float32(x)
     n_rows, n_cols = x32.shape
-    folded = DTYPE_ITEMSIZE[dtype] == 2
-    m, l = chunked_states(x, x32, plan, vec, any_start, folded)
+    m, l = chunked_states(x, x32, plan, vec, any_start)
     block = sim.block_reduce((m, l), combine, (F32(-np.inf), F32(0)))
     states = tuple(s.reshape(n_rows, plan.n_chunks) for s in block)
     if plan.n_chunks == 1:
@@ -216,7 +208,7 @@ def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = Fa
         pad = tuple(np.concatenate([s, np.full((n_rows, merge_threads - plan.n_chunks), ident, F32)], axis=1)
                     for s, ident in zip(states, (-np.inf, 0)))
         row_m, row_l = sim.block_reduce(pad, combine, (F32(-np.inf), F32(0)))
-    y = chunk_output(x32, row_m.astype(F32), row_l.astype(F32), folded)
+    y = chunk_output(x32, row_m.astype(F32), row_l.astype(F32))
     return to_storage(y, dtype)
 
 

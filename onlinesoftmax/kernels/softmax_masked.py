@@ -237,11 +237,10 @@ def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fi
     logits = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
     if x.shape[1] <= MAX_COLS_07:
         nv, g = models.config_07(x.shape[1], dtype, v)
-        return models.registers_model(logits, dtype, v, nv, g, lambda s: models.group_butterfly(s, g), folded=False)
+        return models.registers_model(logits, dtype, v, nv, g, lambda s: models.group_butterfly(s, g))
     nv, t = models.config_08(x.shape[1], dtype, v)
     return models.registers_model(logits, dtype, v, nv, t,
-                                  lambda s: sim.block_reduce(s, models.combine, (np.float32(-np.inf), np.float32(0))),
-                                  folded=False)
+                                  lambda s: sim.block_reduce(s, models.combine, (np.float32(-np.inf), np.float32(0))))
 
 
 def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf,

@@ -320,3 +320,34 @@ def test_the_rules_blocks_per_sm_are_the_gpus():
     runner = get_runner(dm.DECODE_MMA, q, q, {"k": k, "v": k, "lse": None, "causal": False, "scale": 1.0})
     assert (runner.splits, runner.keys_per_split) == dm.splits_for(1, 32, 8, 1, 32768, 132)
     assert runner.splits * 8 <= dm.BLOCKS_PER_SM * 132          # one wave
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("q_scale", (600.0, 6000.0))
+def test_extreme_scores(variant, dtype, q_scale):
+    """The extreme-row matrix for attention: q scaled so that scores reach 1e4 .. 1e5 (e^s overflows
+    fp32 from s = 89); an exponent that scales before it subtracts loses the row there."""
+    check(variant, 1, 4, 2, 5, 777, 64, dtype, causal=False, seed=21, q_scale=q_scale)
+    check(variant, 1, 4, 2, 77, 777, 128, dtype, causal=True, seed=22, q_scale=q_scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bad", ("nan key", "inf query"))
+def test_nan_and_inf_inputs_follow_torch(dtype, bad):
+    """A NaN in one key makes every query that sees it NaN; +inf in a query makes that query NaN: the
+    same pattern as torch's scaled_dot_product_attention on the same tensors (auto's kernel)."""
+    host = make_qkv(1, 4, 4, 9, 300, 64, dtype, seed=23)
+    if bad == "nan key":
+        host[1][0, 1, 123, 5] = np.nan
+    else:
+        host[0][0, 2, 4, 7] = np.inf
+    q, k, v = (on_gpu(a, dtype) for a in host)
+    for causal in (False, True):
+        out = to_host64(osm.attention(q, k, v, causal=causal))
+        tq, tk, tv = (torch.tensor(a, device="cuda").to(TORCH_DTYPE[dtype]) for a in host)
+        mask = torch.tensor(visible(9, 300, causal), device="cuda")
+        with torch.no_grad():
+            want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask).double().cpu().numpy()
+        assert np.array_equal(np.isnan(out), np.isnan(want)), f"{dtype} {bad} causal={causal}: NaN pattern differs from torch"
+        assert np.isnan(out).any() and not np.isinf(out).any()

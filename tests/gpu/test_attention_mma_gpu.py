@@ -139,3 +139,13 @@ def test_large_logits_and_batches(variant, dtype):
     check_mma(variant, 1, 4, 2, 129, 777, 64, dtype, causal=False, seed=11, q_scale=60.0)
     check_mma(variant, 1, 4, 2, 777, 129, 128, dtype, causal=True, seed=12, q_scale=60.0)
     check_mma(variant, 3, 6, 3, 200, 4097, 128, dtype, causal=True, seed=13)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("dtype", am.DTYPES)
+@pytest.mark.parametrize("q_scale", (600.0, 6000.0))
+def test_extreme_scores(variant, dtype, q_scale):
+    """The extreme-row matrix for the tensor-core kernels: scores of 1e4 .. 1e5, against torch's error in
+    the same dtype (its FLASH kernel folds the scale into the exponent's fma too)."""
+    check_mma(variant, 1, 4, 2, 129, 777, 64, dtype, causal=False, seed=31, q_scale=q_scale)
+    check_mma(variant, 1, 4, 2, 200, 777, 128, dtype, causal=True, seed=32, q_scale=q_scale)
