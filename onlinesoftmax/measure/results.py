@@ -92,6 +92,10 @@ def write_results(suite: str, rows: list[dict], meta: dict | None = None, folder
     folder = folder or DATA_DIR / host_slug(meta)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{meta['date']}-{suite}.json"
+    if "sources" not in meta:   # what was measured, so that a later change to it shows (freshness.py)
+        from onlinesoftmax.measure.freshness import source_hashes
+
+        meta = {**meta, "sources": source_hashes(rows)}
     path.write_text(json.dumps({"meta": {**meta, "suite": suite}, "rows": rows}, indent=1) + "\n")
     return path
 

@@ -1,0 +1,204 @@
+"""Data follows the code: which sources a recorded suite measured, and whether they changed since.
+
+A suite file's `meta["sources"]` maps each source it measured to a hash of its contents: the `.cu`
+file of every kernel its rows name (a registry key as any row value), the headers those include
+(followed transitively, as the loader resolves `#include "..."`), the Python module that builds the
+kernel's launch (its plan's module), and `kernels/dispatch.py` when a row ran `variant="auto"`.
+`write_results` stores them at measurement time; files recorded before were back-filled from the git
+commit their meta names (`python -m onlinesoftmax.measure.freshness --backfill`).
+
+`python -m onlinesoftmax.measure.freshness` (`make check-data`) reads the newest file of every suite the
+book can read (data/<gpu>/) and lists each one whose sources differ now, naming the files; it exits 1
+if any is stale. A suite whose file says `meta["historical"]` (why: it measured attempts at code that
+no longer exists, and the chapters that read it say so) is reported but not counted as stale. A file
+without sources (its commit was never in this repository's history) counts as stale.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from onlinesoftmax.runtime.loader import REPO_ROOT
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+AUTO_NAMES = ("auto", "fast")
+DISPATCH = "onlinesoftmax/kernels/dispatch.py"
+
+
+def _registry():
+    from onlinesoftmax.registry import REGISTRY
+
+    return REGISTRY
+
+
+def kernels_in(rows) -> list[str]:
+    """The registry names any row value holds (sorted)."""
+    registry = _registry()
+    names = {value for row in rows for value in row.values() if isinstance(value, str) and value in registry}
+    return sorted(names)
+
+
+def _includes(rel: str, read) -> list[str]:
+    """rel (a path under the repository) and every header it includes, transitively, resolved as the
+    loader does: the including file's folder, then kernels/common, then kernels."""
+    seen, todo = [], [rel]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        text = read(path)
+        if text is None:
+            continue
+        seen.append(path)
+        folder = str(Path(path).parent)
+        for name in _INCLUDE.findall(text):
+            for base in (folder, "kernels/common", "kernels"):
+                candidate = str(Path(base) / name)
+                if read(candidate) is not None:
+                    todo.append(candidate)
+                    break
+    return sorted(seen)
+
+
+def source_files(rows, read) -> list[str]:
+    """Every source (repository-relative path) the rows' kernels depend on."""
+    registry = _registry()
+    files = set()
+    for name in kernels_in(rows):
+        variant = registry[name]
+        files.update(_includes(f"kernels/{variant.file}", read))
+        module = getattr(variant.plan, "__module__", "") or ""
+        if module.startswith("onlinesoftmax."):
+            files.add(module.replace(".", "/") + ".py")
+    if any(isinstance(v, str) and v in AUTO_NAMES for row in rows for v in row.values()):
+        files.add(DISPATCH)
+    return sorted(files)
+
+
+_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def _code(path: str, text: str) -> str:
+    """What a source compiles to, not how it reads: C++ without comments and with runs of whitespace as
+    one space; Python as its syntax tree without docstrings (a comment or a reworded docstring does not
+    change what was measured)."""
+    if path.endswith(".py"):
+        import ast
+
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                    and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+        return ast.dump(tree)
+    return " ".join(_C_COMMENT.sub(" ", text).split())
+
+
+def _digest(text: str, path: str = "") -> str:
+    return hashlib.sha256(_code(path, text).encode()).hexdigest()[:16]
+
+
+def reader_at(root: Path = REPO_ROOT, commit: str | None = None):
+    """path -> text (or None): the working tree under root, or the files of a git commit."""
+    if commit is None:
+        def read(rel):
+            path = Path(root) / rel
+            return path.read_text() if path.is_file() else None
+        return read
+    cache = {}
+
+    def read_commit(rel):
+        if rel not in cache:
+            out = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True, text=True)
+            cache[rel] = out.stdout if out.returncode == 0 else None
+        return cache[rel]
+    return read_commit
+
+
+def source_hashes(rows, read=None) -> dict:
+    """{path: hash} of the rows' sources as `read` sees them (default: the working tree)."""
+    read = read or reader_at()
+    return {path: _digest(read(path), path) for path in source_files(rows, read) if read(path) is not None}
+
+
+def commit_known(commit: str, root: Path = REPO_ROOT) -> bool:
+    sha = str(commit).split("+")[0]
+    if not re.fullmatch(r"[0-9a-f]{7,40}", sha):
+        return False
+    return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=root, capture_output=True).returncode == 0
+
+
+def newest_files(data_dir: Path) -> dict:
+    """suite -> its newest json under data_dir/<gpu>/ (what the book reads)."""
+    newest = {}
+    for path in sorted(Path(data_dir).glob("*/*.json")):
+        suite = f"{path.parent.name}/{path.stem[11:]}"
+        newest[suite] = path
+    return newest
+
+
+def stale_suites(root: Path = REPO_ROOT) -> list[dict]:
+    """One entry per suite whose newest file measured sources that differ now (or that records none)."""
+    read = reader_at(root)
+    report = []
+    for suite, path in newest_files(Path(root) / "data").items():
+        meta = json.loads(path.read_text())["meta"]
+        recorded = meta.get("sources")
+        entry = {"suite": suite, "file": str(path.relative_to(root)), "historical": meta.get("historical")}
+        if recorded is None:
+            report.append({**entry, "changed": ["(no sources recorded: " + meta.get("sources_note", "none") + ")"]})
+            continue
+        changed = [p for p, h in sorted(recorded.items()) if read(p) is None or _digest(read(p), p) != h]
+        if changed:
+            report.append({**entry, "changed": changed})
+    return report
+
+
+def backfill(root: Path = REPO_ROOT) -> list[str]:
+    """Add meta["sources"] to every recorded json that has none, from the commit its meta names."""
+    done = []
+    for path in sorted((Path(root) / "data").glob("*/*.json")):
+        data = json.loads(path.read_text())
+        meta = data["meta"]
+        if "sources" in meta:
+            continue
+        commit = str(meta.get("git_commit", ""))
+        if commit_known(commit, root):
+            meta["sources"] = source_hashes(data["rows"], reader_at(root, commit.split("+")[0]))
+            if commit.endswith("+dirty"):
+                meta["sources_note"] = "hashed at the commit; the tree it ran on had uncommitted changes"
+        else:
+            meta["sources"] = None
+            meta["sources_note"] = f"commit {commit!r} is not in this repository's history"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        done.append(str(path.relative_to(root)))
+    return done
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(argv[argv.index("--root") + 1]) if "--root" in argv else REPO_ROOT
+    if "--backfill" in argv:
+        for name in backfill(root):
+            print("back-filled", name)
+        return 0
+    report = stale_suites(root)
+    stale = [r for r in report if not r["historical"]]
+    for r in report:
+        label = "historical (the book says so)" if r["historical"] else "STALE"
+        print(f"{label}: {r['suite']} ({r['file']}): {', '.join(r['changed'])}")
+    if stale:
+        print(f"{len(stale)} recorded suite(s) measured code that has changed since: re-record them "
+              "(the benchmark that writes each names it in its docstring) or mark them historical.")
+        return 1
+    print("check-data: every recorded suite measured the code as it is now.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
