@@ -83,20 +83,23 @@ _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def _code(path: str, text: str) -> str:
-    """What a source compiles to, not how it reads: C++ without comments and with runs of whitespace as
-    one space; Python as its syntax tree without docstrings (a comment or a reworded docstring does not
-    change what was measured)."""
+    """What a source compiles to, not how it reads: C++ without comments; Python without docstrings and
+    whole-line comments (found by line number, the same in every Python version); runs of whitespace as
+    one space. A comment or a reworded docstring does not change what was measured."""
     if path.endswith(".py"):
         import ast
 
-        tree = ast.parse(text)
-        for node in ast.walk(tree):
+        drop = set()
+        for node in ast.walk(ast.parse(text)):
             body = getattr(node, "body", None)
             if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                     and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-        return ast.dump(tree)
-    return " ".join(_C_COMMENT.sub(" ", text).split())
+                drop.update(range(body[0].lineno, body[0].end_lineno + 1))
+        text = "\n".join(line for number, line in enumerate(text.splitlines(), 1)
+                         if number not in drop and not line.lstrip().startswith("#"))
+    else:
+        text = _C_COMMENT.sub(" ", text)
+    return " ".join(text.split())
 
 
 def _digest(text: str, path: str = "") -> str:
