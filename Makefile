@@ -53,7 +53,7 @@ CACHE_CONFIG := _build/.config-cache.yml
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
 RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: help book test gpu-test torch-cpu serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
+.PHONY: help book test check-data gpu-test torch-cpu serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
 
 help:
 	@echo "Online Softmax: from a recurrence to the kernel"
@@ -61,6 +61,8 @@ help:
 	@echo "  make book       set up .venv/ and node_modules/ (once), build the book into _build/html"
 	@echo "                  (re-executes only changed chapters; FORCE=1 or CI=true: every chapter)"
 	@echo "  make test       CPU tests (pytest -m 'not gpu'), the strict book build, the browser check"
+	@echo "  make check-data list the recorded suites a chapter cites whose kernel sources changed since they"
+	@echo "                  were recorded; fails if any (the CPU tier runs it: tests/test_data_check.py)"
 	@echo "  make serve      serve the built book on http://127.0.0.1:$(PORT)/ (PORT=...)"
 	@echo "  make lab        JupyterLab with the chapters as notebooks (installs jupyterlab on first use)"
 	@echo "  make gpu-test   the GPU test tier (pytest -m gpu) on a machine with a CUDA GPU"
@@ -82,6 +84,10 @@ test: _setup _chromium $(TORCH_STAMP)
 	fi; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
+
+# The recorded suites the book cites against the sources they measured (exit 1 if any changed).
+check-data: $(PY_STAMP)
+	$(RUN) $(VENV_BIN)/python -m onlinesoftmax.measure.check_data
 
 gpu-test: $(PY_STAMP)
 	$(RUN) $(VENV_BIN)/python -m pytest -m gpu
