@@ -7,11 +7,10 @@ kernel's launch (its plan's module), and `kernels/dispatch.py` when a row ran `v
 `write_results` stores them at measurement time; files recorded before were back-filled from the git
 commit their meta names (`python -m onlinesoftmax.measure.freshness --backfill`).
 
-`python -m onlinesoftmax.measure.freshness` (`make check-data`) reads the newest file of every suite the
-book can read (data/<gpu>/) and lists each one whose sources differ now, naming the files; it exits 1
-if any is stale. A suite whose file says `meta["historical"]` (why: it measured attempts at code that
-no longer exists, and the chapters that read it say so) is reported but not counted as stale. A file
-without sources (its commit was never in this repository's history) counts as stale.
+`python -m onlinesoftmax.measure.freshness` lists the newest file of every suite under data/<gpu>/ whose
+sources differ now, naming the files (exit 1 if any). `make check-data` (check_data.py) applies the same
+hashes to the suites the book cites and is what the CPU tier runs. A file without sources (its commit was
+never in this repository's history) counts as stale.
 """
 from __future__ import annotations
 
