@@ -39,6 +39,7 @@ def fa2_no_final_division(scores, values, tiles):
 
 
 def fa2_nan_for_a_blind_row(scores, values, tiles):
+    tiles = list(tiles)
     if np.isneginf(scores).all():
         return np.full(values.shape[1], np.nan), -np.inf
     return ea.solution_fa2_row(scores, values, tiles)
