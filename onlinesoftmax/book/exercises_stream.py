@@ -105,7 +105,7 @@ class OneShotStream:
 
 # A stream of this many values read whole holds over a megabyte of floats; the recurrence, a few
 # numbers. Answers that gather the stream by any road (a comprehension, a list they append to) fail.
-LONG_STREAM = 40_000
+LONG_STREAM = 20_000
 MEMORY_LIMIT_BYTES = 256 * 1024
 
 

@@ -20,7 +20,7 @@ WRONG = [(name, index) for name, (_, _, wrong) in EXERCISES.items() for index in
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_the_official_solution_passes(name, capsys):
     check, right, _ = EXERCISES[name]
-    for _ in range(3):   # fresh hidden cases each time
+    for _ in range(2):   # fresh hidden cases each time
         assert check(right), capsys.readouterr().out
     assert capsys.readouterr().out.strip().endswith("passed")
 
