@@ -39,8 +39,11 @@ STATE_WRONG = [
     (lambda values: len(values), "raised TypeError"),                          # a stream has no len()
     (lambda values: ("m", "l"), "m should be a numpy or cupy array or a number, got str"),
     (lambda values: (np.zeros(2), 0.0), "m has shape (2,), expected ()"),
-    (lambda values: es.solution_stream_state(list(values)[:-1]), "m is 3, expected 5"),   # misses the last value
-    (lambda values: (lambda v: (max(v, default=-np.inf), float(np.exp(v).sum())))(list(values)), "l is"),
+    (lambda values: es.solution_stream_state(list(values)[:-1]), "raised StreamReadTwice: the stream was gathered"),
+    (lambda values: (lambda v: (max(v, default=-np.inf), float(np.exp(v).sum())))(list(values)), "gathered whole"),
+    (lambda values: es.solution_stream_state([v for v in values]), "held"),   # gathered by a comprehension
+    (lambda values: (lambda v: (max(v, default=-np.inf), 0.0))(values) and es.solution_stream_state(values),
+     "no second pass"),
 ]
 
 ARGMAX_WRONG = [

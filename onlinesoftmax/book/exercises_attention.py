@@ -38,10 +38,15 @@ def memory_cases():
             Case("8 sequences of 4097 tokens, 40 heads, fp32 scores", (8, 40, 4097, 4), None)]
 
 
+def hidden_memory_cases(rng):
+    return [Case("a random shape", (int(rng.integers(1, 64)), int(rng.integers(1, 129)), int(rng.integers(1, 70000)),
+                                    int(rng.choice([1, 2, 4]))), None)]
+
+
 def check_attention_memory(fn, quiet: bool = False) -> bool:
     """fn(batch, heads, n, score_bytes) -> (score_bytes_total, lse_bytes_total), two numbers."""
     return grade("attention_memory", fn, memory_cases(), memory_reference, ("score bytes", "lse bytes"),
-                 Tolerance(rtol=0.0, atol=0.0), quiet=quiet)
+                 Tolerance(rtol=0.0, atol=0.0), quiet=quiet, hidden=hidden_memory_cases)
 
 
 # --- exercise: FlashAttention-2's loop for one query row, masked tiles included ----------------
@@ -91,14 +96,54 @@ def fa2_row_cases():
             Case("the first tile all -inf", (first_masked, v, _tiles(1000, [100, 400, 700])), None),
             Case("a middle tile all -inf", (middle_masked, v, _tiles(1000, [300, 500])), None),
             Case("every score -inf (a query that sees no key)", (np.full(64, NEG_INF), v[:64], _tiles(64, [32])), None),
-            Case("scores near 500, one key per tile", (s[:20] + 500, v[:20], _tiles(20, list(range(1, 20)))), None)]
+            Case("scores near 500, one key per tile", (s[:20] + 500, v[:20], _tiles(20, list(range(1, 20)))), None),
+            Case("scores near -1e30 (below any finite starting state), -inf mixed in",
+                 (np.where(np.arange(40) % 3 == 0, NEG_INF, s[:40] * 1e28 - 1e30), v[:40], _tiles(40, [10, 25])), None)]
 
+
+def hidden_fa2_row_cases(rng):
+    n, d = int(rng.integers(2, 600)), int(rng.integers(1, 33))
+    s = rng.standard_normal(n) * rng.uniform(0.5, 10) + rng.uniform(-1e3, 1e3)
+    s[rng.random(n) < 0.15] = NEG_INF
+    cuts = sorted(rng.choice(np.arange(1, n), min(n - 1, int(rng.integers(1, 12))), replace=False).tolist())
+    return [Case(f"{n} random scores in {len(cuts) + 1} tiles, d = {d}", (s, rng.standard_normal((n, d)),
+                                                                          _tiles(n, cuts)), None)]
+
+
+class TileList(list):
+    """The tiles, as a list that notes whether the answer read it (an answer that never does
+    computed the whole row at once, not the loop the exercise is about)."""
+    read = False
+
+    def __iter__(self):
+        self.read = True
+        return super().__iter__()
+
+    def __getitem__(self, index):
+        self.read = True
+        return super().__getitem__(index)
+
+    def __len__(self):
+        self.read = True
+        return super().__len__()
+
+
+def _watched_tiles(args):
+    scores, values, tiles = args
+    return scores, values, TileList(tiles)
+
+
+def _read_the_tiles(args):
+    if args[2].read:
+        return None
+    return ("your function never read the tiles: the exercise is FlashAttention-2's loop over them "
+            "(one state update per tile), not the whole row at once")
 
 def check_fa2_row(fn, quiet: bool = False) -> bool:
     """fn(scores, values, tiles) -> (o, lse) for one query row: scores (n,), values (n, d), tiles
     a list of slices covering 0..n; o of shape (d,), lse a number."""
     return grade("fa2_row", fn, fa2_row_cases(), row_reference, ("o", "lse"), Tolerance(rtol=1e-10, atol=1e-13),
-                 quiet=quiet)
+                 quiet=quiet, hidden=hidden_fa2_row_cases, wrap=_watched_tiles, require=_read_the_tiles)
 
 
 # --- exercise: the split count of the decode kernel ------------------------------------------
@@ -136,7 +181,17 @@ def decode_splits_cases(sms: int):
                  (b, h, kv, nq, nk, sms), None) for b, h, kv, nq, nk in shapes]
 
 
+def hidden_decode_splits_cases(sms: int):
+    def cases(rng):
+        kv = int(rng.choice([1, 2, 4, 8, 32]))
+        heads = kv * int(rng.choice([1, 2, 4, 8]))
+        shape = (int(rng.integers(1, 65)), heads, kv, int(rng.choice([1, 2, 4])), int(rng.integers(1, 300000)), sms)
+        return [Case("a random decode shape: batch {}, heads {}, kv heads {}, {} queries, {} keys, {} SMs".format(*shape),
+                     shape, None)]
+    return cases
+
+
 def check_decode_splits(fn, sms: int = 132, quiet: bool = False) -> bool:
     """fn(batch, heads, kv_heads, n_q, n_k, sms) -> (splits, keys_per_split), two integers."""
     return grade("decode_splits", fn, decode_splits_cases(sms), decode_splits_reference, ("splits", "keys per split"),
-                 Tolerance(rtol=0.0, atol=0.0), quiet=quiet)
+                 Tolerance(rtol=0.0, atol=0.0), quiet=quiet, hidden=hidden_decode_splits_cases(sms))

@@ -44,13 +44,24 @@ def shard_statistics_cases():
     return [Case("the shard [[1, 5], [3, 2]] of columns 4, 5; targets 5 and 0",
                  (readable, np.array([5, 0]), 4)),
             Case("six rows of columns 100 .. 139, targets inside and outside", (x, targets, 100)),
-            Case("one column", (x[:, :1].copy(), np.array([0, 1, 0, 0, 0, 0]), 0))]
+            Case("one column", (x[:, :1].copy(), np.array([0, 1, 0, 0, 0, 0]), 0)),
+            Case("rows near -1e30 (below any finite starting state), -inf mixed in",
+                 (np.where(np.arange(12).reshape(2, 6) % 4 == 0, NEG_INF, x[:2, :6] * 1e28 - 1e30),
+                  np.array([3, 8]), 3))]
+
+
+def hidden_shard_cases(rng):
+    rows, cols, start = int(rng.integers(1, 9)), int(rng.integers(1, 80)), int(rng.integers(0, 5000))
+    x = rng.standard_normal((rows, cols)) * rng.uniform(0.5, 10) + rng.uniform(-1e3, 1e3, (rows, 1))
+    x[rng.random(x.shape) < 0.1] = NEG_INF
+    targets = rng.integers(start - cols, start + 2 * cols, rows)
+    return [Case(f"{rows} random rows of columns {start} .. {start + cols - 1}", (x, targets, start))]
 
 
 def check_shard_statistics(fn, quiet: bool = False) -> bool:
     """fn(shard, targets, vocab_start) -> (m, l, t), each of shape (rows,)."""
     return grade("shard_statistics", fn, shard_statistics_cases(), shard_statistics_reference, ("m", "l", "t"),
-                 Tolerance(rtol=1e-12), quiet=quiet)
+                 Tolerance(rtol=1e-12), quiet=quiet, hidden=hidden_shard_cases)
 
 
 # --- exercise: merge the ranks' records ---------------------------------------------------------
@@ -77,13 +88,28 @@ def merge_records_cases():
     return [Case("two ranks: (5, 1 + e^-4, 5) and (3, 1 + e^-1, 0)", readable, rows_arg=None),
             Case("four ranks, seven rows", (m, l, t), rows_arg=None),
             Case("eight ranks, one row each of 1 .. 8", (np.arange(8.0)[:, None], np.ones((8, 1)), np.zeros((8, 1))),
+                 rows_arg=None),
+            Case("maxima near -1e30 (below any finite starting state), a rank with nothing",
+                 (np.array([[-1e30, -3e30], [NEG_INF, -2e30], [-4e30, NEG_INF]]),
+                  np.array([[2.0, 1.0], [0.0, 3.0], [5.0, 0.0]]), np.array([[0.0, 0.0], [0.0, -2e30], [-4e30, 0.0]])),
                  rows_arg=None)]
+
+
+def hidden_merge_records_cases(rng):
+    ranks, rows = int(rng.integers(1, 17)), int(rng.integers(1, 9))
+    m = rng.uniform(-1, 1, (ranks, rows)) * 10.0 ** rng.uniform(0, 3)
+    l = rng.uniform(1, 1000, (ranks, rows))
+    empty = rng.random((ranks, rows)) < 0.2
+    m[empty], l[empty] = NEG_INF, 0.0
+    t = np.zeros((ranks, rows))
+    t[rng.integers(0, ranks, rows), np.arange(rows)] = rng.standard_normal(rows)
+    return [Case(f"{ranks} random ranks, {rows} rows", (m, l, t), rows_arg=None)]
 
 
 def check_merge_records(fn, quiet: bool = False, exercise: str = "merge_records") -> bool:
     """fn(m, l, t) -> (M, L, T): the records of every rank, each (ranks, rows), merged per row."""
     return grade(exercise, fn, merge_records_cases(), merge_records_reference, ("M", "L", "T"),
-                 Tolerance(rtol=1e-12), quiet=quiet)
+                 Tolerance(rtol=1e-12), quiet=quiet, hidden=hidden_merge_records_cases)
 
 
 def buggy_merge_records(m, l, t):
@@ -111,7 +137,12 @@ def exchanged_bytes_cases():
             for schedule in ("megatron", "allgather") for ranks, planes in ((2, 3), (4, 3), (8, 2), (8, 130))]
 
 
+def hidden_exchanged_bytes_cases(rng):
+    return [Case(f"{schedule}, a random ring", (schedule, int(rng.integers(2, 257)), int(rng.integers(2, 300))),
+                 rows_arg=None) for schedule in ("megatron", "allgather")]
+
+
 def check_exchanged_bytes(fn, quiet: bool = False) -> bool:
     """fn(schedule, ranks, planes) -> bytes per row one rank sends (a number)."""
     return grade("exchanged_bytes", fn, exchanged_bytes_cases(), exchanged_bytes_reference, ("bytes",),
-                 Tolerance(rtol=1e-12, atol=1e-9), quiet=quiet)
+                 Tolerance(rtol=1e-12, atol=1e-9), quiet=quiet, hidden=hidden_exchanged_bytes_cases)

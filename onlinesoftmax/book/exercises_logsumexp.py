@@ -25,7 +25,27 @@ def logsumexp_cases():
     return [Case("the row [1, 2, 3]", (np.array([[1.0, 2.0, 3.0]], np.float32),)),
             Case("random rows", (checks.random_rows(np, 7, 1000, seed=1),)), *sizes, Case("logits near +1000", (big,)),
             Case("logits near -1000", (small,)), Case("one column", (checks.random_rows(np, 4, 1, seed=2),)),
-            Case("rows with -inf, all -inf (-> -inf), +inf and NaN (-> NaN)", (special,))]
+            Case("rows with -inf, all -inf (-> -inf), +inf and NaN (-> NaN)", (special,)),
+            Case("rows near -1e30 (below any finite starting state), one mixed with -inf", (_far_below(rng),))]
+
+
+def _far_below(rng, n_cols: int = 200):
+    """float32 rows whose every value lies below -1e6: near -1e30, and near -1e30 with -inf mixed in."""
+    rows = (rng.standard_normal((2, n_cols)) * 1e28 - 1e30).astype(np.float32)
+    rows[1, ::3] = NEG_INF
+    return rows
+
+
+def hidden_logsumexp_cases(rng):
+    """Rows from the grading's own seed: any width, any offset, some -inf."""
+    cases = []
+    for _ in range(3):
+        n_cols = int(rng.integers(1, 3000))
+        x = (rng.standard_normal((4, n_cols)) * rng.uniform(0.1, 30) + rng.uniform(-2000, 2000)).astype(np.float32)
+        x[rng.random(x.shape) < 0.1] = NEG_INF
+        cases.append(Case(f"4 random rows of {n_cols}", (x,)))
+    cases.append(Case("rows near -1e30", (_far_below(rng, int(rng.integers(1, 500))),)))
+    return cases
 
 
 def _logsumexp_tolerance(x) -> Tolerance:
@@ -37,7 +57,7 @@ def _logsumexp_tolerance(x) -> Tolerance:
 def check_logsumexp_rows(fn, quiet: bool = False) -> bool:
     """fn(x) -> log sum_j e^(x_ij) per row of float32 x, shape (n_rows,)."""
     return grade("logsumexp_rows", fn, logsumexp_cases(), reference.logsumexp, ("lse",), _logsumexp_tolerance,
-                 quiet=quiet)
+                 quiet=quiet, hidden=hidden_logsumexp_cases)
 
 
 # --- exercise: merge two (m, l, u) states --------------------------------------------------------
@@ -53,17 +73,41 @@ def merge_cases():
     pairs = [("the worked example: logits [1, 2] and [3], values [10, 0] and [-10]", example_a, example_b),
              ("two random blocks", a, b), ("the same, in the other order", b, a),
              ("a masked block on the right", a, empty), ("a masked block on the left", empty, b),
-             ("two masked blocks", empty, empty), ("a block 500 above the other", a, far)]
+             ("two masked blocks", empty, empty), ("a block 500 above the other", a, far),
+             ("two blocks near -1e30 (below any finite starting state)",
+              merge.block_state(np.array([-1e30, -1.5e30]), rng.standard_normal((2, 4))),
+              merge.block_state(np.array([-2e30]), rng.standard_normal((1, 4))))]
     return [Case(name, (left, right), rows_arg=None) for name, left, right in pairs]
+
+
+def hidden_merge_cases(rng):
+    d = int(rng.integers(1, 9))
+    blocks = []
+    for shift in rng.uniform(-1e3, 1e3, 2):
+        n = int(rng.integers(1, 20))
+        blocks.append(merge.block_state(rng.standard_normal(n) * 5 + shift, rng.standard_normal((n, d))))
+    return [Case("two random blocks", (blocks[0], blocks[1]), rows_arg=None)]
 
 
 def check_merge_attention(fn, quiet: bool = False) -> bool:
     """fn(a, b) -> (m, l, u): the merged state of two blocks, each (m, l, u) with u of shape (d_v,)."""
     return grade("merge_attention", fn, merge_cases(), merge.merge, ("m", "l", "u"), Tolerance(rtol=1e-12),
-                 quiet=quiet)
+                 quiet=quiet, hidden=hidden_merge_cases)
 
 
 # --- exercise: probabilities again from the saved LSE (the backward pass's trick) ---------------
+
+def probabilities_reference(scores, lse):
+    """P = e^(scores - lse) with the lse given: the answer must use it, not recompute it."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.exp(np.asarray(scores, np.float64) - np.asarray(lse, np.float64)[:, None])
+
+
+def _shifted(scores, rng):
+    """The rows' own LSE, each moved by a number in +-[0.5, 3]: an answer that ignores lse fails."""
+    shift = rng.uniform(0.5, 3.0, scores.shape[0]) * rng.choice([-1.0, 1.0], scores.shape[0])
+    return reference.logsumexp(scores) + shift
+
 
 def probabilities_cases():
     rng = np.random.default_rng(3)
@@ -73,10 +117,31 @@ def probabilities_cases():
     readable = np.array([[1.0, 2.0, 3.0]])
     return [Case("the row [1, 2, 3]", (readable, reference.logsumexp(readable))),
             Case("random score rows", (scores, reference.logsumexp(scores))),
-            Case("a partly masked row", (masked, reference.logsumexp(masked)))]
+            Case("a partly masked row", (masked, reference.logsumexp(masked))),
+            Case("random score rows with an lse that is not theirs", (scores, _shifted(scores, rng)))]
+
+
+def hidden_probabilities_cases(rng):
+    n_rows, n_cols = int(rng.integers(1, 8)), int(rng.integers(1, 500))
+    scores = rng.standard_normal((n_rows, n_cols)) * rng.uniform(0.5, 10) + rng.uniform(-100, 100, (n_rows, 1))
+    return [Case(f"{n_rows} random rows of {n_cols} with a shifted lse", (scores, _shifted(scores, rng)))]
 
 
 def check_probabilities_from_lse(fn, quiet: bool = False) -> bool:
-    """fn(scores, lse) -> P with P_ij = softmax(scores_i)_j, from the row's saved log-sum-exp alone."""
-    return grade("probabilities_from_lse", fn, probabilities_cases(), lambda scores, lse: reference.softmax(scores),
-                 ("P",), Tolerance(rtol=1e-10), quiet=quiet)
+    """fn(scores, lse) -> P with P_ij = e^(scores_ij - lse_i), from the row's saved log-sum-exp
+    alone (softmax(scores_i)_j when lse is the row's own; the grader also passes an lse that is
+    not, as a backward pass may be handed one that is stale, so only an answer that uses it passes)."""
+    passed = grade("probabilities_from_lse", fn, probabilities_cases(), probabilities_reference, ("P",),
+                   Tolerance(rtol=1e-10), quiet=quiet, hidden=hidden_probabilities_cases)
+    if not passed and not quiet:
+        try:   # the usual slip: the softmax recomputed from the scores, the lse unread
+            scores, lse = probabilities_cases()[-1].args
+            with np.errstate(all="ignore"):
+                yours = np.asarray(fn(scores.copy(), lse.copy()), np.float64)
+            recomputed = yours.shape == scores.shape and np.allclose(yours, reference.softmax(scores), rtol=1e-8)
+        except Exception:   # the failure itself was reported already
+            recomputed = False
+        if recomputed:
+            print("  hint: yours is the softmax of the scores; the exercise wants e^(scores - lse) with the lse "
+                  "given (the grader shifts it from the rows' own log-sum-exp, so a recomputed softmax fails)")
+    return passed

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from onlinesoftmax import checks
-from onlinesoftmax.book.grading import Case, Tolerance, grade, not_answered
+from onlinesoftmax.book.grading import Case, Tolerance, describe, grade, not_answered
 from onlinesoftmax.kernels import attention_blocked as ab
 from onlinesoftmax.kernels import attention_mma as am
 from onlinesoftmax.kernels import mma_fragments as mf
@@ -42,9 +42,13 @@ def check_c_owner(fn, quiet: bool = False) -> bool:
         return False
 
     def every_element(rows, cols):
-        pairs = [fn(int(r), int(c)) for r, c in zip(rows, cols)]
-        if any(p is None or np.ndim(p) != 1 or len(p) != 2 for p in pairs):
-            return None
+        pairs = []
+        for r, c in zip(rows, cols):
+            p = fn(int(r), int(c))
+            if p is None or np.ndim(p) != 1 or len(p) != 2:   # say what it did return, not "None"
+                raise ValueError(f"for (row, col) = ({int(r)}, {int(c)}) your function returned {describe(p)}; "
+                                 "expected a pair (lane, index)")
+            pairs.append(p)
         return tuple(np.array([int(p[i]) for p in pairs]) for i in (0, 1))
 
     row0 = (np.zeros(8, int), np.arange(8))
@@ -52,7 +56,9 @@ def check_c_owner(fn, quiet: bool = False) -> bool:
     cases = [Case("row 0, columns 0 .. 7", row0, rows_arg=None), Case("row 9 (lower half)", (np.full(8, 9), np.arange(8)),
                                                                       rows_arg=None),
              Case("all 128 elements", (rows, cols), rows_arg=None)]
-    return grade("c_owner", every_element, cases, c_owner, ("lane", "index"), EXACT, quiet=quiet)
+    return grade("c_owner", every_element, cases, c_owner, ("lane", "index"), EXACT, quiet=quiet,
+                 hidden=lambda rng: [Case("random elements", tuple(np.divmod(rng.permutation(128)[:16], 8)),
+                                          rows_arg=None)])
 
 
 # --- exercise: P's A fragment straight from the score accumulators ------------------------------
@@ -77,7 +83,10 @@ def check_p_fragment(fn, quiet: bool = False) -> bool:
              Case("the same, kk = 3", (labelled, 3), rows_arg=None),
              Case("random scores, kk = 1", (random, 1), rows_arg=None),
              Case("random scores, kk = 2", (random, 2), rows_arg=None)]
-    return grade("p_fragment", fn, cases, p_fragment_expected, ("a",), EXACT, quiet=quiet)
+    def hidden(rng):
+        scores, _ = _scores(False, seed=int(rng.integers(2**31)))
+        return [Case("random scores", (scores, int(rng.integers(4))), rows_arg=None)]
+    return grade("p_fragment", fn, cases, p_fragment_expected, ("a",), EXACT, quiet=quiet, hidden=hidden)
 
 
 # --- exercise: a conflict-free layout of your own -----------------------------------------------

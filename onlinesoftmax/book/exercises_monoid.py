@@ -44,17 +44,43 @@ def merge_partials_cases():
     return [Case("two rows of three states: (1, 1) (3, 1) (2, 1); (5, 1) (empty) (4, 1)", readable),
             Case("six rows of nine partial states", (m, l)),
             Case("one chunk per row", (m[:, :1].copy(), l[:, :1].copy())),
-            Case("a row of two empty chunks", (np.full((1, 2), NEG_INF), np.zeros((1, 2))))]
+            Case("a row of two empty chunks", (np.full((1, 2), NEG_INF), np.zeros((1, 2)))),
+            Case("maxima near -1e30, mixed with empty chunks (below any finite starting state)",
+                 (np.array([[-1e30, NEG_INF, -2e30], [NEG_INF, -3e30, NEG_INF]]), np.array([[2.0, 0.0, 5.0],
+                                                                                           [0.0, 7.0, 0.0]])))]
+
+
+def hidden_merge_partials_cases(rng):
+    n_rows, n_chunks = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+    m = rng.uniform(-1, 1, (n_rows, n_chunks)) * 10.0 ** rng.uniform(0, 3)
+    l = rng.uniform(1, 1000, (n_rows, n_chunks))
+    empty = rng.random((n_rows, n_chunks)) < 0.2
+    m[empty], l[empty] = NEG_INF, 0.0
+    return [Case(f"{n_rows} random rows of {n_chunks} partial states", (m, l))]
+
+
+def solution_merge_partials(m_parts, l_parts):
+    """Every row's partial states re-based on the row maximum, then summed (chapter 04's solution)."""
+    m = m_parts.max(axis=1)
+    base = np.where(m == -np.inf, 0.0, m)          # the guard
+    return m, (l_parts * np.exp(m_parts - base[:, None])).sum(axis=1)
 
 
 def check_merge_partials(fn, quiet: bool = False) -> bool:
     """fn(m_parts, l_parts) -> (m, l): each row's partial states, shape (n_rows, n_chunks), merged
     into one state per row, each of shape (n_rows,)."""
     return grade("merge_partials", fn, merge_partials_cases(), merge_partials_reference, ("m", "l"),
-                 Tolerance(rtol=1e-12), quiet=quiet)
+                 Tolerance(rtol=1e-12), quiet=quiet, hidden=hidden_merge_partials_cases)
 
 
 # --- exercise: a whole split softmax -------------------------------------------------------------
+
+def _far_below(rng, n_cols: int):
+    """float32 rows whose every value lies below -1e6 (near -1e30), one with -inf mixed in."""
+    rows = (rng.standard_normal((2, n_cols)) * 1e28 - 1e30).astype(np.float32)
+    rows[1, ::3] = NEG_INF
+    return rows
+
 
 def split_softmax_cases():
     cases = [Case("one row [1, 5, 3] in 2 chunks", (np.array([[1.0, 5.0, 3.0]], np.float32), 2))]
@@ -63,17 +89,75 @@ def split_softmax_cases():
                           (checks.random_rows(np, 5, n_cols, seed=n_cols), blocks_per_row)))
     special, _ = checks.special_rows(np, 300)
     cases.append(Case("rows with -inf, all -inf, +inf and NaN, in 4 chunks", (special, 4)))
+    cases.append(Case("rows near -1e30, in 3 chunks (below any finite starting state)",
+                      (_far_below(np.random.default_rng(30), 100), 3)))
     return cases
 
 
-def _split_softmax_tolerance(x, blocks_per_row) -> Tolerance:
-    """The tests' rule for a float32 softmax: twice the float32 baseline's error plus two ulps."""
-    expected = reference.softmax(x)
-    base = checks.max_abs_error(reference.softmax_same_dtype(x), expected)
-    return Tolerance(rtol=0.0, atol=checks.tolerance(base if np.isfinite(base) else 0.0, expected, np.float32))
+def hidden_split_softmax_cases(rng):
+    n_cols, blocks = int(rng.integers(1, 5000)), int(rng.integers(2, 12))
+    x = (rng.standard_normal((4, n_cols)) * rng.uniform(0.5, 20) + rng.uniform(-500, 500)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = NEG_INF
+    return [Case(f"4 random rows of {n_cols} in {blocks} chunks", (x, blocks)),
+            Case(f"rows near -1e30 in {blocks} chunks", (_far_below(rng, int(rng.integers(1, 300))), blocks))]
+
+
+# The float32 error of a softmax is a few ulps of the row's largest value; a row of zeros is off by
+# the whole row, which an absolute tolerance would pass for long rows (every value ~1/N).
+SPLIT_SOFTMAX_TOLERANCE = Tolerance(rtol=0.0, atol=0.0, row_rtol=16 * float(np.finfo(np.float32).eps))
+
+
+def solution_split_softmax(x, blocks_per_row):
+    """The two launches of softmax_06_split_merge, in NumPy (chapter 04's solution)."""
+    x = np.asarray(x, dtype=np.float32)
+    n_rows, n_cols = x.shape
+    chunk = -(-n_cols // blocks_per_row)
+    m_parts = np.full((n_rows, blocks_per_row), -np.inf)
+    l_parts = np.zeros((n_rows, blocks_per_row))
+    for k in range(blocks_per_row):                      # launch 1: one state per chunk
+        part = x[:, k * chunk:(k + 1) * chunk].astype(np.float64)
+        if part.shape[1]:
+            m_k = part.max(axis=1)
+            base = np.where(m_k == -np.inf, 0.0, m_k)
+            m_parts[:, k], l_parts[:, k] = m_k, np.exp(part - base[:, None]).sum(axis=1)
+    m, l = solution_merge_partials(m_parts, l_parts)     # launch 2: merge, then normalize
+    return (np.exp(x - m[:, None]) / l[:, None]).astype(np.float32)
+
+
+class CountedChunks(int):
+    """blocks_per_row, as an int that notes whether the answer ever used it (an answer that never
+    reads the chunk count computed the softmax of the whole row, not chunk by chunk)."""
+    used = False
+
+    def _note(name):
+        def method(self, *args):
+            type(self).used = True
+            return getattr(int, name)(self, *args)
+        return method
+
+    for _name in ("__index__", "__int__", "__floordiv__", "__rfloordiv__", "__truediv__", "__rtruediv__",
+                  "__mul__", "__rmul__", "__add__", "__radd__", "__sub__", "__rsub__", "__mod__", "__rmod__",
+                  "__divmod__", "__rdivmod__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
+                  "__float__", "__hash__", "__neg__", "__pos__", "__abs__", "__bool__", "__pow__", "__rpow__"):
+        locals()[_name] = _note(_name)
+    del _name, _note
+
+
+def _counted(args):
+    x, blocks_per_row = args
+    counted = type("CountedChunks", (CountedChunks,), {"used": False})   # a fresh flag per case
+    return x, counted(blocks_per_row)
+
+
+def _used_the_chunks(args):
+    if type(args[1]).used:
+        return None
+    return ("your function never used blocks_per_row: the exercise computes each row chunk by chunk "
+            "(one partial state per chunk, then the merge), not the whole row at once")
 
 
 def check_split_softmax(fn, quiet: bool = False) -> bool:
-    """fn(x, blocks_per_row) -> softmax of each row of float32 x, computed chunk by chunk."""
+    """fn(x, blocks_per_row) -> softmax of each row of float32 x, computed chunk by chunk, in float32."""
     return grade("split_softmax", fn, split_softmax_cases(), lambda x, blocks: reference.softmax(x), ("softmax",),
-                 _split_softmax_tolerance, quiet=quiet)
+                 SPLIT_SOFTMAX_TOLERANCE, quiet=quiet, hidden=hidden_split_softmax_cases, dtypes=(np.float32,),
+                 wrap=_counted, require=_used_the_chunks)

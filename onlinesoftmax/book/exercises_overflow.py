@@ -34,6 +34,11 @@ def overflow_logit_cases():
                                   (np.float32, 10**6), (np.float16, 1000))]
 
 
+def hidden_overflow_logit_cases(rng):
+    return [Case(f"{np.dtype(dtype).name}, a random N", (dtype, int(10 ** rng.uniform(0, 9))), rows_arg=None)
+            for dtype in (np.float32, np.float16)]
+
+
 def _hint(fn) -> str:
     """What a wrong but well-formed answer most likely forgot (read off two cases)."""
     try:
@@ -57,7 +62,7 @@ def check_overflow_logit(fn, quiet: bool = False) -> bool:
     logits a overflows its denominator in dtype (np.float32 or np.float16)."""
     cases = overflow_logit_cases()
     passed = grade("overflow_logit", fn, cases, overflow_logit_reference, ("a",),
-                   Tolerance(rtol=0.0, atol=ABS_TOLERANCE), quiet=quiet)
+                   Tolerance(rtol=0.0, atol=ABS_TOLERANCE), quiet=quiet, hidden=hidden_overflow_logit_cases)
     if not passed and not quiet:
         hint = _hint(fn)
         if hint:

@@ -77,8 +77,18 @@ def merge_topk_cases():
     ]
 
 
+def hidden_merge_topk_cases(rng):
+    n, k = int(rng.integers(2, 400)), int(rng.integers(1, 40))
+    row = np.round(rng.standard_normal(n) * 3, int(rng.integers(0, 3))) + rng.uniform(-1e3, 1e3)   # ties
+    row[rng.random(n) < 0.1] = NEG_INF
+    cut = int(rng.integers(0, n + 1))
+    first, second = state_of(row[:cut], 0, k), state_of(row[cut:], cut, k)
+    pair = (first, second) if rng.random() < 0.5 else (second, first)
+    return [Case(f"a random row of {n} split at {cut}, k = {k}", (*pair, k), None)]
+
+
 def check_merge_topk(fn, quiet: bool = False) -> bool:
     """fn(a, b, k) -> (m, l, values, columns) of the union of the parts a and b, each a state
     (m, l, values, columns); values and columns hold min(k, elements of both parts) entries."""
     return grade("merge_topk", fn, merge_topk_cases(), merge_topk_reference, ("m", "l", "values", "columns"),
-                 Tolerance(rtol=1e-12), quiet=quiet)
+                 Tolerance(rtol=1e-12), quiet=quiet, hidden=hidden_merge_topk_cases)

@@ -15,13 +15,48 @@ and for each case checks, in this order, and stops at the first problem:
 `grade(exercise, fn, cases, expected_of, names, tolerance)` prints "<exercise>: passed" or the
 problem and returns True or False. The exercises' own modules (exercises_monoid.py,
 exercises_logsumexp.py) hold the cases and references.
+
+What a grader guards against, beyond a wrong formula:
+
+- answers that know the visible cases: `hidden(rng)` adds cases drawn from a fresh seed at every
+  grading (the seed is printed with a failure, so it can be replayed);
+- answers that reach the expected values: they are computed from a private copy of the arguments
+  before the reader's function runs, and the function gets its own fresh copy each case;
+- answers that change their inputs in place: the arguments are compared with a pristine copy after
+  the call;
+- answers of the wrong dtype (a float64 computation where float32 was asked): `dtypes`;
+- answers that are nearly zero: `Tolerance.row_rtol` scales the allowed error by each row's largest
+  expected value, so a row of small probabilities is not passed by a row of zeros;
+- answers that skip what the exercise is about (the tiles, the chunks): `require(args)` inspects the
+  (instrumented) arguments after the call and returns a problem or None.
 """
 from __future__ import annotations
 
+import copy
+import secrets
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+# The difficulty of every Python exercise, by the name its grader prints.
+WARM_UP, CORE, CHALLENGE = "warm-up", "core", "challenge"
+DIFFICULTY = {
+    "overflow_logit": WARM_UP,
+    "stream_state": CORE, "stream_argmax": CORE,
+    "merge_partials": CORE, "split_softmax": CHALLENGE,
+    "logsumexp_rows": WARM_UP, "merge_attention": CORE, "probabilities_from_lse": WARM_UP,
+    "merge_topk": CHALLENGE,
+    "attention_memory": WARM_UP, "fa2_row": CORE, "decode_splits": CHALLENGE,
+    "c_owner": WARM_UP, "p_fragment": CORE, "swizzle": CHALLENGE,
+    "shard_statistics": CORE, "merge_records": CORE, "fix_merge": WARM_UP, "exchanged_bytes": CORE,
+    "torch_dispatch": CORE, "copy_fraction": WARM_UP,
+}
+
+
+def fresh_seed() -> int:
+    """A seed nobody has seen: the hidden cases differ at every grading."""
+    return secrets.randbits(32)
 
 
 @dataclass(frozen=True)
@@ -35,9 +70,11 @@ class Case:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Finite values pass when |yours - expected| <= rtol * |expected| + atol."""
+    """Finite values pass when |yours - expected| <= rtol * |expected| + atol + row_rtol * scale,
+    scale being the largest finite |expected| of the value's row (its last axis)."""
     rtol: float = 1e-12
     atol: float = 1e-300
+    row_rtol: float = 0.0
 
 
 def to_numpy(a):
@@ -93,11 +130,59 @@ def first_mismatch(yours, expected, tolerance: Tolerance):
         inf = np.isinf(expected)
         inf_ok = ~inf | (yours == expected)
         finite = np.isfinite(expected)
-        close = ~finite | (np.abs(yours - expected) <= tolerance.rtol * np.abs(expected) + tolerance.atol)
+        bound = tolerance.rtol * np.abs(expected) + tolerance.atol
+        if tolerance.row_rtol:
+            bound = bound + tolerance.row_rtol * _row_scale(expected)
+        close = ~finite | (np.abs(yours - expected) <= bound)
     bad = ~(nan_ok & inf_ok & close)
     if not bad.any():
         return None
     return tuple(int(i) for i in np.argwhere(bad)[0])
+
+
+def _row_scale(expected):
+    """The largest finite |value| of each row (last axis), broadcastable against expected."""
+    magnitude = np.where(np.isfinite(expected), np.abs(expected), 0.0)
+    if magnitude.ndim == 0 or magnitude.shape[-1] == 0:
+        return magnitude
+    return magnitude.max(axis=-1, keepdims=True)
+
+
+def differing(yours: float, expected: float) -> tuple[str, str]:
+    """The two numbers printed to the first digit where they differ (9 to 17 significant digits),
+    so a mismatch never reads "1.0, expected 1.0"."""
+    for digits in range(9, 18):
+        a, b = f"{yours:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            return a, b
+    return repr(yours), repr(expected)
+
+
+def describe(value) -> str:
+    """A short, true description of what a function returned (for messages about its form)."""
+    if value is None:
+        return "None"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} value{'s' * (len(value) != 1)}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"a {type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _changed(args, pristine) -> int | None:
+    """The position of the first argument (or array inside a tuple argument) that the reader's
+    function changed in place, or None."""
+    def same(a, b) -> bool:
+        if isinstance(b, np.ndarray):
+            return isinstance(a, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+        if isinstance(b, (tuple, list)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return True
+    for position, (a, b) in enumerate(zip(args, pristine)):
+        if not same(a, b):
+            return position
+    return None
 
 
 def _fmt(a) -> str:
@@ -110,22 +195,37 @@ def not_answered(exercise: str) -> str:
 
 
 def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tuple[str, ...],
-          tolerance=Tolerance(), copy_args: bool = True, quiet: bool = False) -> bool:
+          tolerance=Tolerance(), copy_args: bool = True, quiet: bool = False, hidden: Callable | None = None,
+          dtypes: tuple | None = None, require: Callable | None = None, wrap: Callable | None = None,
+          last: Callable | None = None) -> bool:
     """Run `fn(*case.args)` on every case and compare with `expected_of(*case.args)` (a tuple, one
     value per name). `tolerance`: a Tolerance, or a function of the case's arguments returning one.
     Prints "<exercise>: passed" or the first problem; returns True or False. A function that
-    returns None on the first case is the reader's untouched stub: "not answered yet"."""
+    returns None on the first case is the reader's untouched stub: "not answered yet".
+
+    hidden(rng) -> more cases, drawn from a fresh seed per grading; dtypes: the dtype each value must
+    have (None: any); wrap(args) -> the arguments fn is given (instrumented copies), and
+    require(wrapped args) -> a problem or None, asked after the call; last() -> a problem (with the
+    case it came from) or None, asked once every case has passed."""
     def say(text):
         if not quiet:
             print(text)
 
+    cases = list(cases)
+    if hidden is not None:
+        seed = fresh_seed()
+        cases += [Case(f"{case.name} (a hidden case, seed {seed})", case.args, case.rows_arg)
+                  for case in hidden(np.random.default_rng(seed))]
     for number, case in enumerate(cases):
-        args = tuple(np.array(a, copy=True) if copy_args and isinstance(a, np.ndarray) else a for a in case.args)
-        expected = expected_of(*case.args)
+        pristine = copy.deepcopy(case.args) if copy_args else case.args
+        expected = expected_of(*copy.deepcopy(case.args)) if copy_args else expected_of(*case.args)
         expected = expected if isinstance(expected, tuple) else (expected,)
+        expected = tuple(np.array(e, copy=True) if isinstance(e, np.ndarray) else e for e in expected)
+        args = copy.deepcopy(case.args) if copy_args else case.args
+        given = wrap(args) if wrap is not None else args
         try:
             with np.errstate(all="ignore"):
-                yours = fn(*args)
+                yours = fn(*given)
         except Exception as error:  # the reader's bug, reported with what it was given
             shapes = ", ".join(str(np.shape(a)) if hasattr(a, "shape") else type(a).__name__ for a in case.args)
             say(f"{exercise}: FAILED on {case.name}: your function raised "
@@ -134,7 +234,23 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
         if yours is None and number == 0:
             say(not_answered(exercise))
             return False
+        if copy_args:
+            position = _changed(args, pristine)
+            if position is not None:
+                say(f"{exercise}: FAILED on {case.name}: your function changed its argument {position + 1} in "
+                    "place; leave the inputs as they are and return new arrays")
+                return False
         problem = form_problem(yours, expected, names)
+        if problem is None and dtypes is not None:
+            values = (yours,) if len(names) == 1 and not isinstance(yours, tuple) else tuple(yours)
+            for name, value, dtype in zip(names, values, dtypes):
+                got = to_numpy(value)
+                if dtype is not None and np.asarray(got).dtype != np.dtype(dtype):
+                    problem = (f"{name} has dtype {np.asarray(got).dtype}; the exercise asks for "
+                               f"{np.dtype(dtype).name} (compute in {np.dtype(dtype).name}, as the kernel does)")
+                    break
+        if problem is None and require is not None:
+            problem = require(given)
         if problem is not None:
             say(f"{exercise}: FAILED on {case.name}: {problem}")
             return False
@@ -146,8 +262,8 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
                 continue
             value, want = np.asarray(to_numpy(value), np.float64), np.asarray(want, np.float64)
             where = f"{name}[{', '.join(map(str, index))}]" if index else name
-            say(f"{exercise}: FAILED on {case.name}: {where} is {float(value[index]):.9g}, "
-                f"expected {float(want[index]):.9g}")
+            mine, theirs = differing(float(value[index]), float(want[index]))
+            say(f"{exercise}: FAILED on {case.name}: {where} is {mine}, expected {theirs}")
             if index:
                 row = index[0]
                 if value.ndim >= 2:
@@ -157,5 +273,9 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
                 if rows is not None and np.ndim(rows) >= 2:
                     say(f"  input row {row}: {_fmt(np.asarray(rows)[row])}")
             return False
+    problem = last() if last is not None else None
+    if problem is not None:
+        say(f"{exercise}: FAILED on {problem}")
+        return False
     say(f"{exercise}: passed")
     return True
