@@ -117,3 +117,33 @@ def fold_loads_together(commit: str) -> bool | None:
     build the chapter shows), rather than one load before each push (None: git cannot tell)."""
     known, text = _git_show(commit, "kernels/common/thread_fold.cuh")
     return None if known is None else text is not None and "float v[THREAD_FOLD_CHUNK]" in text
+
+
+FOLD_FILE = "kernels/common/thread_fold.cuh"
+
+
+def fold_time_cost(runs, n_rows: int = 4000, n_cols: int = 1024,
+                   kernels=("softmax_01_safe", "softmax_02_online"), has_fold=None) -> dict | None:
+    """Device time (µs) of `kernels` at one shape in the newest recorded run without the chunked fold
+    and the newest one with it, with each run's commit; None when the runs do not hold such a pair.
+
+    runs: recorded runs of the suite softmax-teaching ({"meta", "rows"}, any order). has_fold(commit)
+    says whether the commit has the fold (default: whether git shows FOLD_FILE there; a run whose
+    commit git cannot place is left out, since it could be on either side).
+    """
+    has_fold = has_fold or (lambda commit: commit_has_file(commit, FOLD_FILE))
+    sides: dict[bool, dict] = {}
+    for run in sorted(runs, key=lambda r: str(r["meta"].get("date", ""))):
+        side = has_fold(run["meta"].get("git_commit", ""))
+        if side is None:
+            continue
+        times = {}
+        for r in run["rows"]:
+            if r.get("kernel") in kernels and r.get("n_rows") == n_rows and r.get("n_cols") == n_cols:
+                times[r["kernel"]] = 1e3 * float(r["ms"])
+        if set(times) == set(kernels) and all(np.isfinite(t) and t > 0 for t in times.values()):
+            sides[bool(side)] = {"commit": str(run["meta"]["git_commit"])[:7],
+                                 "date": run["meta"].get("date"), "us": times}
+    if set(sides) != {False, True}:
+        return None
+    return {"before": sides[False], "after": sides[True], "n_rows": n_rows, "n_cols": n_cols}
