@@ -41,8 +41,8 @@ REJECTED = {
     "starters/fix_shuffle_mask.cu": "threads 0-7 wait in __shfl_xor_sync (mask 0xffffffff, line 29); threads 8-255 wait at __syncthreads()",
     "starters/fix_topk_ties.cu": "FAILED on rows of rounded logits: many equal values on the CPU emulator: columns[0, 1] is 179, expected 15",
     "starters/fix_topk_insert.cu": "columns[0, 2] is 64, expected 32",
-    "starters/fix_attention_barrier.cu": "FAILED on 31 queries, 33 keys on the CPU emulator: o[",
-    "starters/fix_attention_tail.cu": "FAILED on one query, one key on the CPU emulator: o[0, 0] is nan",
+    "starters/fix_attention_barrier.cu": "FAILED on 31 queries, 33 keys on the CPU emulator: EmulatorRace: shared-memory race",
+    "starters/fix_attention_tail.cu": "FAILED on one query, one key on the CPU emulator: EmulatorOutOfBounds: out-of-bounds read of argument 1",
     "wrong/online_softmax__combine_returns_empty.cu":
         "FAILED on rows with -inf, all -inf, +inf and NaN on the CPU emulator: y[3, 0] is 2.88900969e-06, expected nan",
     "wrong/split_merge__own_half.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 0.268941432",
@@ -51,14 +51,14 @@ REJECTED = {
     "wrong/lse_rows__no_log.cu": "lse[0] is 4.50321484, expected 3.40760596",
     "wrong/lse_rows__one_row_only.cu": "(2 of 3 outputs never written",
     "wrong/three_pass_softmax__no_shift.cu": "is nan, expected 0.99976136",
-    "wrong/row_in_registers__no_tail_check.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is nan",
+    "wrong/row_in_registers__no_tail_check.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: EmulatorOutOfBounds: out-of-bounds read of argument 0",
     "wrong/fix_attention_tail__no_rescale.cu": "FAILED on 2 heads, 2 queries, 31 keys on the CPU emulator: o[0, 0]",
     "wrong/fix_topk_ties__uniform_probs.cu": "probs[0, 0] is 0.333333343, expected 0.665240956",
 }
 REJECTED |= {
     "wrong/online_softmax__all_zeros.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 0, expected 0.0900305732",
     "starters/scale_vector.cu": "(3 of 3 outputs never written",
-    "wrong/scale_vector__no_bounds_check.cu": "your kernel wrote past the end of y",
+    "wrong/scale_vector__no_bounds_check.cu": "EmulatorOutOfBounds: out-of-bounds read of argument 0",
     "wrong/scale_vector__thread_index_only.cu": "y[256] is 1.23449997e+30",
     "wrong/fix_attention_tail__no_max_subtraction.cu": "FAILED on hidden case: 5 queries, ",
     "wrong/fix_max_init_zero__init_minus_1e4.cu": "near -1e7 and near -1e5 on the CPU emulator: y[0, 0] is nan",
@@ -66,16 +66,16 @@ REJECTED |= {
     "wrong/online_softmax__visible_sizes_only.cu": "FAILED on hidden case: 4 rows of ",
     "wrong/fix_early_return__whole_warps_exit.cu": "__syncthreads() reached by only some of the block's threads",
 }
-# Rejected by the emulator's race, bounds, alignment and counting checks (Module.launch's
-# check_races and stats), which the grader turns on where the emulator has them.
+# Right values, rejected by the emulator's race, bounds and read-count checks.
 NEEDS_CHECKS = {
-    "wrong/three_pass_softmax__no_barrier_after_read.cu": "Race",
-    "wrong/fix_attention_barrier__syncwarp.cu": "Race",
-    "wrong/fix_attention_tail__load_past_n_then_mask.cu": "OutOfBounds",
-    "wrong/row_in_registers__unaligned_float4.cu": "Misaligned",
+    "wrong/three_pass_softmax__no_barrier_after_read.cu": "EmulatorRace: shared-memory race (write-after-read)",
+    "wrong/fix_attention_barrier__syncwarp.cu": "EmulatorRace: shared-memory race",
+    "wrong/fix_attention_tail__load_past_n_then_mask.cu": "EmulatorOutOfBounds: out-of-bounds read of argument 1",
     "wrong/online_softmax__three_pass.cu": "reads an element of x 3 times; the exercise asks for two passes",
     "wrong/split_merge__every_block_reads_the_whole_row.cu": "more than half its row",
 }
+# What the emulator does not catch yet (a strict xfail: it fails the day the emulator catches it).
+EMULATOR_GAPS = {"wrong/row_in_registers__unaligned_float4.cu": "EmulatorMisaligned"}
 GPU_ONLY = {"wrong/row_in_registers__skips_the_timed_launch.cu"}   # only the timed launch (4000 rows) is wrong
 CRASHES = {"wrong/online_softmax__oob_write.cu": "killed by SIGSEGV (an access outside the arrays)",
            "wrong/online_softmax__hang.cu": "did not finish in 5 s: a hang"}
@@ -101,7 +101,7 @@ def test_every_exercise_has_a_starter_and_a_solution_with_its_entries():
             assert (kx.STARTERS / f"{name}.cu").read_text() != (kx.SOLUTIONS / f"{name}.cu").read_text()
     assert set(REJECTED) >= {f"starters/{n}.cu" for n in kx.EXERCISES if n != "row_in_registers"}
     assert {f"wrong/{p.name}" for p in WRONG.glob("*.cu")} == \
-        {k for k in {**REJECTED, **CRASHES, **NEEDS_CHECKS} if k.startswith("wrong/")} | GPU_ONLY
+        {k for k in {**REJECTED, **CRASHES, **NEEDS_CHECKS, **EMULATOR_GAPS} if k.startswith("wrong/")} | GPU_ONLY
     for exercise in kx.EXERCISES.values():
         assert exercise.difficulty in kx.DIFFICULTIES, exercise.name
 
@@ -175,6 +175,15 @@ def test_the_emulators_checks_reject_what_the_values_miss(key):
     name, path = kernel_path(key)
     text = kx.report(name, on_the_emulator(name, path))
     assert text.startswith(f"{name}: FAILED") and NEEDS_CHECKS[key] in text, text
+
+
+@needs_emulator
+@pytest.mark.xfail(strict=True, reason="the emulator runs a misaligned float4 load (a GPU faults): the GPU grader fails it")
+@pytest.mark.parametrize("key", list(EMULATOR_GAPS))
+def test_what_the_emulator_does_not_catch_yet(key):
+    name, path = kernel_path(key)
+    text = kx.report(name, on_the_emulator(name, path))
+    assert text.startswith(f"{name}: FAILED") and EMULATOR_GAPS[key] in text, text
 
 
 @needs_emulator

@@ -35,7 +35,7 @@ RACECHECKED |= {("starter", "fix_attention_barrier"): kx.STARTERS / "fix_attenti
 SLOW_STARTER = "row_in_registers"        # right, and too slow: rejected by its bandwidth (below)
 
 
-def _job(path: Path, timeout_s: float = 40) -> dict:
+def _job(path: Path, timeout_s: float = 180) -> dict:
     return {"path": path, "name": path.stem.split("__")[0], "timeout_s": timeout_s, "measure": False, "backend": "gpu"}
 
 
@@ -44,8 +44,8 @@ def graded():
     """Every grading run of this file, 8 subprocesses at a time, and the two racechecks beside them."""
     jobs = {("solution", n): _job(kx.SOLUTIONS / f"{n}.cu") for n in kx.EXERCISES}
     # a starter may hang (a shuffle some lanes never reach is undefined on a GPU): a shorter timeout
-    jobs |= {("starter", n): _job(kx.STARTERS / f"{n}.cu", 20) for n in kx.EXERCISES if n != SLOW_STARTER}
-    jobs |= {("wrong", f): _job(WRONG / f, 20) for f in WRONG_FILES}
+    jobs |= {("starter", n): _job(kx.STARTERS / f"{n}.cu", 120) for n in kx.EXERCISES if n != SLOW_STARTER}
+    jobs |= {("wrong", f): _job(WRONG / f, 120) for f in WRONG_FILES}
     jobs |= {("crash", f): _job(WRONG / f, timeout_s=t) for f, t in CRASHES.items()}
     with ThreadPoolExecutor(max_workers=4) as side:
         races = {key: side.submit(kx.racecheck, path, path.stem.split("__")[0]) for key, path in RACECHECKED.items()}

@@ -1,4 +1,5 @@
-// WRONG (for the grader's tests): loads whole tiles past n_k (reads outside k and v), masks the keys afterwards.
+// WRONG (for the grader's tests): loads whole tiles of K and V, past n_k (reads outside k and v), and masks
+// the scores of the keys past n_k afterwards.
 // fix_attention_tail — solution: the small attention kernel with its one bug fixed. The bug's symptom:
 // right when the number of keys is a multiple of the tile (32), wrong (or NaN) otherwise.
 // (see the starter, exercises/starters/). Graded by kernel_exercises.grade("fix_attention_tail").
@@ -36,14 +37,14 @@ extern "C" __global__ void fix_attention_tail(const float* __restrict__ q, const
         const int keys = min(TILE_K, n_k - start);          // the last tile may be partial
         for (int e = threadIdx.x; e < TILE_K * D; e += BLOCK_Q) {
             const int key = e / D, c = e % D;
-            const float kk = k_head[(long long)(start + key) * D + c], vv = v_head[(long long)(start + key) * D + c];
-            k_tile[key][c] = key < keys ? kk : 0.0f;
-            v_tile[key][c] = key < keys ? vv : 0.0f;
+            k_tile[key][c] = k_head[(long long)(start + key) * D + c];   // whole tiles, past n_k too
+            v_tile[key][c] = v_head[(long long)(start + key) * D + c];
         }
         __syncthreads();                                   // the tile is loaded
-        for (int j = 0; j < keys; ++j) {
+        for (int j = 0; j < TILE_K; ++j) {
             float s = 0.0f;
             for (int c = 0; c < D; ++c) s += q_row[c] * k_tile[j][c];
+            if (j >= keys) s = NEG_INF;                    // the keys past n_k masked after the load
             const float m_new = fmaxf(m, s);
             const float rescale = expf(m - m_new);            // m = -inf before the first key: e^-inf = 0
             const float p = expf(s - m_new);
