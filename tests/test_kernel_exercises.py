@@ -223,12 +223,12 @@ def test_the_timed_launchs_output_is_checked(monkeypatch):
     from onlinesoftmax.measure import timer
 
     monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
-    monkeypatch.setattr(kt.SoftmaxRows, "timed_shape", (4000, 4))
     monkeypatch.setattr(timer, "time_gpu", lambda fn, args: fn() or {"ms": 0.01})
     monkeypatch.setattr(timer, "copy_bandwidth", lambda nbytes: {"GBps": 4200.0})
     monkeypatch.setattr(kernel_runner, "check_values", lambda *a, **k: {"passed": True})
     wrong = WRONG / "row_in_registers__skips_the_timed_launch.cu"
-    for path, passed in ((kx.SOLUTIONS / "row_in_registers.cu", True), (wrong, False)):
+    for path, passed, rows in ((kx.SOLUTIONS / "row_in_registers.cu", True, 40), (wrong, False, 4000)):
+        monkeypatch.setattr(kt.SoftmaxRows, "timed_shape", (rows, 4))
         result = kernel_runner.main({"mode": "grade", "backend": "gpu", "items": [["row_in_registers", str(path)]],
                                      "measure": True, "emulate": False})
         assert result["passed"] is passed, result
