@@ -214,6 +214,13 @@ extern "C" __attribute__((no_sanitize_address)) void __asan_loadN_noabort(uintpt
 extern "C" __attribute__((no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, size_t n) {
     simt::access(a, n, true, false, SIMT_PC);
 }
+__attribute__((noinline, no_sanitize_address)) void simt_vector_alignment(const void* from, const void* to,
+                                                                        unsigned bytes) {
+    if (simt::state.current < 0 || simt::state.error[0]) return;
+    const uintptr_t f = reinterpret_cast<uintptr_t>(from), t = reinterpret_cast<uintptr_t>(to);
+    if (f % bytes) simt::access(f, bytes, false, true, SIMT_PC);
+    else if (t % bytes) simt::access(t, bytes, true, true, SIMT_PC);
+}
 extern "C" void __asan_handle_no_return() {}
 extern "C" void __asan_before_dynamic_init(const char*) {}
 extern "C" void __asan_after_dynamic_init() {}

@@ -49,11 +49,16 @@ CACHE_DIR = REPO_ROOT / "build" / "emulator"
 FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique", "-w", "-g1",
          # every load and store calls simt_checks.h (races, bounds, alignment, counters); no sanitizer runtime
          "-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0", "--param=asan-stack=0",
-         "--param=asan-globals=0")
+         "--param=asan-globals=0",
+         "-fno-tree-sink")   # a load written before a branch stays before it (a read past n, masked after, is read)
 GUARD_BYTES = 1 << 16                 # the guard region on each side of a global array (then inaccessible pages)
 SCHEDULES = ("fixed", "random")
 TIMEOUT_S = 600.0
 _EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b")
+# A block's static `__shared__ T name[...];`: g++ does not instrument accesses at constant offsets of
+# a static variable, so the variable is renamed and `name` becomes a reference to it that g++
+# cannot see through (simt_shared_ref), on the same line.
+_STATIC_SHARED = re.compile(r"\b__shared__\s+([^;{}=]*?)\b([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);")
 _EXTERN_SHARED_NAME = re.compile(r"\bextern\s+__shared__\b[^;]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
@@ -156,7 +161,10 @@ def _wrapper(path: Path, source: str, entries) -> str:
     """What g++ compiles: simt.h, the kernel's source (its file and lines kept), the exports."""
     names = sorted(set(_EXTERN_SHARED_NAME.findall(source)))
     aliases = "".join(f'asm(".globl {n}\\n\\t.hidden {n}\\n\\t.set {n}, simt_dynamic_shared");\n' for n in names)
-    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
+    body = _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
+    body = _STATIC_SHARED.sub(lambda m: f"__shared__ {m[1]}{m[2]}__simt_storage{m[3]}; "
+                                        f"auto& {m[2]} = simt_shared_ref({m[2]}__simt_storage);", body)
+    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + body
             + '\n#line 1 "the emulator\'s exports"\n' + aliases + "".join(f"SIMT_EXPORT({e})\n" for e in entries)
             + "SIMT_LIBRARY\n")
 
