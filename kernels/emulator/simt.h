@@ -23,6 +23,8 @@
 //     writer overwrite what a reader has not read yet on every run. "random" (seeded): at every
 //     wait a random runnable fiber runs next and the blocks run in a random order, so the warps
 //     interleave differently with every seed.
+//   - Every load and store goes through simt_checks.h: shared-memory races, accesses outside the
+//     global arrays, misaligned accesses, and counters of what a launch touched.
 // It is not a GPU: no memory model beyond that, no timing, only these intrinsics. A kernel that
 // passes here can still fail on a GPU; one that fails here is wrong.
 //

@@ -146,11 +146,13 @@ SIMT_UNCHECKED inline void shared_access(size_t index, size_t size, bool write, 
 SIMT_UNCHECKED inline void global_access(Array& a, uintptr_t address, size_t size, bool write, uintptr_t pc) {
     if (address < a.start || address + size > a.end) {
         const long long n = (long long)((a.end - a.start) / a.itemsize);
-        const long long first = (long long)((intptr_t)(address - a.start) >= 0 ? (address - a.start) / a.itemsize
-                                                                                  : -(long long)((a.start - address + a.itemsize - 1) / a.itemsize));
+        const long long offset = (long long)(address - a.start);   // bytes; negative before the array
+        const long long item = a.itemsize;
+        // the first element the access touches outside the array
+        const long long element = offset < 0 ? -((-offset + item - 1) / item) : std::max(offset / item, n);
         fail("out-of-bounds %s of argument %d at @pc:%zx@: element offset %lld of an array of %lld elements "
-             "(%zu bytes at byte offset %lld)",
-             write ? "write" : "read", a.arg, (size_t)pc_offset(pc), first, n, size, (long long)(address - a.start));
+             "(a %zu-byte access at byte offset %lld)",
+             write ? "write" : "read", a.arg, (size_t)pc_offset(pc), element, n, size, offset);
         return;
     }
     if (!checks.counting) return;

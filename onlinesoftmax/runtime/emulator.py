@@ -10,17 +10,29 @@ collective some threads never reach named with its threads and lines) into a sha
 schedule="fixed" (the default) runs the threads round robin in thread order, each until it waits:
 the same result on every run, and a missing barrier shows every time. schedule="random" with a
 seed runs a random runnable thread at every wait, and the blocks in a random order.
-`launch(..., isolated=True)` runs the launch in a child process on copies of the arrays made by
-`guarded` (each right before an inaccessible page), so that a read or write past an array's end
-is a segmentation fault that ends the child, never the caller; the arrays are copied back after.
+`launch(..., isolated=True)` runs the launch in a child process (shared memory carries the arrays
+and counters back), so that a crash ends the child, never the caller.
+
+Every load and store of the kernel is checked (kernels/emulator/simt_checks.h; g++ instruments
+them): a launch runs on copies of its arrays, each between guard regions, and stops with
+EmulatorOutOfBounds at the first access outside an array (argument, element offset, source line);
+EmulatorMisaligned at a 2/4/8/16-byte access (float2, float4, uint4 ...) at an address not a
+multiple of its size; EmulatorRace at two threads touching one shared byte, one of them writing,
+in one barrier interval (check_races=False turns this one off). The race check does not depend on
+the schedule: both orders of a conflicting pair are reported. `launch(..., stats=True)` counts
+what the kernel touched (LaunchStats). `launch_schedules(entry, grid, block, make_args, seeds)`
+runs the fixed schedule and a random one per seed on fresh arguments and raises
+EmulatorScheduleDependent at the first whose outputs differ.
 
 Errors: EmulatorError, and under it EmulatorBuildError (no compiler, or g++ rejected the source;
 the message names the file's lines) and EmulatorFault (the emulator stopped the launch and says
-why, or an isolated launch crashed or hung).
+why, or an isolated launch crashed or hung), with EmulatorRace, EmulatorOutOfBounds,
+EmulatorMisaligned and EmulatorScheduleDependent under it.
 
-The source is compiled as written but for one rewrite: `extern __shared__` becomes `extern
+The source is compiled as written but for two rewrites: `extern __shared__` becomes `extern
 SIMT_DYNAMIC_SHARED`, and the array's name another name of the emulator's dynamic shared memory
-(see simt.h). It needs a C++17 compiler with _Float16 (g++ 12 or newer; `CXX` names another).
+(see simt.h); a static `__shared__ T name[...];` is renamed and `name` made a reference to it that
+g++ cannot see through (so that its accesses are checked), on the same line. It needs a C++17 compiler with _Float16 (g++ 12 or newer; `CXX` names another).
 Slow: a warp-collective instruction costs 32 fiber switches, so keep launches to a few hundred rows.
 """
 from __future__ import annotations
