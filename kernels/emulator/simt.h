@@ -23,6 +23,8 @@
 //     writer overwrite what a reader has not read yet on every run. "random" (seeded): at every
 //     wait a random runnable fiber runs next and the blocks run in a random order, so the warps
 //     interleave differently with every seed.
+//   - Every load and store goes through simt_checks.h: shared-memory races, accesses outside the
+//     global arrays, misaligned accesses, and counters of what a launch touched.
 // It is not a GPU: no memory model beyond that, no timing, only these intrinsics. A kernel that
 // passes here can still fail on a GPU; one that fails here is wrong.
 //
@@ -64,16 +66,54 @@
 
 typedef unsigned int u32;
 
+// What emulator.py makes of a static __shared__ variable `name`: a reference to it, opaque to g++
+// so that every access to it goes through the access checks (simt_checks.h).
+template <class T>
+__attribute__((always_inline)) inline T& simt_shared_ref(T& x) {
+    T* p = &x;
+    asm("" : "+r"(p));
+    return *p;
+}
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 using uint3 = dim3;
-struct alignas(8) float2 { float x, y; };
-struct alignas(16) float4 { float x, y, z, w; };
-struct alignas(8) int2 { int x, y; };
-struct alignas(16) int4 { int x, y, z, w; };
-struct alignas(8) uint2 { unsigned int x, y; };
+// The vector types: a copy from or to an address that is not a multiple of the type's size is a
+// misaligned access (g++ copies them element by element, so the check is here, not in the access
+// callbacks of simt_checks.h).
+__attribute__((noinline)) void simt_vector_alignment(const void* from, const void* to, unsigned bytes);
+#define SIMT_VECTOR_COPY(T, N)                                                                        \
+    T() = default;                                                                                    \
+    __attribute__((always_inline)) T(const T& o) {                                                    \
+        simt_vector_alignment(&o, this, N);                                                           \
+        __builtin_memcpy(static_cast<void*>(this), &o, N);                                            \
+    }                                                                                                 \
+    __attribute__((always_inline)) T& operator=(const T& o) {                                         \
+        simt_vector_alignment(&o, this, N);                                                           \
+        __builtin_memcpy(static_cast<void*>(this), &o, N);                                            \
+        return *this;                                                                                 \
+    }
+#define SIMT_VECTOR2(T, E)                                                                            \
+    struct alignas(2 * sizeof(E)) T {                                                                 \
+        E x, y;                                                                                       \
+        constexpr T(E a, E b) : x(a), y(b) {}                                                         \
+        SIMT_VECTOR_COPY(T, 2 * sizeof(E))                                                            \
+    };
+#define SIMT_VECTOR4(T, E)                                                                            \
+    struct alignas(4 * sizeof(E)) T {                                                                 \
+        E x, y, z, w;                                                                                 \
+        constexpr T(E a, E b, E c, E d) : x(a), y(b), z(c), w(d) {}                                   \
+        SIMT_VECTOR_COPY(T, 4 * sizeof(E))                                                            \
+    };
+SIMT_VECTOR2(float2, float)
+SIMT_VECTOR4(float4, float)
+SIMT_VECTOR2(int2, int)
+SIMT_VECTOR4(int4, int)
+SIMT_VECTOR2(uint2, unsigned int)
+SIMT_VECTOR4(uint4, unsigned int)
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }

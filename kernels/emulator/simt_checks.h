@@ -146,11 +146,13 @@ SIMT_UNCHECKED inline void shared_access(size_t index, size_t size, bool write, 
 SIMT_UNCHECKED inline void global_access(Array& a, uintptr_t address, size_t size, bool write, uintptr_t pc) {
     if (address < a.start || address + size > a.end) {
         const long long n = (long long)((a.end - a.start) / a.itemsize);
-        const long long first = (long long)((intptr_t)(address - a.start) >= 0 ? (address - a.start) / a.itemsize
-                                                                                  : -(long long)((a.start - address + a.itemsize - 1) / a.itemsize));
+        const long long offset = (long long)(address - a.start);   // bytes; negative before the array
+        const long long item = a.itemsize;
+        // the first element the access touches outside the array
+        const long long element = offset < 0 ? -((-offset + item - 1) / item) : std::max(offset / item, n);
         fail("out-of-bounds %s of argument %d at @pc:%zx@: element offset %lld of an array of %lld elements "
-             "(%zu bytes at byte offset %lld)",
-             write ? "write" : "read", a.arg, (size_t)pc_offset(pc), first, n, size, (long long)(address - a.start));
+             "(a %zu-byte access at byte offset %lld)",
+             write ? "write" : "read", a.arg, (size_t)pc_offset(pc), element, n, size, offset);
         return;
     }
     if (!checks.counting) return;
@@ -213,6 +215,13 @@ extern "C" __attribute__((no_sanitize_address)) void __asan_loadN_noabort(uintpt
 }
 extern "C" __attribute__((no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, size_t n) {
     simt::access(a, n, true, false, SIMT_PC);
+}
+__attribute__((noinline, no_sanitize_address)) void simt_vector_alignment(const void* from, const void* to,
+                                                                        unsigned bytes) {
+    if (simt::state.current < 0 || simt::state.error[0]) return;
+    const uintptr_t f = reinterpret_cast<uintptr_t>(from), t = reinterpret_cast<uintptr_t>(to);
+    if (f % bytes) simt::access(f, bytes, false, true, SIMT_PC);
+    else if (t % bytes) simt::access(t, bytes, true, true, SIMT_PC);
 }
 extern "C" void __asan_handle_no_return() {}
 extern "C" void __asan_before_dynamic_init(const char*) {}

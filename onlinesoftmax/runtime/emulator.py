@@ -10,17 +10,29 @@ collective some threads never reach named with its threads and lines) into a sha
 schedule="fixed" (the default) runs the threads round robin in thread order, each until it waits:
 the same result on every run, and a missing barrier shows every time. schedule="random" with a
 seed runs a random runnable thread at every wait, and the blocks in a random order.
-`launch(..., isolated=True)` runs the launch in a child process on copies of the arrays made by
-`guarded` (each right before an inaccessible page), so that a read or write past an array's end
-is a segmentation fault that ends the child, never the caller; the arrays are copied back after.
+`launch(..., isolated=True)` runs the launch in a child process (shared memory carries the arrays
+and counters back), so that a crash ends the child, never the caller.
+
+Every load and store of the kernel is checked (kernels/emulator/simt_checks.h; g++ instruments
+them): a launch runs on copies of its arrays, each between guard regions, and stops with
+EmulatorOutOfBounds at the first access outside an array (argument, element offset, source line);
+EmulatorMisaligned at a 2/4/8/16-byte access (float2, float4, uint4 ...) at an address not a
+multiple of its size; EmulatorRace at two threads touching one shared byte, one of them writing,
+in one barrier interval (check_races=False turns this one off). The race check does not depend on
+the schedule: both orders of a conflicting pair are reported. `launch(..., stats=True)` counts
+what the kernel touched (LaunchStats). `launch_schedules(entry, grid, block, make_args, seeds)`
+runs the fixed schedule and a random one per seed on fresh arguments and raises
+EmulatorScheduleDependent at the first whose outputs differ.
 
 Errors: EmulatorError, and under it EmulatorBuildError (no compiler, or g++ rejected the source;
 the message names the file's lines) and EmulatorFault (the emulator stopped the launch and says
-why, or an isolated launch crashed or hung).
+why, or an isolated launch crashed or hung), with EmulatorRace, EmulatorOutOfBounds,
+EmulatorMisaligned and EmulatorScheduleDependent under it.
 
-The source is compiled as written but for one rewrite: `extern __shared__` becomes `extern
+The source is compiled as written but for two rewrites: `extern __shared__` becomes `extern
 SIMT_DYNAMIC_SHARED`, and the array's name another name of the emulator's dynamic shared memory
-(see simt.h). It needs a C++17 compiler with _Float16 (g++ 12 or newer; `CXX` names another).
+(see simt.h); a static `__shared__ T name[...];` is renamed and `name` made a reference to it that
+g++ cannot see through (so that its accesses are checked), on the same line. It needs a C++17 compiler with _Float16 (g++ 12 or newer; `CXX` names another).
 Slow: a warp-collective instruction costs 32 fiber switches, so keep launches to a few hundred rows.
 """
 from __future__ import annotations
@@ -49,11 +61,16 @@ CACHE_DIR = REPO_ROOT / "build" / "emulator"
 FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique", "-w", "-g1",
          # every load and store calls simt_checks.h (races, bounds, alignment, counters); no sanitizer runtime
          "-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0", "--param=asan-stack=0",
-         "--param=asan-globals=0")
+         "--param=asan-globals=0",
+         "-fno-tree-sink")   # a load written before a branch stays before it (a read past n, masked after, is read)
 GUARD_BYTES = 1 << 16                 # the guard region on each side of a global array (then inaccessible pages)
 SCHEDULES = ("fixed", "random")
 TIMEOUT_S = 600.0
 _EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b")
+# A block's static `__shared__ T name[...];`: g++ does not instrument accesses at constant offsets of
+# a static variable, so the variable is renamed and `name` becomes a reference to it that g++
+# cannot see through (simt_shared_ref), on the same line.
+_STATIC_SHARED = re.compile(r"\b__shared__\s+([^;{}=]*?)\b([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);")
 _EXTERN_SHARED_NAME = re.compile(r"\bextern\s+__shared__\b[^;]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
@@ -156,7 +173,10 @@ def _wrapper(path: Path, source: str, entries) -> str:
     """What g++ compiles: simt.h, the kernel's source (its file and lines kept), the exports."""
     names = sorted(set(_EXTERN_SHARED_NAME.findall(source)))
     aliases = "".join(f'asm(".globl {n}\\n\\t.hidden {n}\\n\\t.set {n}, simt_dynamic_shared");\n' for n in names)
-    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
+    body = _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
+    body = _STATIC_SHARED.sub(lambda m: f"__shared__ {m[1]}{m[2]}__simt_storage{m[3]}; "
+                                        f"auto& {m[2]} = simt_shared_ref({m[2]}__simt_storage);", body)
+    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + body
             + '\n#line 1 "the emulator\'s exports"\n' + aliases + "".join(f"SIMT_EXPORT({e})\n" for e in entries)
             + "SIMT_LIBRARY\n")
 
