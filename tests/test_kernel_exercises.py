@@ -41,8 +41,8 @@ REJECTED = {
     "starters/fix_shuffle_mask.cu": "threads 0-7 wait in __shfl_xor_sync (mask 0xffffffff, line 29); threads 8-255 wait at __syncthreads()",
     "starters/fix_topk_ties.cu": "FAILED on rows of rounded logits: many equal values on the CPU emulator: columns[0, 1] is 179, expected 15",
     "starters/fix_topk_insert.cu": "columns[0, 2] is 64, expected 32",
-    "starters/fix_attention_barrier.cu": "FAILED on 31 queries, 33 keys on the CPU emulator: o[",
-    "starters/fix_attention_tail.cu": "FAILED on one query, one key on the CPU emulator: o[0, 0] is nan",
+    "starters/fix_attention_barrier.cu": "FAILED on 31 queries, 33 keys on the CPU emulator: EmulatorRace: shared-memory race",
+    "starters/fix_attention_tail.cu": "FAILED on one query, one key on the CPU emulator: EmulatorOutOfBounds: out-of-bounds read of argument 1",
     "wrong/online_softmax__combine_returns_empty.cu":
         "FAILED on rows with -inf, all -inf, +inf and NaN on the CPU emulator: y[3, 0] is 2.88900969e-06, expected nan",
     "wrong/split_merge__own_half.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 0.268941432",
@@ -51,10 +51,31 @@ REJECTED = {
     "wrong/lse_rows__no_log.cu": "lse[0] is 4.50321484, expected 3.40760596",
     "wrong/lse_rows__one_row_only.cu": "(2 of 3 outputs never written",
     "wrong/three_pass_softmax__no_shift.cu": "is nan, expected 0.99976136",
-    "wrong/row_in_registers__no_tail_check.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is nan",
+    "wrong/row_in_registers__no_tail_check.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: EmulatorOutOfBounds: out-of-bounds read of argument 0",
     "wrong/fix_attention_tail__no_rescale.cu": "FAILED on 2 heads, 2 queries, 31 keys on the CPU emulator: o[0, 0]",
     "wrong/fix_topk_ties__uniform_probs.cu": "probs[0, 0] is 0.333333343, expected 0.665240956",
 }
+REJECTED |= {
+    "wrong/online_softmax__all_zeros.cu": "FAILED on the row [1, 2, 3] on the CPU emulator: y[0, 0] is 0, expected 0.0900305732",
+    "starters/scale_vector.cu": "(3 of 3 outputs never written",
+    "wrong/scale_vector__no_bounds_check.cu": "EmulatorOutOfBounds: out-of-bounds read of argument 0",
+    "wrong/scale_vector__thread_index_only.cu": "y[256] is 1.23449997e+30",
+    "wrong/fix_attention_tail__no_max_subtraction.cu": "FAILED on hidden case: 5 queries, ",
+    "wrong/fix_max_init_zero__init_minus_1e4.cu": "near -1e7 and near -1e5 on the CPU emulator: y[0, 0] is nan",
+    "wrong/fix_max_init_zero__init_minus_1e6.cu": "near -1e7 and near -1e5 on the CPU emulator: y[0, 0] is nan",
+    "wrong/online_softmax__visible_sizes_only.cu": "FAILED on hidden case: 4 rows of ",
+    "wrong/fix_early_return__whole_warps_exit.cu": "__syncthreads() reached by only some of the block's threads",
+}
+# Right values, rejected by the emulator's race, bounds and read-count checks.
+NEEDS_CHECKS = {
+    "wrong/three_pass_softmax__no_barrier_after_read.cu": "EmulatorRace: shared-memory race (write-after-read)",
+    "wrong/fix_attention_barrier__syncwarp.cu": "EmulatorRace: shared-memory race",
+    "wrong/fix_attention_tail__load_past_n_then_mask.cu": "EmulatorOutOfBounds: out-of-bounds read of argument 1",
+    "wrong/online_softmax__three_pass.cu": "reads an element of x 3 times; the exercise asks for two passes",
+    "wrong/split_merge__every_block_reads_the_whole_row.cu": "more than half its row",
+    "wrong/row_in_registers__unaligned_float4.cu": "EmulatorMisaligned",
+}
+GPU_ONLY = {"wrong/row_in_registers__skips_the_timed_launch.cu"}   # only the timed launch (4000 rows) is wrong
 CRASHES = {"wrong/online_softmax__oob_write.cu": "killed by SIGSEGV (an access outside the arrays)",
            "wrong/online_softmax__hang.cu": "did not finish in 5 s: a hang"}
 
@@ -78,7 +99,16 @@ def test_every_exercise_has_a_starter_and_a_solution_with_its_entries():
         if name.startswith("fix_"):   # a fix-the-bug starter differs from its solution
             assert (kx.STARTERS / f"{name}.cu").read_text() != (kx.SOLUTIONS / f"{name}.cu").read_text()
     assert set(REJECTED) >= {f"starters/{n}.cu" for n in kx.EXERCISES if n != "row_in_registers"}
-    assert {f"wrong/{p.name}" for p in WRONG.glob("*.cu")} == {k for k in {**REJECTED, **CRASHES} if k.startswith("wrong/")}
+    assert {f"wrong/{p.name}" for p in WRONG.glob("*.cu")} == \
+        {k for k in {**REJECTED, **CRASHES, **NEEDS_CHECKS} if k.startswith("wrong/")} | GPU_ONLY
+    for exercise in kx.EXERCISES.values():
+        assert exercise.difficulty in kx.DIFFICULTIES, exercise.name
+
+
+def _emulator_checks() -> bool:
+    import inspect
+
+    return {"check_races", "stats"} <= set(inspect.signature(emulator.Module.launch).parameters)
 
 
 @pytest.mark.skipif(not HAVE_COMPILER, reason="needs nvcc or NVRTC")
@@ -135,6 +165,64 @@ def test_every_wrong_kernel_is_rejected_with_its_reason(key):
     name, path = kernel_path(key)
     text = kx.report(name, on_the_emulator(name, path))
     assert text.startswith(f"{name}: FAILED") and REJECTED[key] in text, text
+
+
+@needs_emulator
+@pytest.mark.skipif(not _emulator_checks(), reason="this emulator has no race, bounds, alignment or read-count checks")
+@pytest.mark.parametrize("key", list(NEEDS_CHECKS))
+def test_the_emulators_checks_reject_what_the_values_miss(key):
+    name, path = kernel_path(key)
+    text = kx.report(name, on_the_emulator(name, path))
+    assert text.startswith(f"{name}: FAILED") and NEEDS_CHECKS[key] in text, text
+
+
+@needs_emulator
+def test_the_hidden_cases_change_with_the_seed_and_avoid_the_visible_sizes():
+    from onlinesoftmax.book import kernel_tasks as kt
+
+    labels = {seed: [label for label, _ in kt.SoftmaxRows().cases(seed, small=True) if label.startswith("hidden")]
+              for seed in (1, 2, 3)}
+    assert len({tuple(v) for v in labels.values()}) > 1
+    for seed in (1, 2, 3):
+        for _, x in kt.hidden_rows(seed, small=True)[1:]:
+            assert x.shape[1] not in kt.VISIBLE_SIZES and x.shape[1] % 32
+
+
+def test_feedback_shows_the_digits_where_the_values_differ():
+    a = float(np.float32(0.1))
+    b = float(np.nextafter(np.float32(0.1), np.float32(1)))
+    text = kx.report("fix_tail", {"passed": False, "case": "c", "output": "y", "index": [0], "value": b,
+                                  "expected_value": a})
+    shown = text.split(": y[0] is ")[1]
+    value, expected = shown.split(", expected ")
+    assert value != expected.split()[0], text
+
+
+def test_a_speed_above_the_copy_is_a_failure():
+    result = {"passed": True, "ms": 0.01, "GBps": 5.35 * 4200.0, "copy_GBps": 4200.0, "ideal_bytes": 8 * 4000 * 4096,
+              "shape": [4000, 4096], "backend": "gpu"}
+    text = kx.report("row_in_registers", result)
+    assert text.startswith("row_in_registers: FAILED: right values, but 5.35 of the copy"), text
+
+
+@needs_emulator
+def test_the_timed_launchs_output_is_checked(monkeypatch):
+    """The GPU branch's timing with the emulator standing in, on a timed shape of 4000 short rows:
+    a kernel that does nothing on 4000 rows fails there."""
+    from onlinesoftmax.book import kernel_tasks as kt
+    from onlinesoftmax.measure import timer
+
+    monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
+    monkeypatch.setattr(timer, "time_gpu", lambda fn, args: fn() or {"ms": 0.01})
+    monkeypatch.setattr(timer, "copy_bandwidth", lambda nbytes: {"GBps": 4200.0})
+    monkeypatch.setattr(kernel_runner, "check_values", lambda *a, **k: {"passed": True})
+    wrong = WRONG / "row_in_registers__skips_the_timed_launch.cu"
+    for path, passed, rows in ((kx.SOLUTIONS / "row_in_registers.cu", True, 40), (wrong, False, 4000)):
+        monkeypatch.setattr(kt.SoftmaxRows, "timed_shape", (rows, 4))
+        result = kernel_runner.main({"mode": "grade", "backend": "gpu", "items": [["row_in_registers", str(path)]],
+                                     "measure": True, "emulate": False})
+        assert result["passed"] is passed, result
+    assert "FAILED on the timed launch (4000 x 4)" in kx.report("row_in_registers", result | {"backend": "gpu"})
 
 
 @needs_emulator
@@ -216,19 +304,22 @@ def test_the_gpu_path_with_the_emulator_standing_in(monkeypatch):
     emulator as the device and a timer that does not run the 4000 x 4096 launch."""
     from onlinesoftmax.measure import timer
 
+    from onlinesoftmax.book import kernel_tasks as kt
+
     monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
+    monkeypatch.setattr(kt.SoftmaxRows, "timed_shape", (40, 4096))
     times = {"three_pass_softmax": 0.072, "online_softmax": 0.065}
     current = []
-    monkeypatch.setattr(timer, "time_gpu", lambda fn, args: {"ms": times[current[-1]]})
-    monkeypatch.setattr(timer, "copy_bandwidth", lambda nbytes: {"GBps": 4200.0})
+    monkeypatch.setattr(timer, "time_gpu", lambda fn, args: fn() or {"ms": times[current[-1]]})
+    monkeypatch.setattr(timer, "copy_bandwidth", lambda nbytes: {"GBps": 42.0})
     original = kernel_runner.measure
-    monkeypatch.setattr(kernel_runner, "measure", lambda b, t, name: current.append(name) or original(b, t, name))
+    monkeypatch.setattr(kernel_runner, "measure", lambda b, t, name, seed: current.append(name) or original(b, t, name, seed))
     items = [[n, str(kx.SOLUTIONS / f"{n}.cu")] for n in times]
-    result = kernel_runner.main({"mode": "compare", "backend": "gpu", "items": items, "measure": True})
+    result = kernel_runner.main({"mode": "compare", "backend": "gpu", "items": items, "measure": True, "emulate": False})
     assert result["passed"] and [r["ms"] for r in result["results"]] == [0.072, 0.065]
-    assert all(r["copy_GBps"] == 4200.0 for r in result["results"])
+    assert all(r["copy_GBps"] == 42.0 for r in result["results"])
     text = kx.report("online_softmax", result["results"][1] | {"backend": "gpu"})
-    assert "4000 x 4096 fp32 in 65.0 us: 2016 GB/s counting the ideal 8 bytes per element, 0.48 of a copy" in text, text
+    assert "40 x 4096 fp32 in 65.0 us: 20 GB/s counting the ideal 8 bytes per element, 0.48 of a copy" in text, text
 
 
 def test_the_exercises_benchmark_writes_one_row_per_kernel_and_stops_on_a_wrong_one(monkeypatch):

@@ -23,6 +23,8 @@
 //     writer overwrite what a reader has not read yet on every run. "random" (seeded): at every
 //     wait a random runnable fiber runs next and the blocks run in a random order, so the warps
 //     interleave differently with every seed.
+//   - Every load and store goes through simt_checks.h: shared-memory races, accesses outside the
+//     global arrays, misaligned accesses, and counters of what a launch touched.
 // It is not a GPU: no memory model beyond that, no timing, only these intrinsics. A kernel that
 // passes here can still fail on a GPU; one that fails here is wrong.
 //
@@ -64,16 +66,54 @@
 
 typedef unsigned int u32;
 
+// What emulator.py makes of a static __shared__ variable `name`: a reference to it, opaque to g++
+// so that every access to it goes through the access checks (simt_checks.h).
+template <class T>
+__attribute__((always_inline)) inline T& simt_shared_ref(T& x) {
+    T* p = &x;
+    asm("" : "+r"(p));
+    return *p;
+}
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 using uint3 = dim3;
-struct float2 { float x, y; };
-struct alignas(16) float4 { float x, y, z, w; };
-struct int2 { int x, y; };
-struct alignas(16) int4 { int x, y, z, w; };
-struct alignas(8) uint2 { unsigned int x, y; };
+// The vector types: a copy from or to an address that is not a multiple of the type's size is a
+// misaligned access (g++ copies them element by element, so the check is here, not in the access
+// callbacks of simt_checks.h).
+__attribute__((noinline)) void simt_vector_alignment(const void* from, const void* to, unsigned bytes);
+#define SIMT_VECTOR_COPY(T, N)                                                                        \
+    T() = default;                                                                                    \
+    __attribute__((always_inline)) T(const T& o) {                                                    \
+        simt_vector_alignment(&o, this, N);                                                           \
+        __builtin_memcpy(static_cast<void*>(this), &o, N);                                            \
+    }                                                                                                 \
+    __attribute__((always_inline)) T& operator=(const T& o) {                                         \
+        simt_vector_alignment(&o, this, N);                                                           \
+        __builtin_memcpy(static_cast<void*>(this), &o, N);                                            \
+        return *this;                                                                                 \
+    }
+#define SIMT_VECTOR2(T, E)                                                                            \
+    struct alignas(2 * sizeof(E)) T {                                                                 \
+        E x, y;                                                                                       \
+        constexpr T(E a, E b) : x(a), y(b) {}                                                         \
+        SIMT_VECTOR_COPY(T, 2 * sizeof(E))                                                            \
+    };
+#define SIMT_VECTOR4(T, E)                                                                            \
+    struct alignas(4 * sizeof(E)) T {                                                                 \
+        E x, y, z, w;                                                                                 \
+        constexpr T(E a, E b, E c, E d) : x(a), y(b), z(c), w(d) {}                                   \
+        SIMT_VECTOR_COPY(T, 4 * sizeof(E))                                                            \
+    };
+SIMT_VECTOR2(float2, float)
+SIMT_VECTOR4(float4, float)
+SIMT_VECTOR2(int2, int)
+SIMT_VECTOR4(int4, int)
+SIMT_VECTOR2(uint2, unsigned int)
+SIMT_VECTOR4(uint4, unsigned int)
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }
@@ -104,14 +144,34 @@ inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
-template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-template <class T> inline T atomicMax(T* p, T v) { T old = *p; if (old < v) *p = v; return old; }
-template <class T> inline T atomicMin(T* p, T v) { T old = *p; if (v < old) *p = v; return old; }
-template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
-template <class T> inline T atomicCAS(T* p, T compare, T v) { T old = *p; if (old == compare) *p = v; return old; }
 
 #include "simt_machine.h"
+#include "simt_checks.h"
 #include "simt_warp.h"
+
+// Atomics: bounds-checked and counted, never a race (not instrumented; simt_checks.h).
+#define SIMT_ATOMIC(name, body)                                                                      \
+    template <class T>                                                                               \
+    __attribute__((no_sanitize_address, noinline)) T name(T* p, T v) {                              \
+        simt::access(reinterpret_cast<uintptr_t>(p), sizeof(T), false, true, SIMT_PC, true);         \
+        simt::access(reinterpret_cast<uintptr_t>(p), sizeof(T), true, true, SIMT_PC, true);          \
+        T old = *p;                                                                                  \
+        body;                                                                                        \
+        return old;                                                                                  \
+    }
+SIMT_ATOMIC(atomicAdd, *p = old + v)
+SIMT_ATOMIC(atomicMax, if (old < v) *p = v)
+SIMT_ATOMIC(atomicMin, if (v < old) *p = v)
+SIMT_ATOMIC(atomicExch, *p = v)
+#undef SIMT_ATOMIC
+template <class T>
+__attribute__((no_sanitize_address, noinline)) T atomicCAS(T* p, T compare, T v) {
+    simt::access(reinterpret_cast<uintptr_t>(p), sizeof(T), false, true, SIMT_PC, true);
+    simt::access(reinterpret_cast<uintptr_t>(p), sizeof(T), true, true, SIMT_PC, true);
+    T old = *p;
+    if (old == compare) *p = v;
+    return old;
+}
 
 // What emulator.py's wrapper adds after the kernel's source: one SIMT_EXPORT per kernel entry, and
 // SIMT_LIBRARY once. Everything else is hidden (built with -fvisibility=hidden), so that every
@@ -126,6 +186,27 @@ template <class T> inline T atomicCAS(T* p, T compare, T v) { T old = *p; if (ol
     extern "C" __attribute__((visibility("default"))) void simt_configure(int random, unsigned seed) { \
         simt::state.random = random != 0;                                                            \
         simt::state.seed = seed;                                                                     \
+    }                                                                                                \
+    extern "C" __attribute__((visibility("default"))) void simt_configure_checks(int races, int counting) { \
+        simt::checks.races = races != 0;                                                             \
+        simt::checks.counting = counting != 0;                                                       \
+        simt::checks.max_block_bytes = 0;                                                            \
+        simt::checks.block_reads.clear();                                                            \
+        simt::checks.arrays.clear();                                                                 \
+    }                                                                                                \
+    extern "C" __attribute__((visibility("default"))) void simt_add_array(                           \
+        uintptr_t start, uintptr_t end, uintptr_t low, uintptr_t high, int arg, int itemsize,         \
+        long long* reads, long long* writes) {                                                       \
+        simt::Array a{start, end, low, high, arg, itemsize, reads, writes, {}};                     \
+        if (simt::checks.counting) a.stamp.assign((end - start) / itemsize, 0);                      \
+        simt::checks.arrays.push_back(std::move(a));                                                 \
+    }                                                                                                \
+    extern "C" __attribute__((visibility("default"))) unsigned long long simt_shared_bytes_touched() { \
+        return simt::checks.max_block_bytes;                                                         \
+    }                                                                                                \
+    extern "C" __attribute__((visibility("default"))) unsigned long long simt_block_reads(long long* out) { \
+        if (out) std::copy(simt::checks.block_reads.begin(), simt::checks.block_reads.end(), out);    \
+        return simt::checks.block_reads.size();                                                      \
     }                                                                                                \
     extern "C" __attribute__((visibility("default"))) int simt_fragment_map(int operand, int lane, int index, \
                                                                           int* row, int* col) {      \

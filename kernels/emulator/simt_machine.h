@@ -31,7 +31,7 @@ struct Post {
     float c[4];              // mma accumulators, in and out
 };
 
-struct Copy { void* dst; unsigned char bytes[16]; };   // a cp.async on its way
+struct Copy { void* dst; unsigned char bytes[16]; uintptr_t pc; };   // a cp.async on its way (and where it was issued)
 
 struct Fiber {
     ucontext_t context;
@@ -58,6 +58,10 @@ struct State {
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[4096] = "";
+    u32 epoch = 0;             // the barrier interval: a new one at every block and every open barrier
+    u32 warp_epoch[MAX_THREADS / 32] = {};   // per warp: a new one at every completed collective
+    u32 block_serial = 0;      // a new one at every block
+    long long block_linear = 0;   // the running block's index, x fastest
 };
 inline State state;
 
@@ -154,10 +158,12 @@ inline bool open_barrier() {
     }
     if (!at_barrier || at_barrier != live) return false;
     if (done) {
-        deadlock("__syncthreads() reached by only some of the block's threads: the others returned before it");
+        deadlock("__syncthreads() reached by only some of the block's threads: the others returned before it "
+                 "(a barrier in divergent code: undefined in CUDA)");
         return false;
     }
     for (int t = 0; t < state.n_threads; ++t) state.fibers[t].wait = RUNNABLE;
+    ++state.epoch;
     return true;
 }
 
@@ -185,6 +191,7 @@ inline int release_warp(int warp) {
         for (int other = 0; other < 32; ++other)
             if (mask >> other & 1u) posts[other] = state.fibers[warp * 32 + other].post;
         complete(f.op, posts);
+        ++state.warp_epoch[warp];
         for (int other = 0; other < 32; ++other)
             if (mask >> other & 1u) state.fibers[warp * 32 + other].wait = RUNNABLE;
         released = 1;
@@ -235,7 +242,11 @@ inline void run_fiber(int t) {
     state.current = -1;
 }
 
+inline void begin_block_checks();
+inline void end_block_checks();
+
 inline int run_block() {
+    begin_block_checks();
     if (__start_simt_shared != __stop_simt_shared)
         std::memset(__start_simt_shared, 0xff, __stop_simt_shared - __start_simt_shared);
     std::memset(simt_dynamic_shared, 0xff, state.shared_bytes + SIMT_SHARED_GUARD);
@@ -280,7 +291,8 @@ inline int run_block() {
             fail("shared memory written past the dynamic size (%zu bytes): %zu bytes after it", state.shared_bytes, i);
             return 1;
         }
-    return 0;
+    end_block_checks();
+    return state.error[0] ? 1 : 0;
 }
 
 inline int launch_body(const unsigned* dims, unsigned shared_bytes, void (*body)(void*), void* arg) {
@@ -309,6 +321,7 @@ inline int launch_body(const unsigned* dims, unsigned shared_bytes, void (*body)
     if (state.random) std::shuffle(blocks.begin(), blocks.end(), state.rng);
     for (const dim3& block : blocks) {
         blockIdx = block;
+        state.block_linear = block.x + 1LL * gridDim.x * (block.y + 1LL * gridDim.y * block.z);
         if (run_block()) return 1;
     }
     return 0;

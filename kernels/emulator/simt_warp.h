@@ -215,7 +215,8 @@ inline void simt_mma_m16n8k16(bool bf16, float c[4], const u32 a[4], const u32 b
     std::memcpy(c, mine.c, sizeof mine.c);
 }
 
-inline void simt_ldmatrix_x4(u32 r[4], const void* address, bool trans, int line = __builtin_LINE()) {
+__attribute__((noinline, no_sanitize_address)) inline void simt_ldmatrix_x4(u32 r[4], const void* address, bool trans,
+                                                                           int line = __builtin_LINE()) {
     const char* what = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
     simt::whole_warp(what, line);
     if (!simt::in_shared(address, 16))
@@ -224,6 +225,7 @@ inline void simt_ldmatrix_x4(u32 r[4], const void* address, bool trans, int line
     if (reinterpret_cast<uintptr_t>(address) % 16)
         simt::fail("line %d: %s: lane %d's row address is not 16-byte aligned", line, what,
                    simt::lane_of(simt::state.current));
+    simt::access(reinterpret_cast<uintptr_t>(address), 16, false, false, SIMT_PC);
     simt::Post mine;
     mine.address = address;
     simt::collective(trans ? simt::OP_LDMATRIX_TRANS : simt::OP_LDMATRIX, 0xffffffffu, mine, what, line);
@@ -232,19 +234,26 @@ inline void simt_ldmatrix_x4(u32 r[4], const void* address, bool trans, int line
 
 // 16 bytes from global memory (read now; nothing read and zeros when src_bytes is 0) that land in
 // shared memory when this thread waits.
-inline void simt_cp_async_16(void* shared_dst, const void* global_src, int src_bytes, int line = __builtin_LINE()) {
+__attribute__((noinline, no_sanitize_address)) inline void simt_cp_async_16(void* shared_dst, const void* global_src,
+                                                                           int src_bytes, int line = __builtin_LINE()) {
     if (!simt::in_shared(shared_dst, 16))
         simt::fail("line %d: cp.async destination outside the block's shared memory", line);
     if (reinterpret_cast<uintptr_t>(shared_dst) % 16 || reinterpret_cast<uintptr_t>(global_src) % 16)
         simt::fail("line %d: cp.async addresses not 16-byte aligned", line);
-    simt::Copy copy{shared_dst, {}};
-    if (src_bytes) std::memcpy(copy.bytes, global_src, 16);
+    simt::Copy copy{shared_dst, {}, SIMT_PC};
+    if (src_bytes) {
+        simt::access(reinterpret_cast<uintptr_t>(global_src), 16, false, false, SIMT_PC);
+        if (!simt::state.error[0]) std::memcpy(copy.bytes, global_src, 16);
+    }
     simt::state.fibers[simt::state.current].pending.push_back(copy);
 }
 
-inline void simt_cp_async_wait_all(int line = __builtin_LINE()) {
+__attribute__((noinline, no_sanitize_address)) inline void simt_cp_async_wait_all(int line = __builtin_LINE()) {
     simt::Fiber& me = simt::state.fibers[simt::state.current];
-    for (const simt::Copy& copy : me.pending) std::memcpy(copy.dst, copy.bytes, 16);
+    for (const simt::Copy& copy : me.pending) {   // the shared writes, as at the cp.async that issued them
+        simt::access(reinterpret_cast<uintptr_t>(copy.dst), 16, true, false, copy.pc);
+        std::memcpy(copy.dst, copy.bytes, 16);
+    }
     me.pending.clear();
     if (simt::state.random) simt::switch_out(simt::RUNNABLE, "cp.async.wait_all", line);   // let another thread in
 }

@@ -10,16 +10,20 @@ touched), the solutions in exercises/solutions/. Grading a kernel:
    compile error is shown with the line numbers of your file;
 2. runs it **in a separate process with a timeout** (kernel_runner.py), so an illegal address, a
    hang or a poisoned CUDA context ends that process, never the notebook: the report says which.
-   On a GPU it runs the real kernel; without one, the CPU emulator (kernels/emulator/, its fixed
-   schedule: every thread a fiber, run in thread order) runs the same source, so a missing barrier
-   or a shuffle some lanes never reach fails there every time;
+   On a GPU it runs the real kernel, then the CPU emulator's checks too; without one, the emulator
+   (kernels/emulator/: every thread a fiber) alone, so a missing barrier or a shuffle some lanes
+   never reach fails every time, and, where the emulator has them, races in shared memory,
+   accesses outside an array and misaligned vector loads fail, and its counts of global reads
+   check the exercise's design (KernelExercise.design);
 3. checks every case of the exercise's task (kernel_tasks.py: the edge matrix of sizes 1 .. 4097,
-   -inf, all -inf, +inf, NaN, logits near +-1000, rows off a 16-byte boundary) against the float64
-   reference, on outputs poisoned beforehand and followed by a guard band, and quotes the first
-   wrong row;
-4. on a GPU, reports bytes moved per element and the bandwidth against a copy measured in the same
-   run (the copy-ceiling exercise passes only above its fraction of the copy), and for the
-   missing-barrier exercise runs compute-sanitizer's racecheck when it is installed.
+   -inf, all -inf, +inf, NaN, logits near +-1000, rows off a 16-byte boundary, then hidden cases
+   drawn from a fresh seed: unseen lengths, scores of order 1e4, rows near -1e7) against the float64
+   reference, each launch on fresh inputs and on outputs poisoned beforehand and followed by a
+   guard band, and quotes the first wrong value of the first failing case;
+4. on a GPU, times it against a copy measured in the same run and checks the timed launch's
+   output too (a speed above the copy fails: ABOVE_COPY; the copy-ceiling exercise passes only
+   above its fraction of the copy), and runs compute-sanitizer's racecheck on every kernel that
+   declares shared memory when it is installed.
 
 `compare("three_pass_softmax", "online_softmax")` times two answers in one process on a GPU
 (without one it prints the recorded H200 numbers of the book's kernels of the same design).
@@ -27,6 +31,7 @@ touched), the solutions in exercises/solutions/. Grading a kernel:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -44,9 +49,12 @@ from onlinesoftmax.runtime import loader
 
 EXERCISES_DIR = loader.REPO_ROOT / "exercises"
 STARTERS, SOLUTIONS = EXERCISES_DIR / "starters", EXERCISES_DIR / "solutions"
-TIMEOUT_S = 60
+TIMEOUT_S = 180                 # the GPU run, then the emulator (its first build of a kernel takes a while)
 RACECHECK_TIMEOUT_S = 120
 TIMED_SHAPE = kt.SoftmaxRows.timed_shape
+
+
+DIFFICULTIES = ("warm-up", "core", "challenge")
 
 
 @dataclass(frozen=True)
@@ -55,34 +63,47 @@ class KernelExercise:
     chapter: str
     story: str
     task: object
+    difficulty: str = "core"      # one of DIFFICULTIES
     min_fraction_of_copy: float | None = None   # graded by bandwidth on a GPU too
-    racecheck: bool = False                     # compute-sanitizer racecheck on a GPU
+    design: str | None = None     # checked on the emulator's counts: kernel_runner.check_design
 
     @property
     def entries(self) -> tuple[str, ...]:
         return self.task.entries(self.name)
 
 
+def uses_shared_memory(path: Path) -> bool:
+    """Whether a kernel file declares shared memory: such a kernel runs under racecheck on a GPU."""
+    return "__shared__" in Path(path).read_text()
+
+
 _ROWS, _SPLIT, _LSE, _TOPK, _ATTENTION = kt.SoftmaxRows(), kt.SplitMerge(), kt.LseRows(), kt.TopK(), kt.Attention()
+_SCALE = kt.ScaleVector()
 EXERCISES = {e.name: e for e in (
-    KernelExercise("online_softmax", "03", "write the online softmax kernel: one pass for (m, l), one for the output", _ROWS),
+    KernelExercise("scale_vector", "00", "your first kernel: one thread per element, y = a * x", _SCALE, "warm-up"),
+    KernelExercise("online_softmax", "03", "write the online softmax kernel: one pass for (m, l), one for the output", _ROWS,
+                   design="two passes"),
     KernelExercise("three_pass_softmax", "03", "write the three-pass softmax kernel: max, sum, output", _ROWS),
     KernelExercise("fix_missing_guard", "03", "NaN on short rows: the combine of two empty states", _ROWS),
-    KernelExercise("fix_max_init_zero", "03", "NaN on rows of large negative logits: the state's first maximum", _ROWS),
-    KernelExercise("fix_tail", "03", "wrong unless N is a multiple of the block: the last, partial stride", _ROWS),
+    KernelExercise("fix_max_init_zero", "03", "NaN on rows of large negative logits: the state's first maximum", _ROWS,
+                   "warm-up"),
+    KernelExercise("fix_tail", "03", "wrong unless N is a multiple of the block: the last, partial stride", _ROWS,
+                   "warm-up"),
     KernelExercise("fix_shared_oob", "03", "run-to-run garbage: warp 0 reads shared slots no warp wrote", _ROWS),
     KernelExercise("fix_early_return", "03", "short rows: threads leave before the block's barrier and shuffles", _ROWS),
     KernelExercise("fix_shuffle_mask", "03", "a full-warp shuffle that only some lanes reach", _ROWS),
-    KernelExercise("split_merge", "04", "two blocks per row: write the kernel that merges their states", _SPLIT),
+    KernelExercise("split_merge", "04", "two blocks per row: write the kernel that merges their states", _SPLIT,
+                   design="split"),
     KernelExercise("lse_rows", "05", "write the log-sum-exp kernel: one number per row", _LSE),
     KernelExercise("row_in_registers", "06", "reach 0.75 of the copy: 16-byte loads, the row in registers", _ROWS,
-                   min_fraction_of_copy=0.75),
+                   "challenge", min_fraction_of_copy=0.75),
     KernelExercise("fix_topk_ties", "07", "softmax + top-k: equal logits name the wrong columns", _TOPK),
     KernelExercise("fix_topk_insert", "07", "softmax + top-k: the list insertion loses pairs", _TOPK),
     KernelExercise("fix_attention_barrier", "08", "attention: the next tile overwrites shared memory still in use",
-                   _ATTENTION, racecheck=True),
+                   _ATTENTION, "challenge"),
     KernelExercise("fix_attention_tail", "08", "attention: wrong unless the keys fill whole tiles", _ATTENTION),
 )}
+ABOVE_COPY = 1.10   # a measured speed above 1.10 of the copy is no speed a right kernel reaches: a failure
 
 
 def _exercise(name: str) -> KernelExercise:
@@ -175,16 +196,21 @@ def _subprocess(command, timeout_s: float) -> dict:
     return {"passed": False, "fault": f"the run reported a pass, then ended with exit {done.returncode}"}
 
 
-def _command(mode: str, items, backend: str, measure: bool) -> list[str]:
-    spec = {"mode": mode, "backend": backend, "items": [[n, str(p)] for n, p in items], "measure": measure}
+def _command(mode: str, items, backend: str, measure: bool, seed: int | None = None) -> list[str]:
+    """The subprocess's command line; the hidden cases are drawn from `seed` (a fresh one by default)."""
+    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    spec = {"mode": mode, "backend": backend, "items": [[n, str(p)] for n, p in items], "measure": measure,
+            "seed": seed}
     return [sys.executable, "-m", "onlinesoftmax.book.kernel_runner", json.dumps(spec)]
 
 
-def run(path: Path, name: str, timeout_s: float = TIMEOUT_S, measure: bool = True, backend: str | None = None) -> dict:
+def run(path: Path, name: str, timeout_s: float = TIMEOUT_S, measure: bool = True, backend: str | None = None,
+        seed: int | None = None) -> dict:
     """Check (and on a GPU time) the kernel in a subprocess; never raises for the kernel's faults.
-    backend: "gpu" or "cpu" (the emulator); by default the GPU when there is one."""
+    backend: "gpu" or "cpu" (the emulator); by default the GPU when there is one. seed: the hidden
+    cases' (a fresh one each run by default)."""
     backend = backend or _backend_here()
-    return _subprocess(_command("grade", [(name, path)], backend, measure), timeout_s) | {"backend": backend}
+    return _subprocess(_command("grade", [(name, path)], backend, measure, seed), timeout_s) | {"backend": backend}
 
 
 def run_many(jobs, workers: int = 8) -> list[dict]:
@@ -228,8 +254,17 @@ def _measured(result: dict) -> str:
             "in the same run")
 
 
+def _pair(value: float, expected: float) -> tuple[str, str]:
+    """The two numbers with as many digits as it takes to tell them apart (9 at least, 17 at most)."""
+    for digits in range(9, 18):
+        a, b = f"{value:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            break
+    return a, b
+
+
 def report(name: str, result: dict) -> str:
-    where = " on the CPU emulator" if result.get("backend") == "cpu" else ""
+    where = " on the CPU emulator" if result.get("backend") == "cpu" or result.get("emulator") else ""
     if result.get("fault"):
         case = f" on {result['case']}" if result.get("case") else ""
         return f"{name}: FAILED{case}{where}: {result['fault']}\n(the notebook's own GPU context is unaffected: it ran elsewhere)"
@@ -237,8 +272,9 @@ def report(name: str, result: dict) -> str:
         index = ", ".join(map(str, result["index"]))
         unwritten = (f" ({result['unwritten']} of {result.get('outputs', '?')} outputs never written: they still "
                      "hold the poison the grader filled them with)") if result.get("unwritten") else ""
-        lines = [f"{name}: FAILED on {result['case']}{where}: {result['output']}[{index}] is {result['value']:.9g}, "
-                 f"expected {result['expected_value']:.9g}{unwritten}"]
+        value, expected = _pair(result["value"], result["expected_value"])
+        lines = [f"{name}: FAILED on {result['case']}{where}: {result['output']}[{index}] is {value}, "
+                 f"expected {expected}{unwritten}"]
         if "yours" in result:
             lines += [f"  yours:    {_fmt(result['yours'])}", f"  expected: {_fmt(result['expected'])}"]
         if "input" in result:
@@ -248,6 +284,9 @@ def report(name: str, result: dict) -> str:
     if "GBps" in result:
         text = f"{name}: passed; " + _measured(result)
         goal = exercise.min_fraction_of_copy if exercise else None
+        if result["GBps"] > ABOVE_COPY * result["copy_GBps"]:
+            return (f"{name}: FAILED: right values, but {result['GBps'] / result['copy_GBps']:.2f} of the copy: faster "
+                    f"than moving the bytes the exercise needs ({_measured(result)}); what was timed did not do the work")
         if goal and result["GBps"] / result["copy_GBps"] < goal:
             return (f"{name}: FAILED: right on every case, but {result['GBps'] / result['copy_GBps']:.2f} of the copy; "
                     f"the exercise asks for {goal:.2f} ({_measured(result)})")
@@ -279,10 +318,11 @@ def grade(name: str, path: Path | None = None, timeout_s: float = TIMEOUT_S, mea
     if backend == "cpu" and not emulator.available():
         print(f"{name}: {log}; running it needs an NVIDIA GPU or, for the CPU emulator, g++ (neither is here)")
         return False
+    print(f"{name} ({exercise.difficulty}, chapter {exercise.chapter}): {exercise.story}")
     result = run(path, name, timeout_s, measure, backend)
     text = report(name, result)
     passed = result.get("passed") is True and "FAILED" not in text
-    if passed and exercise.racecheck and backend == "gpu":
+    if passed and uses_shared_memory(path) and backend == "gpu":
         race = racecheck(path, name)
         if race["passed"] is False:
             text = f"{name}: FAILED: the values passed this time, but racecheck reports a shared-memory race:\n  " + \
@@ -316,7 +356,7 @@ def verify_chapter(chapter: str) -> list[str]:
     results = run_many([{"path": path, "name": n, "measure": False} for path, n, _ in jobs], workers=4)
     for (path, n, should_pass), result in zip(jobs, results):
         passed = bool(result["passed"])
-        if passed and not should_pass and EXERCISES[n].racecheck and _backend_here() == "gpu":
+        if passed and not should_pass and uses_shared_memory(path) and _backend_here() == "gpu":
             # a missing barrier can give the right values by luck on a GPU: the race is the defect
             race = racecheck(path, n)
             if race["passed"] is None:

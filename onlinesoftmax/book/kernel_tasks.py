@@ -20,7 +20,7 @@ import numpy as np
 from onlinesoftmax import checks, reference
 from onlinesoftmax.book.grading import Tolerance
 
-GUARD = 64                         # elements of NaN after an input, of poison after an output
+GUARD = 1024                       # elements of NaN after an input, of poison after an output (a block's worth and more)
 EDGE_SIZES = (1, 2, 3, 31, 33, 100, 257, 4097)
 EDGE_ROWS = (3, 3, 3, 5, 5, 7, 3, 2)
 COLUMN_POISON = -2                 # no column has this index
@@ -91,6 +91,38 @@ def edge_rows() -> list[tuple[str, np.ndarray]]:
     return cases
 
 
+VISIBLE_SIZES = frozenset(EDGE_SIZES) | {200, 300, 500, 1024, 4096}
+
+
+def hidden_rows(seed: int, small: bool = False) -> list[tuple[str, np.ndarray]]:
+    """Cases drawn afresh for each grading from `seed` (the grader picks it at random): row lengths
+    the chapter never shows (a tail that is no multiple of 32 or of the block, one column), scores
+    of order 1e4, rows far below -1e4 and -1e6 (a state started at a finite "minus infinity" fails
+    them), -inf entries. `small` keeps the rows short (the CPU emulator)."""
+    rng = np.random.default_rng(seed)
+    top = 700 if small else 5000
+
+    def length(low, high):
+        while True:
+            n = int(rng.integers(low, high))
+            if n % 32 and n not in VISIBLE_SIZES:
+                return n
+
+    n_tail, n_wide = length(34, 255), length(258, top)
+    scaled = (rng.standard_normal((3, n_tail)) * 1e4).astype(np.float32)
+    far = np.concatenate([rng.standard_normal((2, n_tail)) * 10 - 1e7,
+                          rng.standard_normal((1, n_tail)) * 1e3 - 1e5]).astype(np.float32)
+    holes = checks.random_rows(np, 3, n_wide, seed=seed % 2**31)
+    holes[0, rng.choice(n_wide, n_wide // 2, replace=False)] = -np.inf
+    holes[1, :] = -np.inf
+    holes[1, int(rng.integers(n_wide))] = float(rng.standard_normal() * 1e4)
+    return [("hidden case: rows of one column", rng.standard_normal((3, 1)).astype(np.float32) * 100),
+            (f"hidden case: 4 rows of {n_tail} (no multiple of 32)", checks.random_rows(np, 4, n_tail, seed=seed % 2**31 + 1)),
+            (f"hidden case: 3 rows of {n_tail}, logits of order 1e4", scaled),
+            (f"hidden case: rows of {n_tail} near -1e7 and near -1e5", far),
+            (f"hidden case: 3 rows of {n_wide}, -inf entries, all -inf but one", holes)]
+
+
 def strided(x: np.ndarray, extra: int) -> np.ndarray:
     """x inside rows `extra` columns longer, the extra columns NaN (a kernel that reads past its row sees NaN)."""
     wide = np.full((x.shape[0], x.shape[1] + extra), np.nan, np.float32)
@@ -109,34 +141,47 @@ class SoftmaxRows:
     def entries(self, name):
         return (name,)
 
-    def cases(self):
+    def cases(self, seed: int = 0, small: bool = False):
+        """The chapter's cases (edge_rows), rows off a 16-byte boundary, then hidden_rows(seed)."""
         rows = [(name, {"x": x}) for name, x in edge_rows()]
         odd = checks.random_rows(np, 4, 1024, seed=11)
         rows.append(("4 rows of 1024, 1025 floats apart (most rows not on a 16-byte boundary)",
                      {"x": odd, "x_extra": 1}))
+        rows += [(name, {"x": x}) for name, x in hidden_rows(seed, small)]
         return rows
+
+    def racecheck_case(self):
+        """A small case for compute-sanitizer: 3 rows of 257 (two strides of the block, the last partial)."""
+        return next((label, c) for label, c in self.cases() if label == "3 rows of 257")
 
     def launch(self, backend, name, x, y, n_cols, x_stride, y_stride):
         backend.launch(name, (x.shape[0],), (self.block,),
                        (x, y, np.int32(n_cols), np.int64(x_stride), np.int64(y_stride)))
 
     def run(self, backend, name, case, arena):
-        x_host = case["x"]
+        x_host = case["x"].copy()           # a private copy: the reference is computed from it
         extra = case.get("x_extra", 0)
         n_rows, n_cols = x_host.shape
         x = arena.input(strided(x_host, extra) if extra else x_host)
         y = arena.output("y", (n_rows, n_cols), np.float32, checks.POISON["float32"])
         self.launch(backend, name, x, y, n_cols, n_cols + extra, n_cols)
         backend.sync()
-        expected = reference.softmax(x_host)
-        return [Check("y", host(y), expected, softmax_tolerance(x_host, expected), x_host,
-                      poison=checks.POISON["float32"])]
+        return self.expect_y(x_host, y)
 
-    def timed(self, backend, name, arena):
-        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
-        y = arena.output("y", self.timed_shape, np.float32, 0.0)
+    def timed(self, backend, name, arena, seed: int = 0):
+        """(launch, ideal bytes, checks): the timed launch on fresh inputs drawn from `seed` and a
+        poisoned output, and what its output must be once the timer is done (every launch of the
+        timer writes the same output, so the last one is checked)."""
+        x_host = np.random.default_rng(seed).standard_normal(self.timed_shape, dtype=np.float32)
+        x = arena.input(x_host)
+        y = arena.output("y", self.timed_shape, np.float32, checks.POISON["float32"])
         n = self.timed_shape[1]
-        return (lambda: self.launch(backend, name, x, y, n, n, n)), self.ideal_bytes_per_element * x.size
+        return ((lambda: self.launch(backend, name, x, y, n, n, n)), self.ideal_bytes_per_element * x.size,
+                lambda: self.expect_y(x_host, y))
+
+    def expect_y(self, x_host, y):
+        expected = reference.softmax(x_host)
+        return [Check("y", host(y), expected, softmax_tolerance(x_host, expected), x_host, poison=checks.POISON["float32"])]
 
 
 # ---- two blocks per row, two launches ---------------------------------------------------------
@@ -157,12 +202,14 @@ class SplitMerge(SoftmaxRows):
         backend.launch(f"{name}_output", (2, n_rows), (self.block,),
                        (x, m_parts, l_parts, y, np.int32(n_cols), np.int64(x_stride), np.int64(y_stride)))
 
-    def timed(self, backend, name, arena):
-        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
-        y = arena.output("y", self.timed_shape, np.float32, 0.0)
+    def timed(self, backend, name, arena, seed: int = 0):
+        x_host = np.random.default_rng(seed).standard_normal(self.timed_shape, dtype=np.float32)
+        x = arena.input(x_host)
+        y = arena.output("y", self.timed_shape, np.float32, checks.POISON["float32"])
         parts = (backend.xp.empty(2 * x.shape[0], np.float32), backend.xp.empty(2 * x.shape[0], np.float32))
         n = self.timed_shape[1]
-        return (lambda: self.launch(backend, name, x, y, n, n, n, parts)), self.ideal_bytes_per_element * x.size
+        return ((lambda: self.launch(backend, name, x, y, n, n, n, parts)), self.ideal_bytes_per_element * x.size,
+                lambda: self.expect_y(x_host, y))
 
 
 # ---- one log-sum-exp per row ------------------------------------------------------------------
@@ -175,13 +222,16 @@ class LseRows(SoftmaxRows):
         backend.launch(name, (x.shape[0],), (self.block,), (x, lse, np.int32(n_cols), np.int64(x_stride)))
 
     def run(self, backend, name, case, arena):
-        x_host = case["x"]
+        x_host = case["x"].copy()           # a private copy: the reference is computed from it
         extra = case.get("x_extra", 0)
         n_rows, n_cols = x_host.shape
         x = arena.input(strided(x_host, extra) if extra else x_host)
         lse = arena.output("lse", (n_rows,), np.float32, checks.POISON["float32"])
         self.launch(backend, name, x, lse, n_cols, n_cols + extra)
         backend.sync()
+        return self.expect_lse(x_host, lse)
+
+    def expect_lse(self, x_host, lse):
         # the exercise's contract is the state's m + log l: a row holding +inf gives NaN (the library's
         # logsumexp reads such a row again and gives +inf, as torch)
         expected = reference.logsumexp(x_host)
@@ -190,11 +240,13 @@ class LseRows(SoftmaxRows):
         rule = Tolerance(rtol=0.0, atol=checks.tolerance(base if np.isfinite(base) else 0.0, expected, np.float32))
         return [Check("lse", host(lse), expected, rule, x_host, poison=checks.POISON["float32"])]
 
-    def timed(self, backend, name, arena):
-        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
-        lse = arena.output("lse", (self.timed_shape[0],), np.float32, 0.0)
+    def timed(self, backend, name, arena, seed: int = 0):
+        x_host = np.random.default_rng(seed).standard_normal(self.timed_shape, dtype=np.float32)
+        x = arena.input(x_host)
+        lse = arena.output("lse", (self.timed_shape[0],), np.float32, checks.POISON["float32"])
         n = self.timed_shape[1]
-        return (lambda: self.launch(backend, name, x, lse, n, n)), 4 * x.size + 4 * x.shape[0]
+        return ((lambda: self.launch(backend, name, x, lse, n, n)), 4 * x.size + 4 * x.shape[0],
+                lambda: self.expect_lse(x_host, lse))
 
 
 # ---- softmax + top-k, a warp per row ----------------------------------------------------------
@@ -206,8 +258,8 @@ class TopK(SoftmaxRows):
     timed_shape = (16384, 256)
     ideal_bytes_per_element = 4        # read once; k pairs per row written
 
-    def cases(self):
-        rows = super().cases()
+    def cases(self, seed: int = 0, small: bool = False):
+        rows = super().cases(seed, small)
         rng = np.random.default_rng(12)
         ties = np.round(rng.standard_normal((6, 200)) * 1.5).astype(np.float32)   # many equal logits
         ties[1, :] = 2.0
@@ -224,7 +276,7 @@ class TopK(SoftmaxRows):
                        (x, probs, columns, np.int32(n_cols), np.int32(k), np.int64(x_stride)))
 
     def run(self, backend, name, case, arena):
-        x_host = case["x"]
+        x_host = case["x"].copy()           # a private copy: the reference is computed from it
         extra = case.get("x_extra", 0)
         n_rows, n_cols = x_host.shape
         k = min(self.k_max, n_cols)
@@ -233,6 +285,9 @@ class TopK(SoftmaxRows):
         columns = arena.output("columns", (n_rows, k), np.int64, COLUMN_POISON)
         self.launch(backend, name, x, probs, columns, n_cols, k, n_cols + extra)
         backend.sync()
+        return self.expect_topk(x_host, probs, columns, k)
+
+    def expect_topk(self, x_host, probs, columns, k):
         from onlinesoftmax.kernels.softmax_topk import order   # NaN first, then larger, then the lower column
 
         want_columns = order(x_host)[:, :k]
@@ -243,13 +298,15 @@ class TopK(SoftmaxRows):
                 Check("probs", host(probs), want_probs, softmax_tolerance(x_host, softmax), x_host,
                       poison=checks.POISON["float32"])]
 
-    def timed(self, backend, name, arena):
-        x = arena.input(np.random.default_rng(0).standard_normal(self.timed_shape, dtype=np.float32))
-        probs = arena.output("probs", (self.timed_shape[0], self.k_max), np.float32, 0.0)
-        columns = arena.output("columns", (self.timed_shape[0], self.k_max), np.int64, 0)
+    def timed(self, backend, name, arena, seed: int = 0):
+        x_host = np.random.default_rng(seed).standard_normal(self.timed_shape, dtype=np.float32)
+        x = arena.input(x_host)
+        probs = arena.output("probs", (self.timed_shape[0], self.k_max), np.float32, checks.POISON["float32"])
+        columns = arena.output("columns", (self.timed_shape[0], self.k_max), np.int64, COLUMN_POISON)
         n = self.timed_shape[1]
         ideal_bytes = 4 * x.size + 12 * self.k_max * x.shape[0]     # x read once; k (fp32, int64) pairs per row
-        return (lambda: self.launch(backend, name, x, probs, columns, n, self.k_max, n)), ideal_bytes
+        return ((lambda: self.launch(backend, name, x, probs, columns, n, self.k_max, n)), ideal_bytes,
+                lambda: self.expect_topk(x_host, probs, columns, self.k_max))
 
 
 # ---- attention, fp32, d = 64 ------------------------------------------------------------------
@@ -268,10 +325,17 @@ class Attention:
     def entries(self, name):
         return (name,)
 
-    def cases(self):
+    def cases(self, seed: int = 0, small: bool = False):
+        """The chapter's shapes, then hidden ones drawn from `seed`: keys that are no multiple of the
+        tile, scores of order 1e4 (a kernel without the running maximum overflows there)."""
+        rng = np.random.default_rng(seed)
+        n_k = int(rng.integers(34, 200 if small else 700))
+        n_k += n_k % 32 == 0
+        shapes = self.shapes + ((f"hidden case: 5 queries, {n_k} keys, scores of order 1e4", 1, 5, n_k, 1e4),
+                                (f"hidden case: 2 heads, 3 queries, {n_k} keys, scores of order 1e3", 2, 3, n_k, 1e3))
         found = []
-        for number, (label, heads, n_q, n_k, q_scale) in enumerate(self.shapes):
-            rng = np.random.default_rng(100 + number)
+        for number, (label, heads, n_q, n_k, q_scale) in enumerate(shapes):
+            rng = np.random.default_rng(100 + number + (seed if label.startswith("hidden") else 0))
             q = (rng.standard_normal((heads, n_q, self.d)) * q_scale).astype(np.float32)
             k, v = (rng.standard_normal((heads, n_k, self.d)).astype(np.float32) for _ in range(2))
             found.append((label, {"q": q, "k": k, "v": v}))
@@ -303,3 +367,54 @@ class Attention:
     def racecheck_case(self):
         """A small case for compute-sanitizer: 100 queries, 257 keys (nine tiles, the last partial)."""
         return next((label, c) for label, c in self.cases() if label.startswith("100 queries"))
+
+
+# ---- y = a * x, one thread per element ----------------------------------------------------------
+
+class ScaleVector:
+    """kernel(x, y, a, n); grid ceil(n / 256), block 256: thread blockIdx.x * blockDim.x + threadIdx.x
+    writes y[i] = a * x[i] when i < n. Timed: read once, written once."""
+    block = 256
+    timed_shape = (1, 1 << 24)
+    ideal_bytes_per_element = 8
+
+    def entries(self, name):
+        return (name,)
+
+    def cases(self, seed: int = 0, small: bool = False):
+        rng = np.random.default_rng(seed)
+        hidden = int(rng.integers(300, 3000 if small else 100000))
+        hidden += hidden % 256 == 0
+        found = [("x = [1, 2, 3], a = 2", np.array([1.0, 2.0, 3.0], np.float32), 2.0)]
+        found += [(f"{n} elements, a = {a}", rng.standard_normal(n).astype(np.float32), a)
+                  for n, a in ((1, -3.0), (256, 0.5), (257, 1.5), (1000, -0.25))]
+        found.append((f"hidden case: {hidden} elements of order 1e4", (rng.standard_normal(hidden) * 1e4)
+                      .astype(np.float32), float(rng.uniform(0.1, 4))))
+        return [(label, {"x": x, "a": a}) for label, x, a in found]
+
+    def racecheck_case(self):
+        return self.cases()[3]
+
+    def launch(self, backend, name, x, y, a, n):
+        backend.launch(name, (-(-n // self.block),), (self.block,), (x, y, np.float32(a), np.int32(n)))
+
+    def run(self, backend, name, case, arena):
+        x_host, a = case["x"].copy(), case["a"]
+        x = arena.input(x_host)
+        y = arena.output("y", x_host.shape, np.float32, checks.POISON["float32"])
+        self.launch(backend, name, x, y, a, x_host.size)
+        backend.sync()
+        return self.expect(x_host, a, y)
+
+    def expect(self, x_host, a, y):
+        expected = np.float32(a) * x_host.astype(np.float64)
+        rule = Tolerance(rtol=checks.EPS["float32"], atol=0.0)     # one rounding of a * x
+        return [Check("y", host(y), expected, rule, poison=checks.POISON["float32"])]
+
+    def timed(self, backend, name, arena, seed: int = 0):
+        n = self.timed_shape[1]
+        x_host = np.random.default_rng(seed).standard_normal(n, dtype=np.float32)
+        x = arena.input(x_host)
+        y = arena.output("y", (n,), np.float32, checks.POISON["float32"])
+        return ((lambda: self.launch(backend, name, x, y, 2.0, n)), self.ideal_bytes_per_element * n,
+                lambda: self.expect(x_host, 2.0, y))

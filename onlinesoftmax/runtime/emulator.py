@@ -10,17 +10,29 @@ collective some threads never reach named with its threads and lines) into a sha
 schedule="fixed" (the default) runs the threads round robin in thread order, each until it waits:
 the same result on every run, and a missing barrier shows every time. schedule="random" with a
 seed runs a random runnable thread at every wait, and the blocks in a random order.
-`launch(..., isolated=True)` runs the launch in a child process on copies of the arrays made by
-`guarded` (each right before an inaccessible page), so that a read or write past an array's end
-is a segmentation fault that ends the child, never the caller; the arrays are copied back after.
+`launch(..., isolated=True)` runs the launch in a child process (shared memory carries the arrays
+and counters back), so that a crash ends the child, never the caller.
+
+Every load and store of the kernel is checked (kernels/emulator/simt_checks.h; g++ instruments
+them): a launch runs on copies of its arrays, each between guard regions, and stops with
+EmulatorOutOfBounds at the first access outside an array (argument, element offset, source line);
+EmulatorMisaligned at a 2/4/8/16-byte access (float2, float4, uint4 ...) at an address not a
+multiple of its size; EmulatorRace at two threads touching one shared byte, one of them writing,
+in one barrier interval (check_races=False turns this one off). The race check does not depend on
+the schedule: both orders of a conflicting pair are reported. `launch(..., stats=True)` counts
+what the kernel touched (LaunchStats). `launch_schedules(entry, grid, block, make_args, seeds)`
+runs the fixed schedule and a random one per seed on fresh arguments and raises
+EmulatorScheduleDependent at the first whose outputs differ.
 
 Errors: EmulatorError, and under it EmulatorBuildError (no compiler, or g++ rejected the source;
 the message names the file's lines) and EmulatorFault (the emulator stopped the launch and says
-why, or an isolated launch crashed or hung).
+why, or an isolated launch crashed or hung), with EmulatorRace, EmulatorOutOfBounds,
+EmulatorMisaligned and EmulatorScheduleDependent under it.
 
-The source is compiled as written but for one rewrite: `extern __shared__` becomes `extern
+The source is compiled as written but for two rewrites: `extern __shared__` becomes `extern
 SIMT_DYNAMIC_SHARED`, and the array's name another name of the emulator's dynamic shared memory
-(see simt.h). It needs a C++17 compiler with _Float16 (g++ 12 or newer; `CXX` names another).
+(see simt.h); a static `__shared__ T name[...];` is renamed and `name` made a reference to it that
+g++ cannot see through (so that its accesses are checked), on the same line. It needs a C++17 compiler with _Float16 (g++ 12 or newer; `CXX` names another).
 Slow: a warp-collective instruction costs 32 fiber switches, so keep launches to a few hundred rows.
 """
 from __future__ import annotations
@@ -30,6 +42,7 @@ import faulthandler
 import hashlib
 import mmap
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -45,10 +58,19 @@ from onlinesoftmax.runtime.loader import INCLUDE_DIRS, KERNELS_DIR, REPO_ROOT
 
 EMULATOR_DIR = KERNELS_DIR / "emulator"
 CACHE_DIR = REPO_ROOT / "build" / "emulator"
-FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique", "-w")
+FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fno-strict-aliasing", "-fvisibility=hidden", "-fno-gnu-unique", "-w", "-g1",
+         # every load and store calls simt_checks.h (races, bounds, alignment, counters); no sanitizer runtime
+         "-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0", "--param=asan-stack=0",
+         "--param=asan-globals=0",
+         "-fno-tree-sink")   # a load written before a branch stays before it (a read past n, masked after, is read)
+GUARD_BYTES = 1 << 16                 # the guard region on each side of a global array (then inaccessible pages)
 SCHEDULES = ("fixed", "random")
 TIMEOUT_S = 600.0
 _EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b")
+# A block's static `__shared__ T name[...];`: g++ does not instrument accesses at constant offsets of
+# a static variable, so the variable is renamed and `name` becomes a reference to it that g++
+# cannot see through (simt_shared_ref), on the same line.
+_STATIC_SHARED = re.compile(r"\b__shared__\s+([^;{}=]*?)\b([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);")
 _EXTERN_SHARED_NAME = re.compile(r"\bextern\s+__shared__\b[^;]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
@@ -65,6 +87,78 @@ class EmulatorFault(EmulatorError):
     launch touched memory outside its arrays, hung, or left outputs unwritten."""
 
 
+class EmulatorRace(EmulatorFault):
+    """Two threads of a block touched one shared-memory byte (at least one writing) with no
+    __syncthreads between (nor, in one warp, a __syncwarp or collective): names both threads, their
+    source lines and the shared offset."""
+
+
+class EmulatorOutOfBounds(EmulatorFault):
+    """A read or write outside a global array argument: names the argument, the element offset and
+    the source line."""
+
+
+class EmulatorMisaligned(EmulatorFault):
+    """A load or store of a 2-, 4-, 8- or 16-byte type at an address not a multiple of its size (a
+    GPU faults): names the line and the address."""
+
+
+class EmulatorScheduleDependent(EmulatorFault):
+    """Module.launch_schedules: a schedule gave other outputs than the fixed one."""
+
+
+_FAULT_KINDS = (("shared-memory race", EmulatorRace), ("out-of-bounds", EmulatorOutOfBounds),
+                ("misaligned", EmulatorMisaligned))
+
+
+def _fault(message: str) -> EmulatorFault:
+    for prefix, kind in _FAULT_KINDS:
+        if message.startswith(prefix):
+            return kind(message)
+    return EmulatorFault(message)
+
+
+def _source_lines(library: Path, message: str) -> str:
+    """The message with each "@pc:<offset>@" replaced by the source line (file:line, and the line
+    of the kernel's own file that called it when the access is in a header)."""
+    offsets = re.findall(r"@pc:([0-9a-f]+)@", message)
+    if not offsets:
+        return message
+    tool = shutil.which("addr2line")
+    found = {}
+    for offset in dict.fromkeys(offsets):
+        place = f"offset 0x{offset} of the library"
+        if tool:
+            done = subprocess.run([tool, "-i", "-e", str(library), f"0x{offset}"], capture_output=True, text=True)
+            frames = [line.strip() for line in done.stdout.splitlines() if line.strip() and not line.startswith("??")]
+            frames = [re.sub(r" \(discriminator \d+\)$", "", f) for f in frames]
+            frames = [f for f in frames if "/kernels/emulator/" not in f] or frames
+            if frames:
+                place = frames[0] if len(frames) == 1 or frames[-1] == frames[0] else f"{frames[0]} (from {frames[-1]})"
+        found[offset] = place
+    return re.sub(r"@pc:([0-9a-f]+)@", lambda m: found[m.group(1)], message)
+
+
+class LaunchStats:
+    """What a launch touched. Per global array argument index i: reads[i] and writes[i] (int64, one
+    count per element: how many times a thread read / wrote it; a float4 load counts each of its
+    elements once), block_reads[i] (one sorted array of the element indices read per block, in the
+    order of the block's linear index x + gridDim.x * (y + gridDim.y * z)); shared_bytes: the most
+    shared-memory bytes one block touched. reads, writes and block_reads are empty unless the launch
+    asked for stats=True."""
+
+    def __init__(self, reads=None, writes=None, block_reads=None, shared_bytes: int = 0):
+        self.reads = reads or {}
+        self.writes = writes or {}
+        self.block_reads = block_reads or {}
+        self.shared_bytes = int(shared_bytes)
+
+    def __repr__(self):
+        return (f"LaunchStats(arrays={sorted(self.reads)}, shared_bytes={self.shared_bytes}, "
+                f"reads={ {i: int(r.sum()) for i, r in self.reads.items()} }, "
+                f"writes={ {i: int(w.sum()) for i, w in self.writes.items()} })")
+
+
 def compiler() -> str | None:
     return shutil.which(os.environ.get("CXX", "g++"))
 
@@ -79,7 +173,10 @@ def _wrapper(path: Path, source: str, entries) -> str:
     """What g++ compiles: simt.h, the kernel's source (its file and lines kept), the exports."""
     names = sorted(set(_EXTERN_SHARED_NAME.findall(source)))
     aliases = "".join(f'asm(".globl {n}\\n\\t.hidden {n}\\n\\t.set {n}, simt_dynamic_shared");\n' for n in names)
-    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
+    body = _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
+    body = _STATIC_SHARED.sub(lambda m: f"__shared__ {m[1]}{m[2]}__simt_storage{m[3]}; "
+                                        f"auto& {m[2]} = simt_shared_ref({m[2]}__simt_storage);", body)
+    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + body
             + '\n#line 1 "the emulator\'s exports"\n' + aliases + "".join(f"SIMT_EXPORT({e})\n" for e in entries)
             + "SIMT_LIBRARY\n")
 
@@ -142,6 +239,33 @@ def guarded(shape, dtype, fill=0) -> np.ndarray:
     return array
 
 
+def _fenced(array: np.ndarray):
+    """A copy of `array` in shared anonymous memory: page-aligned, GUARD_BYTES of guard region on
+    each side (out of bounds to the emulator's checks), then an inaccessible page on each side.
+    (copy, low, high): the copy and the span the checks watch."""
+    page = mmap.PAGESIZE
+    nbytes = array.nbytes
+    body = max(page, -(-nbytes // page) * page)
+    guard = -(-GUARD_BYTES // page) * page
+    span = page + guard + body + guard + page
+    memory = mmap.mmap(-1, span)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+    for at in (0, span - page):
+        if _LIBC.mprotect(ctypes.c_void_p(base + at), ctypes.c_size_t(page), _PROT_NONE):
+            raise OSError(ctypes.get_errno(), "mprotect: the guard page around an emulator array")
+    start = page + guard
+    memory[start:start + body] = b"\xff" * body
+    copy = np.frombuffer(memory, array.dtype, array.size, offset=start).reshape(array.shape)
+    copy[...] = array
+    return copy, base + page, base + span - page
+
+
+def _shared_zeros(count: int) -> np.ndarray:
+    """int64 zeros in memory a child process shares."""
+    memory = mmap.mmap(-1, max(8, 8 * count))
+    return np.frombuffer(memory, np.int64, count)
+
+
 # ---- launching ----------------------------------------------------------------------------------
 
 def _ctype(value):
@@ -167,10 +291,11 @@ def _dims(value) -> tuple[int, int, int]:
     return tuple(int(v) for v in value) + (1,) * (3 - len(value))
 
 
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status, or None after killing it at the timeout."""
+def _wait(pid: int, timeout_s: float, drain=lambda: None) -> int | None:
+    """The child's wait status, or None after killing it at the timeout (drain() between polls)."""
     deadline, pause = time.monotonic() + timeout_s, 0.001
     while True:
+        drain()
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
@@ -182,8 +307,9 @@ def _wait(pid: int, timeout_s: float) -> int | None:
         pause = min(2 * pause, 0.02)
 
 
-def _in_child(run, timeout_s: float) -> str:
-    """run() (the emulator's error text, or "") in a forked child; what went wrong, or ""."""
+def _in_child(run, timeout_s: float):
+    """run() in a forked child: (what went wrong or "", what run() returned besides or None).
+    run() returns (the emulator's error text or "", anything picklable)."""
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():   # the child calls into the library and leaves by os._exit: no locks taken
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -193,28 +319,39 @@ def _in_child(run, timeout_s: float) -> str:
         try:
             os.close(read_end)
             faulthandler.disable()        # a crash is the parent's to report, without a Python traceback
-            os.write(write_end, run().encode()[:16384])
+            data = pickle.dumps(run())
+            while data:
+                data = data[os.write(write_end, data):]
             status = 0
         finally:
             os._exit(status)
     os.close(write_end)
+    os.set_blocking(read_end, False)
+    received = bytearray()
+
+    def drain():
+        try:
+            while chunk := os.read(read_end, 1 << 20):
+                received.extend(chunk)
+        except BlockingIOError:
+            pass
     try:
-        status = _wait(pid, timeout_s)
-        message = b""
-        while chunk := os.read(read_end, 65536):
-            message += chunk
+        status = _wait(pid, timeout_s, drain)
+        os.set_blocking(read_end, True)
+        while chunk := os.read(read_end, 1 << 20):
+            received.extend(chunk)
     finally:
         os.close(read_end)
     if status is None:
         return (f"did not finish in {timeout_s:g} s: a hang (a barrier or a collective that some threads never "
-                "reach, or a loop that never ends)")
+                "reach, or a loop that never ends)"), None
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
         why = " (an access outside the arrays: each ends at an inaccessible page)" if name in ("SIGSEGV", "SIGBUS") else ""
-        return f"the launch was killed by {name}{why}"
+        return f"the launch was killed by {name}{why}", None
     if os.WEXITSTATUS(status):
-        return f"the launch ended with exit status {os.WEXITSTATUS(status)}"
-    return message.decode(errors="replace")
+        return f"the launch ended with exit status {os.WEXITSTATUS(status)}", None
+    return pickle.loads(bytes(received))
 
 
 class Module:
@@ -226,41 +363,123 @@ class Module:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
         self.path, self.entries, self.schedule, self.seed = Path(path), tuple(entries), schedule, int(seed)
-        self.library = ctypes.CDLL(str(build(self.path, self.entries, source=source, flags=flags, optimize=optimize)))
+        self.so = build(self.path, self.entries, source=source, flags=flags, optimize=optimize)
+        self.library = ctypes.CDLL(str(self.so))
         self.library.simt_error.restype = ctypes.c_char_p
         self.library.simt_configure.argtypes = (ctypes.c_int, ctypes.c_uint)
+        self.library.simt_configure_checks.argtypes = (ctypes.c_int, ctypes.c_int)
+        self.library.simt_add_array.argtypes = (ctypes.c_size_t,) * 4 + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                                                          ctypes.c_void_p)
+        self.library.simt_shared_bytes_touched.restype = ctypes.c_ulonglong
+        self.library.simt_block_reads.restype = ctypes.c_ulonglong
+        self.library.simt_block_reads.argtypes = (ctypes.c_void_p,)
 
-    def _run(self, function, dims, shared_bytes: int, args) -> str:
-        self.library.simt_configure(int(self.schedule == "random"), self.seed)
+    def _run(self, function, dims, shared_bytes: int, args, schedule, seed, check_races, stats, fences):
+        """One launch in this process: (the emulator's error text or "", (shared_bytes, block_reads))."""
+        lib = self.library
+        lib.simt_configure(int(schedule == "random"), seed)
+        lib.simt_configure_checks(int(check_races), int(stats is not None))
+        for i, (low, high) in fences.items():
+            a = args[i]
+            reads, writes = (stats[i] if stats is not None else (None, None))
+            lib.simt_add_array(a.ctypes.data, a.ctypes.data + a.nbytes, low, high, i, a.dtype.itemsize,
+                               None if reads is None else reads.ctypes.data,
+                               None if writes is None else writes.ctypes.data)
         values = [_ctype(a) for a in args]
         pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p)
                                                              for v in values])
+        error = ""
         if function(dims, ctypes.c_uint(shared_bytes), pointers) != 0:
-            return self.library.simt_error().decode(errors="replace")
-        return ""
+            error = lib.simt_error().decode(errors="replace")
+        block_reads = None
+        if stats is not None:
+            count = lib.simt_block_reads(None)
+            block_reads = np.zeros(count, np.int64)
+            lib.simt_block_reads(block_reads.ctypes.data)
+        return error, (int(lib.simt_shared_bytes_touched()), block_reads)
 
     def launch(self, entry: str, grid, block, args, shared_bytes: int = 0, *, isolated: bool = False,
-               timeout_s: float = TIMEOUT_S) -> None:
+               timeout_s: float = TIMEOUT_S, schedule: str | None = None, seed: int | None = None,
+               check_races: bool = True, stats: bool = False) -> LaunchStats:
         """Launch `entry` on `grid` blocks of `block` threads; args in the kernel's order (numpy
-        arrays for pointers). EmulatorFault with the emulator's message when it stops the launch."""
+        arrays for pointers). The kernel runs on copies of the arrays, each between guard regions
+        (copied back after). EmulatorFault (or EmulatorRace, EmulatorOutOfBounds,
+        EmulatorMisaligned) with the emulator's message when it stops the launch; the arrays are
+        then left as they were. schedule/seed: this launch's, in place of the module's.
+        check_races=False skips the shared-memory race check (bounds and alignment are always
+        checked). stats=True counts each element's reads and writes (LaunchStats)."""
         if entry not in self.entries:
             raise ValueError(f"no entry {entry!r} in this module; it has {', '.join(self.entries) or 'none'}")
+        schedule = self.schedule if schedule is None else schedule
+        seed = self.seed if seed is None else int(seed)
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
         for a in args:
             _ctype(a)                                   # a bad argument: a Python error here, not in the child
         function = getattr(self.library, f"simt_launch__{entry}")
         function.restype = ctypes.c_int
         dims = (ctypes.c_uint * 6)(*_dims(grid), *_dims(block))
+        copies, fences = list(args), {}
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                copies[i], low, high = _fenced(a)
+                fences[i] = (low, high)
+        counts = ({i: (_shared_zeros(args[i].size), _shared_zeros(args[i].size)) for i in fences} if stats else None)
+
+        def run():
+            return self._run(function, dims, shared_bytes, copies, schedule, seed, check_races, counts, fences)
         if not isolated:
-            fault = self._run(function, dims, shared_bytes, args)
+            fault, extra = run()
         else:
-            copies = [guarded(a.shape, a.dtype, a) if isinstance(a, np.ndarray) else a for a in args]
-            fault = _in_child(lambda: self._run(function, dims, shared_bytes, copies), timeout_s)
-            if not fault:
-                for a, copy in zip(args, copies):
-                    if isinstance(a, np.ndarray) and a.flags.writeable:
-                        np.copyto(a, copy)
+            fault, extra = _in_child(run, timeout_s)
         if fault:
-            raise EmulatorFault(fault)
+            raise _fault(_source_lines(self.so, fault))
+        for a, copy in zip(args, copies):
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                np.copyto(a, copy)
+        result = LaunchStats(shared_bytes=extra[0])
+        if stats:
+            triples = extra[1].reshape(-1, 3)
+            for i, (reads, writes) in counts.items():
+                result.reads[i] = np.array(reads)
+                result.writes[i] = np.array(writes)
+                mine = triples[triples[:, 1] == i]
+                n_blocks = int(np.prod(_dims(grid)))
+                result.block_reads[i] = [np.unique(mine[mine[:, 0] == b, 2]) for b in range(n_blocks)]
+        return result
+
+    def launch_schedules(self, entry: str, grid, block, make_args, seeds=(1, 2, 3), shared_bytes: int = 0,
+                         **options) -> list:
+        """Launch `entry` under the fixed schedule and then the random one with each of `seeds`,
+        each on fresh arguments from make_args(); the fixed launch's arguments (after it) when every
+        schedule gave bit-identical array outputs. A fault under any schedule is raised with the
+        schedule named in front of the message (same class); outputs that differ raise
+        EmulatorScheduleDependent naming the schedule, the argument and the first element that
+        differs. options: what launch() takes besides (isolated, check_races, stats ...)."""
+        reference = None
+        for schedule, seed in [("fixed", 0)] + [("random", int(s)) for s in seeds]:
+            name = "the fixed schedule" if schedule == "fixed" else f"the random schedule with seed {seed}"
+            args = list(make_args())
+            try:
+                self.launch(entry, grid, block, args, shared_bytes, schedule=schedule, seed=seed, **options)
+            except EmulatorFault as fault:
+                raise type(fault)(f"under {name}: {fault}") from None
+            if reference is None:
+                reference = args
+                continue
+            for i, (a, b) in enumerate(zip(reference, args)):
+                if not isinstance(a, np.ndarray):
+                    continue
+                bytes_a = a.reshape(-1).view(np.uint8).reshape(a.size, -1)
+                bytes_b = b.reshape(-1).view(np.uint8).reshape(b.size, -1)
+                differ = np.flatnonzero((bytes_a != bytes_b).any(axis=1))
+                if differ.size:
+                    k = int(differ[0])
+                    raise EmulatorScheduleDependent(
+                        f"{name} gave other outputs than the fixed schedule: argument {i}, {differ.size} element(s) "
+                        f"differ, the first at flat index {k}: {a.reshape(-1)[k]!r} (fixed) vs {b.reshape(-1)[k]!r} "
+                        "(a result that depends on how the warps interleave: a race or an order-dependent reduction)")
+        return reference
 
     def fragment_maps(self) -> list[tuple]:
         """The emulator's own mma.m16n8k16 fragment maps, as its mma.sync reads and writes them:
