@@ -263,8 +263,9 @@ def saturated(ref, dtype: str):
     rounding) become +-inf, as any result stored in that dtype must (log_softmax of finfo.min beside
     finfo.max is -6.8e38 in float64, -inf in float32)."""
     xp = array_module(ref)
-    big = FINFO_MAX[dtype] * (1 + EPS[dtype] / 2)
-    return xp.where(xp.abs(ref) >= big, xp.sign(ref) * xp.inf, ref)
+    # the largest finite value plus half its ulp rounds (to even) to inf
+    threshold = FINFO_MAX[dtype] + 2.0 ** np.floor(np.log2(FINFO_MAX[dtype])) * EPS[dtype] / 2
+    return xp.where(xp.abs(ref) >= threshold, xp.sign(ref) * xp.inf, ref)
 
 
 def compare(y, ref, baseline, dtype) -> tuple[bool, str]:
