@@ -1,4 +1,4 @@
-"""The extreme-row matrix (checks.extreme_rows): rows near +-1e10, near finfo.max, all finfo.min, finfo.min
+"""The extreme-row matrix (extremes.extreme_rows): rows near +-1e10, near finfo.max, all finfo.min, finfo.min
 with one finfo.max, -1e30 + noise, one +inf, all -inf but one, one NaN, +inf and NaN, in every dtype, through
 every softmax, log_softmax, logsumexp and softmax + top-k kernel: on numpy (the kernels' NumPy models, CPU
 tier) and on cupy (the kernels, GPU tier, where torch on the same tensors is a second referee).
@@ -13,6 +13,7 @@ import scipy.special
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference
+from onlinesoftmax import extremes
 from onlinesoftmax.kernels import softmax_fast_models as models
 from onlinesoftmax.registry import REGISTRY
 
@@ -46,7 +47,7 @@ def host(a):
 
 def each_row(compare, y, x):
     """compare(y_row, x_row) row by row: a row's tolerance comes from its own values."""
-    for r, name in enumerate(checks.EXTREME_ROWS):
+    for r, name in enumerate(extremes.EXTREME_ROWS):
         passed, message = compare(y[r:r + 1], x[r:r + 1])
         if not passed:
             return False, f"row {name!r}: {message}"
@@ -71,7 +72,7 @@ def same_pattern(ours, theirs) -> bool:
 
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 def test_the_reference_follows_scipy_on_extreme_rows(dtype):
-    x64 = checks.as_float64(checks.extreme_rows(np, 257, dtype))
+    x64 = checks.as_float64(extremes.extreme_rows(np, 257, dtype))
     with np.errstate(all="ignore"):
         assert same_pattern(reference.softmax(x64), scipy.special.softmax(x64, axis=1))
         # scipy's log_softmax of a row holding +inf is -inf beside a NaN; torch's (and ours) is NaN throughout
@@ -80,15 +81,15 @@ def test_the_reference_follows_scipy_on_extreme_rows(dtype):
         assert np.isnan(reference.log_softmax(x64)[~finite_max]).all()
         assert same_pattern(reference.logsumexp(x64), scipy.special.logsumexp(x64, axis=1))
     lse = reference.logsumexp(x64)
-    assert lse[checks.EXTREME_ROWS.index("one +inf")] == np.inf
-    assert np.isnan(lse[checks.EXTREME_ROWS.index("+inf and NaN")])
+    assert lse[extremes.EXTREME_ROWS.index("one +inf")] == np.inf
+    assert np.isnan(lse[extremes.EXTREME_ROWS.index("+inf and NaN")])
 
 
 @pytest.mark.parametrize("variant", SOFTMAX, ids=lambda v: v.name)
 def test_softmax_on_extreme_rows(xp, variant):
     for dtype in variant.dtypes:
         for n_cols in cols(xp, variant):
-            x = checks.extreme_rows(xp, n_cols, dtype)
+            x = extremes.extreme_rows(xp, n_cols, dtype)
             y = checks.run_checked(lambda x, out: api.run(variant, x, out=out), x)
             passed, message = each_row(checks.compare_softmax, y, x)
             assert passed, f"{variant.name} {dtype} N={n_cols}: {message}"
@@ -98,7 +99,7 @@ def test_softmax_on_extreme_rows(xp, variant):
 def test_log_softmax_on_extreme_rows(xp, variant):
     for dtype in variant.dtypes:
         for n_cols in cols(xp, variant):
-            x = checks.extreme_rows(xp, n_cols, dtype)
+            x = extremes.extreme_rows(xp, n_cols, dtype)
             y = checks.run_checked(lambda x, out: api.run(variant, x, out=out), x)
             passed, message = each_row(lambda a, b: log_softmax_compare(host(a), host(b)), y, x)
             assert passed, f"{variant.name} {dtype} N={n_cols}: {message}"
@@ -107,11 +108,11 @@ def test_log_softmax_on_extreme_rows(xp, variant):
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 def test_logsumexp_on_extreme_rows(xp, dtype):
     for n_cols in cols(xp):
-        x = checks.extreme_rows(xp, n_cols, dtype)
+        x = extremes.extreme_rows(xp, n_cols, dtype)
         lse = checks.run_checked(lambda x, out: osm.logsumexp(x, out=out), x, shape=(x.shape[0],), dtype="float32")
         passed, message = each_row(lambda a, b: lse_compare(host(a), host(b)), lse, x)
         assert passed, f"logsumexp {dtype} N={n_cols}: {message}"
-        assert host(lse)[checks.EXTREME_ROWS.index("one +inf")] == np.inf, "+inf without NaN gives +inf"
+        assert host(lse)[extremes.EXTREME_ROWS.index("one +inf")] == np.inf, "+inf without NaN gives +inf"
 
 
 @pytest.mark.parametrize("variant", TOPK, ids=lambda v: v.name)
@@ -119,7 +120,7 @@ def test_softmax_topk_on_extreme_rows(xp, variant):
     for dtype in variant.dtypes:
         for n_cols in cols(xp, variant):
             k = min(5, n_cols)
-            x = checks.extreme_rows(xp, n_cols, dtype)
+            x = extremes.extreme_rows(xp, n_cols, dtype)
             try:
                 probs, columns, lse = osm.softmax_topk(x, k, variant=variant.name, return_lse=True)
             except ValueError:   # a kernel that does not take this N or k (its plan says which)
@@ -137,7 +138,7 @@ def test_extreme_rows_agree_with_torch(dtype):
     torch = pytest.importorskip("torch")
 
     for n_cols in COLS_GPU:
-        x = checks.extreme_rows(cupy, n_cols, dtype)
+        x = extremes.extreme_rows(cupy, n_cols, dtype)
         t = torch_tensor(x)
         for ours, theirs in ((osm.softmax(x), torch.softmax(t.float(), dim=1).to(t.dtype)),
                              (osm.log_softmax(x), torch.log_softmax(t.float(), dim=1).to(t.dtype)),
@@ -159,13 +160,13 @@ def folded_softmax(x):
 
 
 def test_the_extreme_rows_reject_the_folded_exponent():
-    x = checks.extreme_rows(np, 1000, "bfloat16")
+    x = extremes.extreme_rows(np, 1000, "bfloat16")
     assert not each_row(checks.compare_softmax, folded_softmax(x), x)[0]
     assert each_row(checks.compare_softmax, osm.softmax(x), x)[0]
 
 
 def test_the_extreme_rows_reject_nan_for_plus_inf():
-    x = checks.extreme_rows(np, 1000, "float32")
+    x = extremes.extreme_rows(np, 1000, "float32")
     m, l = reference.row_stats(checks.as_float64(x))
     with np.errstate(all="ignore"):
         state_lse = (m + np.log(l)).astype(np.float32)   # m + log l: NaN for +inf
@@ -173,17 +174,17 @@ def test_the_extreme_rows_reject_nan_for_plus_inf():
 
 
 def test_the_extreme_rows_reject_an_all_zero_softmax():
-    x = checks.extreme_rows(np, 33, "float16")
+    x = extremes.extreme_rows(np, 33, "float16")
     wrong = np.zeros_like(x)
     assert not each_row(checks.compare_softmax, wrong, x)[0]
 
 
 def test_every_extreme_row_is_what_its_name_says():
     for dtype in checks.DTYPES:
-        x = checks.as_float64(checks.extreme_rows(np, 64, dtype))
-        named = dict(zip(checks.EXTREME_ROWS, x))
+        x = checks.as_float64(extremes.extreme_rows(np, 64, dtype))
+        named = dict(zip(extremes.EXTREME_ROWS, x))
         assert np.isfinite(x[:6]).all(), f"{dtype}: the magnitude rows must be finite in their dtype"
-        assert (named["all finfo.min"] == -checks.FINFO_MAX[dtype]).all()
+        assert (named["all finfo.min"] == -extremes.FINFO_MAX[dtype]).all()
         assert np.isposinf(named["one +inf"]).sum() == 1 and not np.isnan(named["one +inf"]).any()
         assert np.isneginf(named["all -inf but one"]).sum() == 63
         assert np.isnan(named["one NaN"]).sum() == 1

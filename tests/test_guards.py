@@ -9,6 +9,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, simulate
+from onlinesoftmax import extremes
 from onlinesoftmax.kernels.softmax_masked import block_threads, simulate_masked
 from onlinesoftmax.kernels.softmax_teaching import simulate_online
 
@@ -92,7 +93,7 @@ def test_a_masked_run_inside_a_long_row_needs_the_guard_in_every_chunk():
     """Each chunk of thread_fold.cuh starts a fresh (-inf, 0) state: a run of -inf covering whole chunks
     in the middle of a row makes the unguarded build NaN, although every thread's slice starts finite.
     The schedule with one running state per thread (-DTHREAD_FOLD_SEQUENTIAL=1) never meets it."""
-    x = checks.peaked_row_with_a_masked_run()
+    x = extremes.peaked_row_with_a_masked_run()
     assert np.isfinite(x[0, :256]).all()
     assert np.isnan(simulate_online(x, guards=False)).all()
     assert not np.isnan(simulate_online(x, guards=False, sequential=True)).any()

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from onlinesoftmax.book import kernel_tasks as kt
+from onlinesoftmax.book import kernel_tasks_attention as kt_attention
 from onlinesoftmax.book.kernel_recorded import recorded_comparison, recorded_expectation, recorded_row  # noqa: F401
 from onlinesoftmax.runtime import loader
 
@@ -77,18 +78,16 @@ def uses_shared_memory(path: Path) -> bool:
     return "__shared__" in Path(path).read_text()
 
 
-_ROWS, _SPLIT, _LSE, _TOPK, _ATTENTION = kt.SoftmaxRows(), kt.SplitMerge(), kt.LseRows(), kt.TopK(), kt.Attention()
-_SCALE = kt.ScaleVector()
+_ROWS, _SPLIT, _LSE, _TOPK, _SCALE = kt.SoftmaxRows(), kt.SplitMerge(), kt.LseRows(), kt.TopK(), kt.ScaleVector()
+_ATTENTION = kt_attention.Attention()
 EXERCISES = {e.name: e for e in (
     KernelExercise("scale_vector", "00", "your first kernel: one thread per element, y = a * x", _SCALE, "warm-up"),
     KernelExercise("online_softmax", "03", "write the online softmax kernel: one pass for (m, l), one for the output", _ROWS,
                    design="two passes"),
     KernelExercise("three_pass_softmax", "03", "write the three-pass softmax kernel: max, sum, output", _ROWS),
     KernelExercise("fix_missing_guard", "03", "NaN on short rows: the combine of two empty states", _ROWS),
-    KernelExercise("fix_max_init_zero", "03", "NaN on rows of large negative logits: the state's first maximum", _ROWS,
-                   "warm-up"),
-    KernelExercise("fix_tail", "03", "wrong unless N is a multiple of the block: the last, partial stride", _ROWS,
-                   "warm-up"),
+    KernelExercise("fix_max_init_zero", "03", "NaN on large negative logits: the state's first maximum", _ROWS, "warm-up"),
+    KernelExercise("fix_tail", "03", "wrong unless N is a multiple of the block: the last partial stride", _ROWS, "warm-up"),
     KernelExercise("fix_shared_oob", "03", "run-to-run garbage: warp 0 reads shared slots no warp wrote", _ROWS),
     KernelExercise("fix_early_return", "03", "short rows: threads leave before the block's barrier and shuffles", _ROWS),
     KernelExercise("fix_shuffle_mask", "03", "a full-warp shuffle that only some lanes reach", _ROWS),
@@ -242,8 +241,7 @@ def racecheck(path: Path, name: str, timeout_s: float = RACECHECK_TIMEOUT_S) -> 
 
 # ---- what the reader reads -------------------------------------------------------------------
 
-def _fmt(v) -> str:
-    return np.array2string(np.asarray(v, dtype=np.float64), precision=7, threshold=10, edgeitems=3)
+def _fmt(v) -> str: return np.array2string(np.asarray(v, dtype=np.float64), precision=7, threshold=10, edgeitems=3)
 
 
 def _measured(result: dict) -> str:

@@ -309,66 +309,6 @@ class TopK(SoftmaxRows):
                 lambda: self.expect_topk(x_host, probs, columns, self.k_max))
 
 
-# ---- attention, fp32, d = 64 ------------------------------------------------------------------
-
-class Attention:
-    """kernel(q, k, v, o, lse, n_q, n_k, scale) for q (heads, n_q, 64), k and v (heads, n_k, 64);
-    grid (ceil(n_q / 128), heads), block 128. Not timed: it is about correctness."""
-    block = 128
-    d = 64
-    timed_shape = None
-    shapes = (("one query, one key", 1, 1, 1, 1.0), ("2 heads, 2 queries, 31 keys", 2, 2, 31, 1.0),
-              ("31 queries, 33 keys", 1, 31, 33, 1.0), ("2 heads, 33 queries, 64 keys (two whole tiles)", 2, 33, 64, 1.0),
-              ("100 queries, 257 keys", 1, 100, 257, 1.0), ("129 queries (two blocks), 100 keys", 1, 129, 100, 1.0),
-              ("3 queries, 4097 keys", 1, 3, 4097, 1.0), ("large logits: q scaled by 8, 40 queries, 300 keys", 1, 40, 300, 8.0))
-
-    def entries(self, name):
-        return (name,)
-
-    def cases(self, seed: int = 0, small: bool = False):
-        """The chapter's shapes, then hidden ones drawn from `seed`: keys that are no multiple of the
-        tile, scores of order 1e4 (a kernel without the running maximum overflows there)."""
-        rng = np.random.default_rng(seed)
-        n_k = int(rng.integers(34, 200 if small else 700))
-        n_k += n_k % 32 == 0
-        shapes = self.shapes + ((f"hidden case: 5 queries, {n_k} keys, scores of order 1e4", 1, 5, n_k, 1e4),
-                                (f"hidden case: 2 heads, 3 queries, {n_k} keys, scores of order 1e3", 2, 3, n_k, 1e3))
-        found = []
-        for number, (label, heads, n_q, n_k, q_scale) in enumerate(shapes):
-            rng = np.random.default_rng(100 + number + (seed if label.startswith("hidden") else 0))
-            q = (rng.standard_normal((heads, n_q, self.d)) * q_scale).astype(np.float32)
-            k, v = (rng.standard_normal((heads, n_k, self.d)).astype(np.float32) for _ in range(2))
-            found.append((label, {"q": q, "k": k, "v": v}))
-        return found
-
-    def run(self, backend, name, case, arena):
-        from onlinesoftmax.kernels import attention_blocked as ab
-
-        q_host, k_host, v_host = case["q"], case["k"], case["v"]
-        heads, n_q, d = q_host.shape
-        n_k = k_host.shape[1]
-        q, k, v = (arena.input(a) for a in (q_host, k_host, v_host))
-        o = arena.output("o", (heads, n_q, d), np.float32, checks.POISON["float32"])
-        lse = arena.output("lse", (heads, n_q), np.float32, checks.POISON["float32"])
-        backend.launch(name, (-(-n_q // self.block), heads), (self.block,),
-                       (q, k, v, o, lse, np.int32(n_q), np.int32(n_k), np.float32(1 / np.sqrt(d))))
-        backend.sync()
-        o_ref, lse_ref = (a[0] for a in ab.reference(q_host[None], k_host[None], v_host[None]))
-        o_base, lse_base = (a[0].astype(np.float64) for a in ab.simulate(q_host[None], k_host[None], v_host[None]))
-        o_rule = Tolerance(0.0, checks.tolerance(float(np.abs(o_base - o_ref).max()), o_ref, np.float32))
-        lse_rule = Tolerance(0.0, 2 * float(np.abs(lse_base - lse_ref).max())
-                             + 4 * checks.EPS["float32"] * max(1.0, float(np.abs(lse_ref).max())))
-        queries = q_host.reshape(heads * n_q, d)
-        return [Check("o", host(o).reshape(heads * n_q, d), o_ref.reshape(heads * n_q, d), o_rule, queries,
-                      "its query row", checks.POISON["float32"]),
-                Check("lse", host(lse).reshape(-1), lse_ref.reshape(-1), lse_rule, queries, "its query row",
-                      checks.POISON["float32"])]
-
-    def racecheck_case(self):
-        """A small case for compute-sanitizer: 100 queries, 257 keys (nine tiles, the last partial)."""
-        return next((label, c) for label, c in self.cases() if label.startswith("100 queries"))
-
-
 # ---- y = a * x, one thread per element ----------------------------------------------------------
 
 class ScaleVector:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import hashlib
-import mmap
 import os
 import pickle
 import re
@@ -63,7 +62,6 @@ FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fno-strict-aliasing", "-fvisibility
          "-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0", "--param=asan-stack=0",
          "--param=asan-globals=0",
          "-fno-tree-sink")   # a load written before a branch stays before it (a read past n, masked after, is read)
-GUARD_BYTES = 1 << 16                 # the guard region on each side of a global array (then inaccessible pages)
 SCHEDULES = ("fixed", "random")
 TIMEOUT_S = 600.0
 _EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b")
@@ -74,89 +72,9 @@ _STATIC_SHARED = re.compile(r"\b__shared__\s+([^;{}=]*?)\b([A-Za-z_]\w*)\s*((?:\
 _EXTERN_SHARED_NAME = re.compile(r"\bextern\s+__shared__\b[^;]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
-class EmulatorError(RuntimeError):
-    """The CPU emulator could not run the kernel (the subclasses say why)."""
-
-
-class EmulatorBuildError(EmulatorError):
-    """No C++ compiler, or g++ rejected the kernel (the message names the file's lines)."""
-
-
-class EmulatorFault(EmulatorError):
-    """The emulator stopped the launch (its message names the threads and lines), or an isolated
-    launch touched memory outside its arrays, hung, or left outputs unwritten."""
-
-
-class EmulatorRace(EmulatorFault):
-    """Two threads of a block touched one shared-memory byte (at least one writing) with no
-    __syncthreads between (nor, in one warp, a __syncwarp or collective): names both threads, their
-    source lines and the shared offset."""
-
-
-class EmulatorOutOfBounds(EmulatorFault):
-    """A read or write outside a global array argument: names the argument, the element offset and
-    the source line."""
-
-
-class EmulatorMisaligned(EmulatorFault):
-    """A load or store of a 2-, 4-, 8- or 16-byte type at an address not a multiple of its size (a
-    GPU faults): names the line and the address."""
-
-
-class EmulatorScheduleDependent(EmulatorFault):
-    """Module.launch_schedules: a schedule gave other outputs than the fixed one."""
-
-
-_FAULT_KINDS = (("shared-memory race", EmulatorRace), ("out-of-bounds", EmulatorOutOfBounds),
-                ("misaligned", EmulatorMisaligned))
-
-
-def _fault(message: str) -> EmulatorFault:
-    for prefix, kind in _FAULT_KINDS:
-        if message.startswith(prefix):
-            return kind(message)
-    return EmulatorFault(message)
-
-
-def _source_lines(library: Path, message: str) -> str:
-    """The message with each "@pc:<offset>@" replaced by the source line (file:line, and the line
-    of the kernel's own file that called it when the access is in a header)."""
-    offsets = re.findall(r"@pc:([0-9a-f]+)@", message)
-    if not offsets:
-        return message
-    tool = shutil.which("addr2line")
-    found = {}
-    for offset in dict.fromkeys(offsets):
-        place = f"offset 0x{offset} of the library"
-        if tool:
-            done = subprocess.run([tool, "-i", "-e", str(library), f"0x{offset}"], capture_output=True, text=True)
-            frames = [line.strip() for line in done.stdout.splitlines() if line.strip() and not line.startswith("??")]
-            frames = [re.sub(r" \(discriminator \d+\)$", "", f) for f in frames]
-            frames = [f for f in frames if "/kernels/emulator/" not in f] or frames
-            if frames:
-                place = frames[0] if len(frames) == 1 or frames[-1] == frames[0] else f"{frames[0]} (from {frames[-1]})"
-        found[offset] = place
-    return re.sub(r"@pc:([0-9a-f]+)@", lambda m: found[m.group(1)], message)
-
-
-class LaunchStats:
-    """What a launch touched. Per global array argument index i: reads[i] and writes[i] (int64, one
-    count per element: how many times a thread read / wrote it; a float4 load counts each of its
-    elements once), block_reads[i] (one sorted array of the element indices read per block, in the
-    order of the block's linear index x + gridDim.x * (y + gridDim.y * z)); shared_bytes: the most
-    shared-memory bytes one block touched. reads, writes and block_reads are empty unless the launch
-    asked for stats=True."""
-
-    def __init__(self, reads=None, writes=None, block_reads=None, shared_bytes: int = 0):
-        self.reads = reads or {}
-        self.writes = writes or {}
-        self.block_reads = block_reads or {}
-        self.shared_bytes = int(shared_bytes)
-
-    def __repr__(self):
-        return (f"LaunchStats(arrays={sorted(self.reads)}, shared_bytes={self.shared_bytes}, "
-                f"reads={ {i: int(r.sum()) for i, r in self.reads.items()} }, "
-                f"writes={ {i: int(w.sum()) for i, w in self.writes.items()} })")
+from onlinesoftmax.runtime.emulator_faults import (  # noqa: F401 (the emulator's public names)
+    EmulatorBuildError, EmulatorError, EmulatorFault, EmulatorMisaligned, EmulatorOutOfBounds, EmulatorRace,
+    EmulatorScheduleDependent, LaunchStats, _fault, _source_lines)
 
 
 def compiler() -> str | None:
@@ -213,57 +131,7 @@ def build(path, entries, *, source: str | None = None, flags=(), optimize: str =
     return target
 
 
-# ---- memory with a guard page -------------------------------------------------------------------
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_PROT_NONE = 0
-
-
-def guarded(shape, dtype, fill=0) -> np.ndarray:
-    """A C-contiguous array filled with `fill` (a value or an array), 16-byte aligned and ending
-    right before an inaccessible page (the at most 15 bytes between are 0xff: NaN to a float), in
-    memory a child process shares (an isolated launch writes into it)."""
-    dtype = np.dtype(dtype)
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    count = int(np.prod(shape, dtype=np.int64))
-    padded = -(-count * dtype.itemsize // 16) * 16
-    span = -(-padded // mmap.PAGESIZE) * mmap.PAGESIZE + mmap.PAGESIZE
-    memory = mmap.mmap(-1, span)                    # anonymous and shared
-    start = span - mmap.PAGESIZE - padded
-    memory[start:start + padded] = b"\xff" * padded
-    address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
-    if _LIBC.mprotect(ctypes.c_void_p(address + span - mmap.PAGESIZE), ctypes.c_size_t(mmap.PAGESIZE), _PROT_NONE):
-        raise OSError(ctypes.get_errno(), "mprotect: the guard page after an emulator array")
-    array = np.frombuffer(memory, dtype, count, offset=start).reshape(shape)
-    array[...] = fill
-    return array
-
-
-def _fenced(array: np.ndarray):
-    """A copy of `array` in shared anonymous memory: page-aligned, GUARD_BYTES of guard region on
-    each side (out of bounds to the emulator's checks), then an inaccessible page on each side.
-    (copy, low, high): the copy and the span the checks watch."""
-    page = mmap.PAGESIZE
-    nbytes = array.nbytes
-    body = max(page, -(-nbytes // page) * page)
-    guard = -(-GUARD_BYTES // page) * page
-    span = page + guard + body + guard + page
-    memory = mmap.mmap(-1, span)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(memory))
-    for at in (0, span - page):
-        if _LIBC.mprotect(ctypes.c_void_p(base + at), ctypes.c_size_t(page), _PROT_NONE):
-            raise OSError(ctypes.get_errno(), "mprotect: the guard page around an emulator array")
-    start = page + guard
-    memory[start:start + body] = b"\xff" * body
-    copy = np.frombuffer(memory, array.dtype, array.size, offset=start).reshape(array.shape)
-    copy[...] = array
-    return copy, base + page, base + span - page
-
-
-def _shared_zeros(count: int) -> np.ndarray:
-    """int64 zeros in memory a child process shares."""
-    memory = mmap.mmap(-1, max(8, 8 * count))
-    return np.frombuffer(memory, np.int64, count)
+from onlinesoftmax.runtime.emulator_memory import GUARD_BYTES, _fenced, _shared_zeros, guarded  # noqa: F401
 
 
 # ---- launching ----------------------------------------------------------------------------------

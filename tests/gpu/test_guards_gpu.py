@@ -12,6 +12,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference
+from onlinesoftmax import extremes
 from onlinesoftmax.kernels import softmax_masked
 from onlinesoftmax.kernels.softmax_masked import simulate_masked
 from onlinesoftmax.kernels.softmax_teaching import simulate_online
@@ -98,7 +99,7 @@ def test_a_masked_run_inside_a_long_row_needs_the_guard_in_every_chunk():
     """A run of -inf over whole chunks inside a long peaked row: every thread starts a fresh state on
     -inf there. Unguarded: all NaN on the GPU as in the model; guarded: within the long-row rule
     (twice torch's float32 error plus two ulps) and equal to the model to a few ulps."""
-    host = checks.peaked_row_with_a_masked_run()
+    host = extremes.peaked_row_with_a_masked_run()
     unguarded = run_checked("softmax_02_online_unguarded", cp.asarray(host))
     assert np.isnan(unguarded).all() and np.isnan(simulate_online(host, guards=False)).all()
     guarded = run_checked("softmax_02_online", cp.asarray(host))
