@@ -24,7 +24,10 @@ cores with fp32 accumulation, P rounded to the input dtype); otherwise attention
 (fp32 on CUDA cores: float32 inputs, other head dimensions, older GPUs). A registry name or short
 name ("blocked", "decode", "decode_mma", "mma", "ldmatrix", "pipelined") chooses one; the tensor-core kernels
 take float16 and bfloat16 with d = 64 or 128 only. Softmax arithmetic is fp32 for every dtype;
-the output is in q's dtype. Views that are not contiguous or not 16-byte aligned are copied first.
+the output is in q's dtype. A NaN in a query (or in a key it sees) makes that query's output and LSE
+NaN, as torch's. The kernels work in the base-2 domain (scores times scale log2 e): a scaled score
+beyond float32's range there, |q.k| scale > 2.4e38, needs scale > ln 2 (the default 1/sqrt(d) never
+reaches it) and is outside what they accept. Views that are not contiguous or not 16-byte aligned are copied first.
 
 A repeated call on cupy arrays of the same layouts, with the same options, on the same stream, is one
 dictionary lookup, two allocations (out, lse) and the launches: the checks, the choice and the plan

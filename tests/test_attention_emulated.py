@@ -163,3 +163,43 @@ def test_the_unguarded_softmax_is_rejected():
     q, k, v = make_qkv(1, 2, 1, 100, 40, 64, "float16", seed=4)
     out, lse = emulate("attention_05_pipelined", q, k, v, True, flags=("-DONLINE_SOFTMAX_GUARDS=0",), optimize="-O1")
     assert judge(out, lse, q, k, v, True) is not None
+
+
+def huge_scores(n_q, n_k, d, seed):
+    """Scores near 1e10 (q and k of order 3e5 in bfloat16): one-hot rows."""
+    q, k, v = make_qkv(1, 2, 1, n_q, n_k, d, "bfloat16", seed=seed, q_scale=3e5)
+    return q, checks.to_dtype(np.asarray(k, np.float32) * np.float32(3e5), "bfloat16"), v
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_scores_near_1e10_on_the_emulator(stem):
+    """The max's own term must be 2^0 = 1 exactly: the scaled score is rounded before m is subtracted."""
+    q, k, v = huge_scores(70, 130, 128, seed=9)
+    out, lse = emulate(stem, q, k, v, True, seed=3)
+    problem = judge(out, lse, q, k, v, True, stem)
+    assert problem is None, f"{stem} near 1e10: {problem}"
+
+
+def test_the_fused_exponent_is_rejected_near_1e10():
+    """The wrong answer: attention_07's exponent as one fma leaves m's rounding (hundreds) in it."""
+    stem = "attention_07_fragment_reuse"
+    source = (KERNELS_DIR / "attention" / f"{stem}.cu").read_text()
+    old = "exp2_ftz(__fmul_rn(s[i][j][e], fold) - base)"
+    assert old in source, "the exponent's text is gone from attention_07: update this test"
+    q, k, v = huge_scores(70, 130, 128, seed=9)
+    out, lse = emulate(stem, q, k, v, True, seed=3, source=source.replace(old, "exp2_ftz(fmaf(s[i][j][e], fold, -base))"))
+    assert judge(out, lse, q, k, v, True, stem) is not None, "the fused exponent passed near 1e10"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_a_nan_query_gives_a_nan_row_on_the_emulator(stem):
+    q, k, v = make_qkv(1, 2, 1, 40, 100, 64, "bfloat16", seed=10)
+    q = np.array(q)
+    q[0, 1, 7, 3] = np.nan
+    out, lse = emulate(stem, q, k, v, False, seed=4)
+    y = checks.as_float64(out)
+    assert np.isnan(y[0, 1, 7]).all() and np.isnan(lse[0, 1, 7]), f"{stem}: a NaN query must give NaN"
+    y[0, 1, 7] = 0
+    lse = np.array(lse)
+    lse[0, 1, 7] = 0
+    assert not np.isnan(y).any() and not np.isnan(lse).any(), f"{stem}: NaN leaked into other queries"

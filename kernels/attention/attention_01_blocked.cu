@@ -142,13 +142,13 @@ __device__ __forceinline__ void attention_blocked(const typename Row::Elem* __re
     for (int i = 0; i < 4; ++i) {
         const int row = q0 + 4 * ty + i;
         if (row >= n_q) continue;
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;   // a query that sees no key: 0
+        const float inv = l[i] != 0.0f ? 1.0f / l[i] : 0.0f;   // a query that sees no key: 0
         typename Row::Elem* out_row = out + ((long long)(batch * heads + head) * n_q + row) * D;
 #pragma unroll
         for (int c = 0; c < D / 16; ++c) out_row[tx + 16 * c] = Row::from_float(o[i][c] * inv);
         if (tx == 0 && lse != nullptr)
             lse[(long long)(batch * heads + head) * n_q + row] =
-                l[i] > 0.0f ? (m[i] + log2f(l[i])) * 0.69314718056f : neg_inf();
+                l[i] != 0.0f ? (m[i] + log2f(l[i])) * 0.69314718056f : neg_inf();
     }
 }
 

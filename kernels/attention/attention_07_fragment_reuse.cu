@@ -10,10 +10,13 @@
 //   - Key tiles of 64 keys at D = 64 but 48 at D = 128, where o (128 registers), the scores of
 //               64 keys (64) and the fragments would spill. Per 192 mmas at D = 128 (one tile):
 //               64 ldmatrix (16 of Q, 24 of K, 24 of V), against 96 in attention_05.
-//   - The scale goes into the exponent's fma: p = 2^fma(s, scale log2 e, -m), m kept in scaled
+//   - The scale is applied as the exponent is taken: p = 2^(s scale log2 e - m), m kept in scaled
 //               units and the row max taken on the raw scores (for scale <= 0 the scores are
-//               scaled first, as before); the exponential is one ex2.approx.ftz (exp2f adds a
-//               compare and two multiplies to keep subnormal results).
+//               scaled first, as before); the product is rounded before m is subtracted
+//               (__fmul_rn, never contracted into an fma), so the row's maximum gives 2^0 = 1
+//               exactly: fma(s, scale log2 e, -m) would leave the rounding of m, |m| 2^-24, in
+//               the exponent, hundreds for scores near 1e10. The exponential is one
+//               ex2.approx.ftz (exp2f adds a compare and two multiplies to keep subnormal results).
 //   - O is rescaled only when some row of the warp has a new max (alpha != 1): late in a long
 //               row the max rarely moves, and multiplying by 1 changes no bit.
 //   - Fragment addresses: the swizzled chunk of 16-column step kk is step 0's XOR 2kk, so an
@@ -101,7 +104,7 @@ __device__ __forceinline__ void softmax_two_tiles(float s[2][KEYS / 8][4], float
             for (int j = 0; j < KEYS / 8; ++j)
 #pragma unroll
                 for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                    s[i][j][e] = exp2_ftz(fmaf(s[i][j][e], fold, -base));
+                    s[i][j][e] = exp2_ftz(__fmul_rn(s[i][j][e], fold) - base);
                     row_sum += s[i][j][e];
                 }
             l[r] = l[r] * alpha[r] + row_sum;

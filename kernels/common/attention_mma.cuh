@@ -124,7 +124,7 @@ __device__ __forceinline__ void store_output(const float o[D / 8][4], const floa
     for (int r = 0; r < 2; ++r) {
         float row_sum = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
         row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
-        const float inv = row_sum > 0.0f ? 1.0f / row_sum : 0.0f;
+        const float inv = row_sum != 0.0f ? 1.0f / row_sum : 0.0f;
         const int row = row0 + g + 8 * r;
         if (row >= n_q) continue;
 #pragma unroll
@@ -132,6 +132,6 @@ __device__ __forceinline__ void store_output(const float o[D / 8][4], const floa
             *reinterpret_cast<u32*>(out_head + (long long)row * D + 8 * n + 2 * t) =
                 T::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         if (t == 0 && lse_head != nullptr)
-            lse_head[row] = row_sum > 0.0f ? (m[r] + log2f(row_sum)) * 0.69314718056f : neg_inf();
+            lse_head[row] = row_sum != 0.0f ? (m[r] + log2f(row_sum)) * 0.69314718056f : neg_inf();
     }
 }

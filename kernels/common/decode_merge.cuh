@@ -45,8 +45,8 @@ __device__ __forceinline__ void decode_merge(const float* __restrict__ o_part, c
         }
         mm = batch_max;
     }
-    out[row * D + d] = Row::from_float(total > 0.0f ? acc / total : 0.0f);
-    if (d == 0 && lse != nullptr) lse[row] = total > 0.0f ? (mm + log2f(total)) * 0.69314718056f : neg_inf();
+    out[row * D + d] = Row::from_float(total != 0.0f ? acc / total : 0.0f);
+    if (d == 0 && lse != nullptr) lse[row] = total != 0.0f ? (mm + log2f(total)) * 0.69314718056f : neg_inf();
 }
 
 // The end of a split's block: WARPS warps each hold an (m, l, O) per row of the block in shared
@@ -75,8 +75,8 @@ __device__ __forceinline__ void decode_block_finish(const float (*partial)[R][D 
             ll += partial[w][r][D + 1] * weight;
             oo += partial[w][r][d] * weight;
         }
-        const float value = ll > 0.0f ? oo / ll : 0.0f;
-        const float row_lse = ll > 0.0f ? mm + log2f(ll) : neg_inf();   // log2 domain
+        const float value = ll != 0.0f ? oo / ll : 0.0f;
+        const float row_lse = ll != 0.0f ? mm + log2f(ll) : neg_inf();   // log2 domain
         if (splits == 1) {
             out[out_index * D + d] = Row::from_float(value);
             if (d == 0 && lse != nullptr) lse[out_index] = row_lse * 0.69314718056f;

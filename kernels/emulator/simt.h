@@ -134,6 +134,8 @@ inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); r
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { volatile float p = a * b; return p; }   // never contracted into an fma
+inline float __fadd_rn(float a, float b) { volatile float s = a + b; return s; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <class T> inline T __ldg(const T* p) { return *p; }

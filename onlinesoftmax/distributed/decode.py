@@ -87,11 +87,11 @@ def decode_attention(comm: Communicator | None, q, k, v, *, causal: bool = False
     merged = schedules.merge(comm, record, n_scaled=d, schedule=schedule)
     total = merged[1]
     with np.errstate(invalid="ignore", divide="ignore"):
-        o32 = xp.where(total > 0, merged[2:] / xp.where(total > 0, total, 1), 0).T   # a query that saw no key: 0
+        o32 = xp.where(total != 0, merged[2:] / xp.where(total != 0, total, 1), 0).T   # a query that saw no key: 0
     out = checks.from_float32(xp.ascontiguousarray(o32, dtype=xp.float32), q.dtype.name).reshape(q.shape)
     if not return_lse:
         return out
-    lse = xp.where(total > 0, schedules.lse_of(merged), -np.inf).astype(xp.float32).reshape(batch, heads, n_q)
+    lse = xp.where(total != 0, schedules.lse_of(merged), -np.inf).astype(xp.float32).reshape(batch, heads, n_q)
     return out, lse
 
 

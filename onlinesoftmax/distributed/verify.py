@@ -106,8 +106,8 @@ def _attention_float32(q, k, v, causal: bool, scale):
         m = s.max(axis=-1, keepdims=True)
         e = xp.exp(s - xp.where(xp.isfinite(m), m, 0))
         l = e.sum(axis=-1, keepdims=True)
-        out = xp.where(l > 0, xp.matmul(e, v32) / xp.where(l > 0, l, 1), 0)
-        lse = xp.where(l[..., 0] > 0, m[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1)), -xp.inf)
+        out = xp.where(l != 0, xp.matmul(e, v32) / xp.where(l != 0, l, 1), 0)
+        lse = xp.where(l[..., 0] != 0, m[..., 0] + xp.log(xp.where(l[..., 0] != 0, l[..., 0], 1)), -xp.inf)
     return checks.rounded_to(out.astype(xp.float32), q.dtype.name), lse.astype(xp.float64)
 
 

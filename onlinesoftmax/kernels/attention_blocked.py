@@ -73,9 +73,9 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None):
                         l = (l * rescale + p.sum(axis=1, dtype=F32)).astype(F32)
                         o = (o * rescale[:, None] + (p @ v32[b, kh, cols]).astype(F32)).astype(F32)
                         m = m_new
-                    inv = np.where(l > 0, F32(1) / l, F32(0)).astype(F32)
+                    inv = np.where(l != 0, F32(1) / l, F32(0)).astype(F32)
                     out[b, h, rows] = o * inv[:, None]
-                    lse[b, h, rows] = np.where(l > 0, m + np.log(l), -np.inf)
+                    lse[b, h, rows] = np.where(l != 0, m + np.log(l), -np.inf)
     return (out if q.dtype == np.float32 else out.astype(q.dtype)), lse
 
 
@@ -95,8 +95,8 @@ def reference(q, k, v, causal: bool = False, scale: float | None = None):
         m = s.max(axis=-1, keepdims=True)
         e = xp.exp(s - xp.where(xp.isfinite(m), m, 0))
         l = e.sum(axis=-1, keepdims=True)
-        out = xp.where(l > 0, xp.matmul(e, v64) / xp.where(l > 0, l, 1), 0.0)
-        lse = xp.where(l[..., 0] > 0, m[..., 0] + xp.log(xp.where(l[..., 0] > 0, l[..., 0], 1)), -xp.inf)
+        out = xp.where(l != 0, xp.matmul(e, v64) / xp.where(l != 0, l, 1), 0.0)
+        lse = xp.where(l[..., 0] != 0, m[..., 0] + xp.log(xp.where(l[..., 0] != 0, l[..., 0], 1)), -xp.inf)
     return out, lse
 
 

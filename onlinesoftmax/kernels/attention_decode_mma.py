@@ -75,8 +75,8 @@ def _combine(states):
     weights = np.exp2(ms - base).astype(F32)
     ll = sum(w * s[1] for w, s in zip(weights, states)).astype(F32)
     oo = sum(w[:, None] * s[2] for w, s in zip(weights, states)).astype(F32)
-    value = np.where(ll[:, None] > 0, oo / np.where(ll > 0, ll, 1)[:, None], 0).astype(F32)
-    lse2 = np.where(ll > 0, mm + np.log2(np.where(ll > 0, ll, 1)), -np.inf).astype(F32)
+    value = np.where(ll[:, None] != 0, oo / np.where(ll != 0, ll, 1)[:, None], 0).astype(F32)
+    lse2 = np.where(ll != 0, mm + np.log2(np.where(ll != 0, ll, 1)), -np.inf).astype(F32)
     return value, lse2
 
 

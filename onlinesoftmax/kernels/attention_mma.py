@@ -13,8 +13,10 @@ double-buffered with cp.async). One block takes BLOCK_Q = 128 query rows (8 warp
 then out = O / l rounded to the dtype and LSE = (m + log2 l) ln 2. A row that sees no key keeps
 l = 0: output 0, LSE -inf. attention_07_fragment_reuse (4 warps of 32 rows) takes key tiles of
 REUSE_KEYS[d] (48 at d = 128, where 64 would not fit the registers) and, for scale > 0, keeps m in
-scaled units with p = 2^fma(q k^T, scale log2 e, -m'): one rounding where the others have two
-(`simulate(..., block_k=, fold=True)`). `simulate` follows these tiles and rounding points (numpy's float32
+scaled units with p = 2^(round(q k^T scale log2 e) - m'), the max taken on the raw scores: the same
+numbers as the others' for the same tiles. (`simulate(..., fold=True)` replays the fused form
+p = 2^fma(q k^T, scale log2 e, -m'), which leaves the rounding of m' in the exponent and turns rows
+of scores near 1e10 into inf / inf; the tests keep it as a wrong answer.) `simulate` follows these tiles and rounding points (numpy's float32
 products stand in for the tensor cores' fp32 accumulation, whose order differs); the GPU tests
 compare kernel, model and the float64 reference. Where each element of a fragment lives, and the
 loads that fill them, are in mma_fragments.py.
@@ -48,7 +50,7 @@ def key_limits(n_q: int, n_k: int, causal: bool) -> np.ndarray:
 
 def simulate(q, k, v, causal: bool = False, scale: float | None = None, *, block_k: int = 64, fold: bool = False):
     """(out in q's dtype, lse float32): the kernels' tiles and rounding points in NumPy (key tiles
-    of block_k; fold: the scale inside the exponent's fma, for scale > 0)."""
+    of block_k; fold: the scale inside the exponent's fma, for scale > 0, the fused form no kernel uses)."""
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -85,9 +87,9 @@ def simulate(q, k, v, causal: bool = False, scale: float | None = None, *, block
                         p16 = checks.to_dtype(p, dtype).astype(F32)          # P as the mma's A operand
                         o = (o * alpha[:, None] + (p16 @ v32[b, kh, cols]).astype(F32)).astype(F32)
                         m = m_new
-                    inv = np.where(l > 0, F32(1) / l, F32(0)).astype(F32)
+                    inv = np.where(l != 0, F32(1) / l, F32(0)).astype(F32)
                     out[b, h, rows] = o * inv[:, None]
-                    lse[b, h, rows] = np.where(l > 0, (m + np.log2(l)) * LN2, -np.inf)
+                    lse[b, h, rows] = np.where(l != 0, (m + np.log2(l)) * LN2, -np.inf)
     return checks.to_dtype(out, dtype), lse
 
 
@@ -95,8 +97,9 @@ REUSE_KEYS = {64: 64, 128: 48}   # attention_07_fragment_reuse's key tile, by d
 
 
 def simulate_reuse(q, k, v, causal: bool = False, scale: float | None = None):
-    """attention_07_fragment_reuse's model: its key tiles, the scale folded into the fma."""
-    return simulate(q, k, v, causal, scale, block_k=REUSE_KEYS[q.shape[-1]], fold=True)
+    """attention_07_fragment_reuse's model: its key tiles (the scale applied in the exponent's step,
+    rounded before m is subtracted: the same numbers as scaling the scores first)."""
+    return simulate(q, k, v, causal, scale, block_k=REUSE_KEYS[q.shape[-1]])
 
 
 def tile_counts(batch: int, heads: int, n_q: int, n_k: int, causal: bool) -> dict:

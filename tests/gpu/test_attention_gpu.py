@@ -30,12 +30,13 @@ TORCH_DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": t
 LENGTHS = (1, 2, 31, 33, 100, 257, 1000, 4097)
 
 
-def make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed=0, q_scale=1.0):
+def make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed=0, q_scale=1.0, k_scale=1.0):
     """Host float32 arrays already rounded to `dtype` (so every path sees the same numbers)."""
     rng = np.random.default_rng(seed)
     host = [rng.standard_normal(shape, dtype=np.float32) for shape in
             ((batch, heads, n_q, d), (batch, kv_heads, n_k, d), (batch, kv_heads, n_k, d))]
     host[0] *= np.float32(q_scale)
+    host[1] *= np.float32(k_scale)
     return [checks.to_dtype(a, dtype).astype(np.float32) for a in host]
 
 
@@ -332,14 +333,44 @@ def test_extreme_scores(variant, dtype, q_scale):
     check(variant, 1, 4, 2, 77, 777, 128, dtype, causal=True, seed=22, q_scale=q_scale)
 
 
+def check_huge_scores(variant, n_q, d, dtype, causal, seed):
+    """Scores near 1e10 (bf16/fp32; fp16's range stops near 2e8): the rows are one-hot, so the
+    output is the best key's v and any same-dtype kernel errs only by the output's rounding. An
+    exponent that leaves m's rounding in it (the fma fold) gives inf / inf or 0 there."""
+    big = 1e4 if dtype == "float16" else 3e5
+    host = make_qkv(1, 4, 2, n_q, 700, d, dtype, seed=seed, q_scale=big, k_scale=big)
+    q, k, v = (on_gpu(a, dtype) for a in host)
+    out, lse = run_kernel(variant, q, k, v, causal)
+    ref, lse_ref = (a.get() for a in ab.reference(*(cp.asarray(a) for a in host), causal=causal))
+    y, lse = to_host64(out), lse.get()
+    where = f"{variant.name} {dtype} n_q {n_q} d {d} causal {causal}"
+    assert not np.isnan(y).any() and not np.isnan(lse).any(), f"{where}: NaN in the output"
+    rounding = float(np.abs(checks.as_float64(checks.to_dtype(ref.astype(np.float32), dtype)) - ref).max())
+    err, tol = float(np.abs(y - ref).max()), checks.tolerance(rounding, ref, dtype)
+    assert err <= tol, f"{where}: error {err:.3e}, tolerance {tol:.3e}"
+    finite = np.isfinite(lse_ref)
+    assert np.array_equal(np.isneginf(lse), ~finite), f"{where}: LSE -inf pattern"
+    lse_err = float(np.abs(lse[finite] - lse_ref[finite]).max())
+    assert lse_err <= 1e-6 * float(np.abs(lse_ref[finite]).max()), f"{where}: LSE error {lse_err:.3e}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("bad", ("nan key", "inf query"))
+def test_scores_near_1e10(variant, dtype):
+    check_huge_scores(variant, 5, 64, dtype, causal=False, seed=24)
+    check_huge_scores(variant, 77, 128, dtype, causal=True, seed=25)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bad", ("nan key", "inf query", "nan query"))
 def test_nan_and_inf_inputs_follow_torch(dtype, bad):
     """A NaN in one key makes every query that sees it NaN; +inf in a query makes that query NaN: the
     same pattern as torch's scaled_dot_product_attention on the same tensors (auto's kernel)."""
     host = make_qkv(1, 4, 4, 9, 300, 64, dtype, seed=23)
     if bad == "nan key":
         host[1][0, 1, 123, 5] = np.nan
+    elif bad == "nan query":
+        host[0][0, 3, 6, 1] = np.nan
     else:
         host[0][0, 2, 4, 7] = np.inf
     q, k, v = (on_gpu(a, dtype) for a in host)
@@ -351,3 +382,9 @@ def test_nan_and_inf_inputs_follow_torch(dtype, bad):
             want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask).double().cpu().numpy()
         assert np.array_equal(np.isnan(out), np.isnan(want)), f"{dtype} {bad} causal={causal}: NaN pattern differs from torch"
         assert np.isnan(out).any() and not np.isinf(out).any()
+
+
+@pytest.mark.parametrize("dtype", dm.DTYPES)
+def test_decode_mma_scores_near_1e10(dtype):
+    check_huge_scores(dm.DECODE_MMA, 1, 128, dtype, causal=False, seed=26)
+    check_huge_scores(dm.DECODE_MMA, 4, 64, dtype, causal=True, seed=27)

@@ -26,7 +26,7 @@ import onlinesoftmax as osm
 from onlinesoftmax import attention_api, checks
 from onlinesoftmax.kernels import attention_blocked as ab
 from onlinesoftmax.kernels import attention_mma as am
-from test_attention_gpu import lse_fp32_error, make_qkv, on_gpu, run_kernel, to_host64, torch_error, visible
+from test_attention_gpu import check_huge_scores, lse_fp32_error, make_qkv, on_gpu, run_kernel, to_host64, torch_error, visible
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -149,3 +149,12 @@ def test_extreme_scores(variant, dtype, q_scale):
     the same dtype (its FLASH kernel folds the scale into the exponent's fma too)."""
     check_mma(variant, 1, 4, 2, 129, 777, 64, dtype, causal=False, seed=31, q_scale=q_scale)
     check_mma(variant, 1, 4, 2, 200, 777, 128, dtype, causal=True, seed=32, q_scale=q_scale)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("dtype", am.DTYPES)
+def test_scores_near_1e10(variant, dtype):
+    """One-hot rows of scores near 1e10 (fp16: 2e8): only the output's rounding is allowed. The fma
+    fold 2^fma(s, scale log2 e, -m) fails here (m's rounding, hundreds, stays in the exponent)."""
+    check_huge_scores(variant, 129, 64, dtype, causal=False, seed=33)
+    check_huge_scores(variant, 200, 128, dtype, causal=True, seed=34)
