@@ -9,6 +9,25 @@ from onlinesoftmax.book.grading import Tolerance
 from onlinesoftmax.book.kernel_tasks import Check, host
 
 
+def score_rounding_floor(q, k, v, o_ref):
+    """(heads, n_q): twice the output error that the float32 rounding of the scores alone causes. A
+    score s_j = scale q.k_j summed in float32 errs by about delta_j = 2 eps scale sum_i |q_i k_ji|
+    (plus eps |s_j| when it is scaled to base 2), and d o / d s_j = p_j (v_j - o): the output moves
+    by about sqrt(sum_j (p_j |v_j - o| delta_j)^2) (independent roundings). Where a row is one-hot this
+    is ~0 (no weight can move); where two top scores of order 1e3 nearly tie it is ~1e-4, more than
+    the NumPy model's own error happens to be there, which bounds no other summation order."""
+    d = q.shape[-1]
+    scale = 1 / np.sqrt(d)
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    s = np.einsum("hqd,hkd->hqk", q64, k64) * scale
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    eps = checks.EPS["float32"]
+    delta = 2 * eps * scale * np.einsum("hqd,hkd->hqk", np.abs(q64), np.abs(k64)) + eps * np.abs(s)
+    spread = np.abs(v64[:, None, :, :] - o_ref[:, :, None, :]).max(axis=-1)     # max over d of |v_j - o|
+    return 2 * np.sqrt(((p * spread * delta) ** 2).sum(axis=-1))
+
+
 # ---- attention, fp32, d = 64 ------------------------------------------------------------------
 
 class Attention:
@@ -55,7 +74,9 @@ class Attention:
         backend.sync()
         o_ref, lse_ref = (a[0] for a in ab.reference(q_host[None], k_host[None], v_host[None]))
         o_base, lse_base = (a[0].astype(np.float64) for a in ab.simulate(q_host[None], k_host[None], v_host[None]))
-        o_rule = Tolerance(0.0, checks.tolerance(float(np.abs(o_base - o_ref).max()), o_ref, np.float32))
+        o_floor = score_rounding_floor(q_host, k_host, v_host, o_ref)
+        o_rule = Tolerance(0.0, np.maximum(checks.tolerance(float(np.abs(o_base - o_ref).max()), o_ref, np.float32),
+                                           o_floor.reshape(heads * n_q, 1)))
         lse_rule = Tolerance(0.0, 2 * float(np.abs(lse_base - lse_ref).max())
                              + 4 * checks.EPS["float32"] * max(1.0, float(np.abs(lse_ref).max())))
         queries = q_host.reshape(heads * n_q, d)
