@@ -43,7 +43,7 @@ MAX_K = split.MAX_K
 AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_topk_05_warp_rows
 # Split a row over blocks when a block per row would leave SMs idle: rows of at least
 # SPLIT_MIN_ROW_BYTES and fewer than SPLIT_BELOW_ROWS_PER_SM rows per SM (1.5: 198 rows on an H200).
-# From the H200 probe of the streaming split kernel (data/h200/2026-12-03-topk-split-probe.log): at 256
+# From the H200 probe of the streaming split kernel (logs/h200/2026-12-03-topk-split-probe.log): at 256
 # rows of a vocabulary the block per row (softmax_topk_04) was ahead for k = 1; at 64 rows the split
 # kernel was ahead for rows of 151936 and 262144 and behind for 32000. For k = 1 the split therefore
 # needs a row of SPLIT_K1_MIN_ROW_BYTES below 1.5 rows per SM, or fewer than SPLIT_BELOW_ROWS_PER_SM_K1

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # One check-and-measure round on a GPU machine (the lent H200): GPU tests, benchmarks,
-# chapters run as scripts, sanitizers. Everything it records lands in data/<gpu>/ and
-# is packed into $OUT/round.tar.gz (with the logs) so it comes back in one file.
+# chapters run as scripts, sanitizers. The suites it records land in data/<gpu>/, the logs in
+# logs/<gpu>/, and what the round wrote is packed into $OUT/round.tar.gz so it comes back in one file.
 #
-#   bash scripts/device_round.sh "<pytest selection>[; <selection> ...]" "<benchmark command>[; ...]" \
+#   bash scripts/device_round.sh "<pytest selection>[; <selection> ...]" "<suite [args]>[; ...]" \
 #        [chapters] ["<sanitizer scripts>"]
 #
 # Test selections separated by ';' run at the same time, one pytest process each (their kernel
 # compilations overlap; the tests themselves are checks, never timings), each under a timeout of
-# TEST_TIMEOUT seconds (600); their logs are joined into one file. Benchmark commands separated by ';' run one after the other, alone on the GPU
-# (e.g. "benchmarks/bench_fast.py --quick; benchmarks/bench_attention.py"), each under a timeout
-# of BENCH_TIMEOUT seconds (300).
+# TEST_TIMEOUT seconds (600); their logs are joined into one file. Benchmark suites separated by ';' run one after the other,
+# alone on the GPU, each as `python3 -m onlinesoftmax.bench <suite [args]>` (e.g. "softmax-fast --quick;
+# attention-decode"), each under a timeout of BENCH_TIMEOUT seconds (300).
 #
 # "chapters" runs scripts/run_chapters.sh over build/chapter_scripts/ (made here beforehand by
 # scripts/chapters_to_scripts.sh and carried, with the IPython/ipywidgets wheels in .whl/).
@@ -21,12 +21,15 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEN
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 tests=${1-tests/gpu}; benches=${2:-}; chapters=${3:-}; sanitize=${4:-}   # tests "" = none
 day=$(date -u +%F)
-gpu_dir=data/h200
-mkdir -p "$gpu_dir"
+gpu_dir=data/h200     # measured suites
+log_dir=logs/h200     # what ran: test tiers, chapters, sanitizers
+mkdir -p "$gpu_dir" "$log_dir"
+started_mark=$(mktemp); touch "$started_mark"
 log="$OUT/round.log"
 status=0
 trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }   # (xargs would drop quotes)
-pack() { tar czf "$OUT/round.tar.gz" "$gpu_dir" 2>/dev/null; }  # after every step: a timeout keeps what was done
+pack() {   # after every step, what this round wrote (a timeout keeps what was done)
+  find "$gpu_dir" "$log_dir" -type f -newer "$started_mark" | tar czf "$OUT/round.tar.gz" -T - 2>/dev/null; }
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -60,7 +63,7 @@ if [ -n "$tests" ]; then
   suffix=${TESTS_LOG_SUFFIX:-gpu-tests}
   { echo "# pytest -m gpu $tests on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}, exit $rc"
     for i in "${!groups[@]}"; do echo "## pytest -m gpu $(trim "${groups[$i]}")"; cat "$OUT/gpu-tests-$i.log"; done
-  } > "$gpu_dir/$day-$suffix.log"
+  } > "$log_dir/$day-$suffix.log"
   rm -f "$OUT"/gpu-tests-*.log; pack
 fi
 
@@ -68,7 +71,7 @@ IFS=';' read -r -a bench_commands <<< "$benches"
 for bench in "${bench_commands[@]}"; do
   bench=$(trim "$bench"); [ -n "$bench" ] || continue
   echo "== benchmark $bench" | tee -a "$log"
-  timeout "${BENCH_TIMEOUT:-300}" python3 $bench 2>&1 | tee -a "$log" | tail -30 || status=1
+  timeout "${BENCH_TIMEOUT:-300}" python3 -m onlinesoftmax.bench $bench 2>&1 | tee -a "$log" | tail -30 || status=1
   pack
 done
 
@@ -84,7 +87,7 @@ for script in $sanitize; do
     bash "$script"; } > "$OUT/sanitizer-$(basename "$script" .sh).log" 2>&1; rc=$?
   grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$(basename "$script" .sh).log" | tee -a "$log"
   [ "$rc" = 0 ] || status=1
-  cp "$OUT/sanitizer-$(basename "$script" .sh).log" "$gpu_dir/$day-sanitizer-$(basename "$script" .sh).log"
+  cp "$OUT/sanitizer-$(basename "$script" .sh).log" "$log_dir/$day-sanitizer-$(basename "$script" .sh).log"
   pack
 done
 

@@ -18,14 +18,14 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
 nvidia-smi topo -m 2>/dev/null | head -5
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), 'cupy', cupy.__version__)"
 
-log="data/h200/$day-gpu-tests-distributed.log"
+log="logs/h200/$day-gpu-tests-distributed.log"
 { echo "# pytest -m gpu (one GPU and two, NCCL) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
   python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/gpu/test_distributed_gpu.py tests/gpu/test_distributed_nccl_gpu.py
 } > "$log" 2>&1 || status=1
 tail -3 "$log"; pack
 
 timeout "${BENCH_TIMEOUT:-900}" python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
-  benchmarks/bench_multi_gpu.py "$@" 2>&1 | tee "$OUT/bench-multi-gpu.log" | tail -30 || status=1
+  onlinesoftmax/bench/multi_gpu.py "$@" 2>&1 | tee "$OUT/bench-multi-gpu.log" | tail -30 || status=1
 pack
 echo "== multi-gpu round done, status $status"
 exit $status

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run the chapter scripts made by chapters_to_scripts.sh top to bottom with IPython, from
 # chapters/ (as the book build does), on the real kernels. The combined log is written to
-# data/<gpu>/<date>-chapters-on-gpu.log.  Needs IPython + ipywidgets (carried as wheels).
+# logs/<gpu>/<date>-chapters-on-gpu.log.  Needs IPython + ipywidgets (carried as wheels).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/scripts/chapter_shims:$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
 day=$(date -u +%F)
-log="data/h200/$day-chapters-on-gpu.log"
-mkdir -p data/h200
+log="logs/h200/$day-chapters-on-gpu.log"
+mkdir -p logs/h200
 status=0
 {
   echo "# chapters run as scripts (jupytext py:percent, IPython) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"

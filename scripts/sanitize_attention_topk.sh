@@ -9,7 +9,7 @@
 # SANITIZE_ONLY (comma-separated kernel names) limits the run to those kernels. Without it the
 # kernels run in four families, one process per family and tool: on the H200 the whole program in
 # one process under racecheck ended after about 190 s with exit 9 and no output, while each family
-# alone completes clean (data/h200/2026-12-03-sanitizer-racecheck-parts.log).
+# alone completes clean (logs/h200/2026-12-03-sanitizer-racecheck-parts.log).
 # Prints one "<tool> exit N" line per tool and family; exit 0 = nothing found.
 set -u
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -22,11 +22,11 @@ from onlinesoftmax import reference
 from onlinesoftmax.measure import bench, results, timer
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from onlinesoftmax.bench import api_overhead as bao
+from onlinesoftmax.bench import compare_fast
+from onlinesoftmax.bench import softmax_fast as bench_fast
+
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-import bench_api_overhead as bao  # noqa: E402
-import bench_fast  # noqa: E402
-import compare_fast  # noqa: E402
 from test_data import recorded_kernel_name_ok  # noqa: E402
 
 
@@ -283,8 +283,8 @@ def test_summary_reads_targets_and_ratios():
 def test_report_command_reads_a_file(tmp_path):
     path = tmp_path / "2026-01-01-api-overhead.json"
     path.write_text(json.dumps(synthetic()))
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "bench_api_overhead.py"), "--report",
-                           str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "onlinesoftmax.bench", "api-overhead", "--report",
+                           str(path)], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert "targets:" in done.stdout and "MISS" in done.stdout and "2.00" in done.stdout
 
@@ -333,8 +333,8 @@ def test_compare_fast_reports_the_worst_ratio_over_every_shape(tmp_path):
     for name, data in (("2026-01-01-softmax-fast.json", base), ("2026-01-01-softmax-fast-extended.json", extended)):
         paths.append(tmp_path / name)
         paths[-1].write_text(json.dumps(data))
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "compare_fast.py"), *map(str, paths)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "onlinesoftmax.bench.compare_fast", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert "worst fast (auto) / torch over all 4 recorded shapes: 0.80 at float16 777x9999" in done.stdout
     assert "never_slower_than_torch    MISS" in done.stdout

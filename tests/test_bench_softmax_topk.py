@@ -1,7 +1,6 @@
 """The suite softmax-topk's script without a GPU: its shapes are ones the kernels take, the kernels it
 times for each shape are registered and able to run it, and its check before timing passes a right
 answer and stops a wrong one (on the kernels' NumPy models)."""
-import importlib.util
 
 import numpy as np
 import pytest
@@ -11,9 +10,7 @@ from onlinesoftmax.kernels import softmax_topk as kt
 from onlinesoftmax.kernels import softmax_topk_split as sp
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
-spec = importlib.util.spec_from_file_location("bench_softmax_topk", REPO_ROOT / "benchmarks" / "bench_softmax_topk.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from onlinesoftmax.bench import softmax_topk as bench
 
 
 @pytest.mark.parametrize("quick", [True, False])
@@ -52,10 +49,7 @@ def test_the_check_before_timing_passes_right_answers_and_stops_wrong_ones():
 
 
 def test_the_host_case_holds_the_runtime_budget_and_the_shapes_that_need_it():
-    api_spec = importlib.util.spec_from_file_location("bench_api_overhead",
-                                                      REPO_ROOT / "benchmarks" / "bench_api_overhead.py")
-    api = importlib.util.module_from_spec(api_spec)
-    api_spec.loader.exec_module(api)
+    from onlinesoftmax.bench import api_overhead as api
     assert bench.HOST_BUDGET_US == {1: api.TARGET_US[api.ONE_KERNEL], 2: api.TARGET_US[api.CLUSTER_OR_TWO]}
     chosen = [topk.choose(*shape) for shape in bench.HOST_SHAPES]
     assert sp.SPLIT in chosen and any(v is not sp.SPLIT for v in chosen)     # both budgets are met by a shape

@@ -31,6 +31,12 @@ def test_kernel_name_check_is_exact():
         assert not recorded_kernel_name_ok(bad), bad
 
 
+def test_data_holds_measured_suites_only():
+    """Logs of what ran (test tiers, chapters, sanitizers, probes) live in logs/, not next to the suites."""
+    others = [str(p.relative_to(DATA_DIR)) for p in DATA_DIR.rglob("*") if p.is_file() and p.suffix != ".json"]
+    assert not others, f"not a recorded suite, move to logs/: {others}"
+
+
 def test_there_is_recorded_data():
     assert FILES, "no recorded GPU data under data/"
 

@@ -156,3 +156,18 @@ def test_repository_historical_marks_name_recorded_suites():
     marks = check_data.historical(check_data.citing_texts())
     recorded = {suite for _, suite in check_data.recorded_suites()}
     assert set(marks) <= recorded, set(marks) - recorded
+
+
+def test_comments_and_docstrings_do_not_count_but_code_does():
+    """The digest of a Python launch module ignores comments (whole-line and trailing) and docstrings,
+    and sees any change to the code itself, even one token."""
+    from onlinesoftmax.measure.freshness import _digest
+
+    base = 'def f(x):\n    """Doc."""\n    return x + 1   # one\n# note\n'
+    assert _digest(base, "m.py") == _digest(base.replace("# one", "# two").replace("# note", "# other"), "m.py")
+    assert _digest(base, "m.py") == _digest(base.replace('"""Doc."""', '"""Reworded, longer."""'), "m.py")
+    assert _digest(base, "m.py") != _digest(base.replace("x + 1", "x + 2"), "m.py")
+    assert _digest(base, "m.py") != _digest(base.replace("x + 1   # one", "x + 1   ;y = '# one'"), "m.py")
+    cuda = "int f(int x) { return x + 1; } // one\n"
+    assert _digest(cuda, "k.cu") == _digest(cuda.replace("// one", "/* two */"), "k.cu")
+    assert _digest(cuda, "k.cu") != _digest(cuda.replace("x + 1", "x - 1"), "k.cu")

@@ -195,12 +195,11 @@ def test_compare_script_runs_on_the_recorded_file(tmp_path):
                              "variant": "softmax_08_registers"})
         path = tmp_path / "2026-01-01-softmax-fast.json"
         path.write_text(json.dumps({"meta": {"gpu": "synthetic"}, "rows": rows}))
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "compare_fast.py"), str(path)],
+    done = subprocess.run([sys.executable, "-m", "onlinesoftmax.bench.compare_fast", str(path)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "targets:" in done.stdout and "geomean_vs_torch" in done.stdout
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import compare_fast
+    from onlinesoftmax.bench import compare_fast
 
     summary = compare_fast.summarize(json.loads(Path(path).read_text()))
     assert summary["table"] and summary["geomean_vs_torch"]["value"] > 0

@@ -109,16 +109,9 @@ def test_recorded_summary_and_times_read_the_suite_rows():
 
 
 def test_the_recording_script_runs_on_the_models():
-    """benchmarks/record_teaching_accuracy.py's error rows, on the models with NumPy's float32 softmax
+    """onlinesoftmax/bench/teaching_accuracy.py's error rows, on the models with NumPy's float32 softmax
     standing in for torch's: one row per (kernel, schedule, row), the sequential builds failing."""
-    import importlib.util
-
-    from onlinesoftmax.runtime.loader import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("record_teaching_accuracy",
-                                                  REPO_ROOT / "benchmarks" / "record_teaching_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from onlinesoftmax.bench import teaching_accuracy as module
     rows = module.errors(cols=(checks.LONG_PEAKED_COLS[0],), seeds=(0,), xp=np,
                          baseline=reference.softmax_same_dtype)
     assert len(rows) == len(TEACHING) * 2 * len(checks.PEAKS)

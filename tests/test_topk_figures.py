@@ -16,7 +16,7 @@ PAPER4 = ["softmax_topk_01_topk_only", "softmax_topk_02_safe_unfused", "softmax_
 
 
 def made_up_suite() -> dict:
-    """Rows shaped as benchmarks/bench_softmax_topk.py writes them; the numbers are invented."""
+    """Rows shaped as onlinesoftmax/bench/softmax_topk.py writes them; the numbers are invented."""
     rng = np.random.default_rng(0)
     rows = [{"kernel": "copy", "GBps": 4000.0, "ms": 1.0}, {"kernel": "read", "GBps": 4200.0, "ms": 1.0}]
     shapes = [("paper", b, n, k, "float32", PAPER4) for b, ns in ((4000, (1024, 32768)), (10, (65536,)))

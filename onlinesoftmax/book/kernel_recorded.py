@@ -1,6 +1,6 @@
 """What the recorded H200 data say about the timed CUDA exercises, for a reader without a GPU:
 the recorded rows of the book's kernels of the same designs (softmax-teaching, softmax-fast) and,
-once benchmarks/bench_kernel_exercises.py has been run, of the exercises' own solutions
+once onlinesoftmax/bench/kernel_exercises.py has been run, of the exercises' own solutions
 (suite kernel-exercises). Every line names where it came from; a missing recording says
 "not recorded yet".
 """
@@ -53,7 +53,7 @@ def recorded_expectation(name: str) -> str:
 
 
 def recorded_solutions(names) -> str | None:
-    """The recorded times of these exercises' own solutions (benchmarks/bench_kernel_exercises.py),
+    """The recorded times of these exercises' own solutions (onlinesoftmax/bench/kernel_exercises.py),
     or None when the suite holds no row for one of them."""
     from onlinesoftmax.measure import results
 

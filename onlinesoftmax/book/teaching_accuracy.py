@@ -3,7 +3,7 @@
 `model_errors` runs the NumPy models of both schedules (chunks merged pairwise, and one running value
 per thread) on checks.peaked_rows, row by row, against the float64 reference, with the float32 NumPy
 softmax as the same-dtype baseline. `recorded_summary` and `recorded_times` read the suite
-`teaching-accuracy` (benchmarks/record_teaching_accuracy.py), whose baseline is torch's float32 error.
+`teaching-accuracy` (onlinesoftmax/bench/teaching_accuracy.py), whose baseline is torch's float32 error.
 """
 from __future__ import annotations
 

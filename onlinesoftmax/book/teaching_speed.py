@@ -1,7 +1,7 @@
 """How fast the online kernel runs against the safe one: the ratio chapters 02 and 03 both quote.
 
 Both chapters read it here, from one recorded suite (`softmax-teaching`,
-`python benchmarks/bench_softmax_teaching.py`), so they cannot quote two different runs of the same
+`python -m onlinesoftmax.bench softmax-teaching`), so they cannot quote two different runs of the same
 two kernels. The ratio is the safe kernel's time over the online kernel's at the same shape (above
 one: the online kernel is faster); at one shape both move the same counted bytes, so it is also the
 ratio of their GB/s.
@@ -14,7 +14,7 @@ import numpy as np
 from onlinesoftmax.measure import results
 
 SUITE = "softmax-teaching"
-RECORD_COMMAND = "python benchmarks/bench_softmax_teaching.py"
+RECORD_COMMAND = "python -m onlinesoftmax.bench softmax-teaching"
 ONLINE, SAFE = "softmax_02_online", "softmax_01_safe"
 
 

@@ -1,6 +1,6 @@
 """Figures and readings of the chapter "Fused softmax + top-k", drawn from the recorded suite.
 
-`load()` returns the newest recorded suite `softmax-topk` (benchmarks/bench_softmax_topk.py), else its
+`load()` returns the newest recorded suite `softmax-topk` (onlinesoftmax/bench/softmax_topk.py), else its
 quick run (`softmax-topk-quick`, labelled so), else None; a case recorded alone (`--case moe`: suite
 `softmax-topk-moe`) replaces that case's rows of a quick run (data["case_files"] names the file). `plot_paper(data)` draws the paper's
 comparison (online fused over safe unfused, split into the fusion and online gains) beside the

@@ -23,7 +23,7 @@ def _met(value: float, goal: float) -> str:
 
 
 NOT_RECORDED = ("The suite has not been recorded yet, so there is nothing to read here: no figure is drawn and no "
-                "number is quoted. Once `benchmarks/bench_softmax_topk.py` has run on a GPU, this section reads "
+                "number is quoted. Once `onlinesoftmax/bench/softmax_topk.py` has run on a GPU, this section reads "
                 "its file.")
 
 

@@ -224,7 +224,7 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
         elif source is not None:
             where = ("throughput " + results.provenance(source["meta"]) + f" ({source['path']})")
         else:
-            where = "no recorded throughput for this choice (run benchmarks/bench_online_variants.py on a GPU)"
+            where = "no recorded throughput for this choice (run onlinesoftmax/bench/online_variants.py on a GPU)"
         verdict = "passes" if err["passed"] else "fails"
         status.value = (f"<small>{note}error: {err['source']}, {verdict} the book's tolerance. {where}.</small>")
 

@@ -85,7 +85,7 @@ def _rule(n_rows: int, n_cols: int, dtype: str, sms: int, clusters: bool) -> Cho
         return Choice(REGISTERS, "N <= 8K (or 16K with few rows): a block per row, the row in registers")
     # rows of up to 32K that would go to a cluster: in registers they measured 1.10-1.18x faster for
     # fp32 rows of 28K-32K (too long for two blocks' shared memory) at 512-4000 rows, and 1.02-1.08x at
-    # 64 rows of 24K-32K in fp32 and fp16 (data/h200/2026-12-02-rule-probe.log)
+    # 64 rows of 24K-32K in fp32 and fp16 (logs/h200/2026-12-02-rule-probe.log)
     if n_cols <= REGISTERS.max_cols and ((not few_rows and row_bytes > SHARED_TWO_BLOCKS_BYTES)
                                          or (few_rows and n_rows >= REGISTERS_MIN_FEW_ROWS)):
         return Choice(REGISTERS, "rows of up to 32K that two blocks' shared memory cannot hold, or 64+ rows: "

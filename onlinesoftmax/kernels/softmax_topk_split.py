@@ -39,7 +39,7 @@ from onlinesoftmax.runtime.loader import get_kernel
 F32 = np.float32
 STEP = 16                        # elements a thread reads per step
 SLOTS = STEP + 2                 # and the row's head and tail element
-THREADS = 256                    # and BLOCKS_PER_SM: the best of the H200 probe (data/h200/2026-12-03-topk-split-probe.log)
+THREADS = 256                    # and BLOCKS_PER_SM: the best of the H200 probe (logs/h200/2026-12-03-topk-split-probe.log)
 BLOCKS_PER_SM = 4
 MERGE_CAPACITY = 16384           # keys of a row in the merge's shared memory (128 KiB)
 MAX_K = 1024

@@ -83,10 +83,13 @@ _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 def _code(path: str, text: str) -> str:
     """What a source compiles to, not how it reads: C++ without comments; Python without docstrings and
-    whole-line comments (found by line number, the same in every Python version); runs of whitespace as
-    one space. A comment or a reworded docstring does not change what was measured."""
+    comments (docstrings found by line number, comments by the tokenizer: the same in every Python
+    version); runs of whitespace as one space. A comment or a reworded docstring does not change what
+    was measured."""
     if path.endswith(".py"):
         import ast
+        import io
+        import tokenize
 
         drop = set()
         for node in ast.walk(ast.parse(text)):
@@ -94,8 +97,12 @@ def _code(path: str, text: str) -> str:
             if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                     and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
                 drop.update(range(body[0].lineno, body[0].end_lineno + 1))
-        text = "\n".join(line for number, line in enumerate(text.splitlines(), 1)
-                         if number not in drop and not line.lstrip().startswith("#"))
+        lines = text.splitlines()
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:               # cut the line where its comment starts
+                row, col = token.start
+                lines[row - 1] = lines[row - 1][:col]
+        text = "\n".join(line for number, line in enumerate(lines, 1) if number not in drop)
     else:
         text = _C_COMMENT.sub(" ", text)
     return " ".join(text.split())
@@ -182,12 +189,36 @@ def backfill(root: Path = REPO_ROOT) -> list[str]:
     return done
 
 
+def rehash(root: Path = REPO_ROOT) -> list[str]:
+    """Recompute meta["sources"] of every recorded json from the commit its meta names, for the same
+    paths: what to run once after `_code` changes what it leaves out (the code at that commit is what
+    ran; only the digest of it changes)."""
+    done = []
+    for path in sorted((Path(root) / "data").glob("*/*.json")):
+        data = json.loads(path.read_text())
+        meta = data["meta"]
+        commit = str(meta.get("git_commit", ""))
+        if not isinstance(meta.get("sources"), dict) or not commit_known(commit, root):
+            continue
+        read = reader_at(root, commit.split("+")[0])
+        fresh = {p: _digest(read(p), p) for p in meta["sources"] if read(p) is not None}
+        if fresh != meta["sources"]:
+            meta["sources"] = fresh
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            done.append(str(path.relative_to(root)))
+    return done
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(argv[argv.index("--root") + 1]) if "--root" in argv else REPO_ROOT
     if "--backfill" in argv:
         for name in backfill(root):
             print("back-filled", name)
+        return 0
+    if "--rehash" in argv:
+        for name in rehash(root):
+            print("re-hashed", name)
         return 0
     report = stale_suites(root)
     stale = [r for r in report if not r["historical"]]

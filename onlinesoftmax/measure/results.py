@@ -12,7 +12,8 @@ from pathlib import Path
 from onlinesoftmax.runtime.loader import REPO_ROOT
 from onlinesoftmax.measure.timer import METHOD
 
-DATA_DIR = REPO_ROOT / "data"
+DATA_DIR = REPO_ROOT / "data"          # measured suites only (<gpu>/<date>-<suite>.json)
+LOGS_DIR = REPO_ROOT / "logs"          # what ran on a GPU: test tiers, chapters, sanitizers, probes (<gpu>/<date>-*.log)
 # (registry name, dtype) -> the name its rows carry in files recorded before the dtypes of a kernel were
 # one variant (data/h200/2026-11-29-logsumexp.json names the fp16 build of log_softmax apart).
 RETIRED_NAMES = {("log_softmax_01_online", "float16"): "log_softmax_01_online_fp16"}

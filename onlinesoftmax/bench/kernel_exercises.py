@@ -11,8 +11,8 @@ Bytes per row of results (`ideal_bytes`): what the exercise's task counts as the
 element + k (fp32, int64) pairs per row). `fraction_of_copy` = GB/s over the copy's GB/s
 (read + write counted).
 
-Run on a GPU machine:  python benchmarks/bench_kernel_exercises.py          (about 20 s; writes data/<gpu>/<date>-kernel-exercises.json)
-                       python benchmarks/bench_kernel_exercises.py --quick  (the same kernels, printed, not written)
+Run on a GPU machine:  python -m onlinesoftmax.bench kernel-exercises          (about 20 s; writes data/<gpu>/<date>-kernel-exercises.json)
+                       python -m onlinesoftmax.bench kernel-exercises --quick  (the same kernels, printed, not written)
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ the dispatcher ("fast"), the copy of the same bytes, softmax_10_cluster and soft
 at every cluster size C whose chunk fits shared memory (C = 16 always) and is >= 32 KB, and softmax_09_shared.
 Rows carry `n_chunks` (C; absent for "fast" and the copy). Same timer and GB/s as bench_fast.
 
-Run on a GPU machine:  python benchmarks/bench_fast_attempts.py   (about a minute)
+Run on a GPU machine:  python -m onlinesoftmax.bench softmax-fast-attempts   (about a minute)
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device round for the fast kernels (issue #5): probes, GPU tests, benchmark, sanitizers.
-#   bash benchmarks/fast_round.sh "probe tests bench sanitize"      (parts to run; default these four)
-#   part "attempts": benchmarks/bench_fast_attempts.py (suite softmax-fast-attempts, ~20 s)
+#   bash scripts/fast_round.sh "probe tests bench sanitize"      (parts to run; default these four)
+#   part "attempts": onlinesoftmax/bench/softmax_fast_attempts.py (suite softmax-fast-attempts, ~20 s)
 # Logs and the recorded softmax-fast JSON land in $OUT; set ONLINESOFTMAX_GIT_COMMIT first.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -36,13 +36,13 @@ if has sanitize; then
   grep -E "exit|ERROR SUMMARY|sanitized|no cluster" "$OUT/sanitize.log"; echo "sanitize exit $rc"
 fi
 if has bench; then
-  timeout 330 python3 benchmarks/bench_fast.py $( has quick && echo --quick ) > "$OUT/bench.log" 2>&1
+  timeout 330 python3 -m onlinesoftmax.bench softmax-fast $( has quick && echo --quick ) > "$OUT/bench.log" 2>&1
   rc=$?; [ "$rc" = 0 ] || status=1
   cp data/h200/*-softmax-fast*.json "$OUT/" 2>/dev/null
   sed -n '/^copy ceiling/,$p' "$OUT/bench.log" | tail -110; echo "bench exit $rc"
 fi
 if has attempts; then
-  timeout 120 python3 benchmarks/bench_fast_attempts.py > "$OUT/attempts.log" 2>&1; rc=$?; [ "$rc" = 0 ] || status=1
+  timeout 120 python3 -m onlinesoftmax.bench softmax-fast-attempts > "$OUT/attempts.log" 2>&1; rc=$?; [ "$rc" = 0 ] || status=1
   cp data/h200/*-softmax-fast-attempts.json "$OUT/" 2>/dev/null
   tail -14 "$OUT/attempts.log"; echo "attempts exit $rc"
 fi

@@ -7,7 +7,7 @@ ceiling is measured in the same run. GB/s counts the ideal traffic (1 read + 1 w
 element) for every kernel; `model_bytes` is what each kernel's access model says it moves.
 Both kernels are checked against the float64 reference on their timing input first.
 
-Run on a GPU machine:  python benchmarks/bench_split_merge.py   (under a minute)
+Run on a GPU machine:  python -m onlinesoftmax.bench split-merge   (under a minute)
 """
 from __future__ import annotations
 

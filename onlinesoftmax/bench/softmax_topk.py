@@ -25,13 +25,13 @@ a wrong answer stops the run. Bytes counted: one read of the logits (`bytes_coun
 `fraction_of_read` divides by the read ceiling measured at the start of the same run
 (timer.read_bandwidth). End to end: one synchronous call of the public function (timer.time_end_to_end).
 
-Run on a GPU machine:  python benchmarks/bench_softmax_topk.py           (about 4-6 minutes)
-                       python benchmarks/bench_softmax_topk.py --quick   (under 40 s: one shape of each
+Run on a GPU machine:  python -m onlinesoftmax.bench softmax-topk           (about 4-6 minutes)
+                       python -m onlinesoftmax.bench softmax-topk --quick   (under 40 s: one shape of each
                                                                           case, suite softmax-topk-quick)
-                       python benchmarks/bench_softmax_topk.py --case moe   (one case's shapes: suite
+                       python -m onlinesoftmax.bench softmax-topk --case moe   (one case's shapes: suite
                                                                           softmax-topk-moe; paper, sampling,
                                                                           moe or large_k)
-                       python benchmarks/bench_softmax_topk.py --case host  (suite softmax-topk-host,
+                       python -m onlinesoftmax.bench softmax-topk --case host  (suite softmax-topk-host,
                                                                           under a minute; below)
 
 The host case: what one call of onlinesoftmax.softmax_topk(x, k) costs the host, back to back
@@ -206,9 +206,9 @@ def host_calls(n_rows: int, n_cols: int, k: int, dtype: str) -> dict:
 
 def bare_launch() -> dict:
     """{key: (call, fields)}: the suite api-overhead's empty kernel with 2 pointer arguments, launched
-    through cupy's RawKernel (bench_api_overhead.bare_kernels)."""
+    through cupy's RawKernel (api_overhead.bare_kernels)."""
     import cupy
-    from bench_api_overhead import bare_kernels   # benchmarks/ is on the path (this script's folder)
+    from onlinesoftmax.bench.api_overhead import bare_kernels
 
     fn, fields = bare_kernels(cupy)[0]
     return {("cupy.RawKernel", fields["call"], None): (fn, {"case": "host", "launches": 1,

@@ -7,7 +7,7 @@ causal 300 x 300 matrix through softmax_03_online_masked with and without the gu
 next to the NumPy model's outcome for the same input. Chapter 03 shows this file on a
 machine without a GPU.
 
-Run on a GPU machine (seconds):  python benchmarks/record_guards_gpu.py
+Run on a GPU machine (seconds):  python -m onlinesoftmax.bench guards-gpu
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ not know (ncu --query-metrics) is left out and named in meta.metrics_unavailable
 The script re-runs itself under ncu (`--child`), which profiles each launch once with clocks left
 alone (--clock-control none).
 
-Run on a GPU machine with ncu on PATH (under a minute):  python benchmarks/ncu_attention_mma.py
+Run on a GPU machine with ncu on PATH (under a minute):  python -m onlinesoftmax.bench ncu-attention-mma
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def measure() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "ncu.csv")
         cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name", "regex:^attention_0[3457]_",
-               "--csv", "--print-units", "base", "--log-file", log, sys.executable, os.path.abspath(__file__), "--child"]
+               "--csv", "--print-units", "base", "--log-file", log, sys.executable, "-m", "onlinesoftmax.bench.ncu_attention_mma", "--child"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

@@ -17,7 +17,7 @@ timed, each of the book's kernels (and "fast") runs once on a poisoned output an
 the float64 reference (`bench.check_output`); rows carry `correct`, and a wrong kernel is recorded
 with its error instead of a time.
 
-Run on a GPU machine:  python benchmarks/bench_fast.py [--quick] [--shapes all|base|extended]
+Run on a GPU machine:  python -m onlinesoftmax.bench softmax-fast [--quick] [--shapes all|base|extended]
   all (default): base and extended shapes in <date>-softmax-fast.json (about 2 to 3 minutes on an H200:
   the base ~1 minute, the extended ~1 more); base: only the base shapes; extended: only the extended
   shapes, in <date>-softmax-fast-extended.json (compare_fast.py reads both files of a day together).
@@ -190,6 +190,6 @@ if __name__ == "__main__":
     data = measure(args.quick, args.shapes)
     path = results.write_results(suite_name(args.quick, args.shapes), data["rows"], data["meta"])
     print("wrote", path, file=sys.stderr)
-    from compare_fast import report  # noqa: E402  (same folder)
+    from onlinesoftmax.bench.compare_fast import report
 
     print(report(data))

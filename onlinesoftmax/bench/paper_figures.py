@@ -11,7 +11,7 @@ N = 8257536 (~10M). Calls moving over 1 GB get 10 timed repetitions instead of 3
 GB/s counts the ideal traffic (1 read + 1 write per element) for every kernel, so all
 share one scale; `model_bytes` is what each kernel's access model says it moves.
 
-Run on a GPU machine (about 1-2 minutes on an H200):  python benchmarks/bench_paper_figures.py
+Run on a GPU machine (about 1-2 minutes on an H200):  python -m onlinesoftmax.bench paper-figures
 """
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_softmax_teaching import baselines  # noqa: E402  (cupy / torch softmax, one definition)
+from onlinesoftmax.bench.softmax_teaching import baselines   # cupy / torch softmax, one definition
 
 SUITE = "paper-figures"
 KERNELS = ("softmax_00_naive", "softmax_01_safe", "softmax_02_online")

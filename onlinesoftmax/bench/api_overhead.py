@@ -16,7 +16,7 @@ cupy RawKernel launch (an empty kernel with 2 and with 8 arguments) and cupy.emp
 
 Part 2, end to end and device time of one call, ours against torch on the same memory (DLPack views),
 fp32 / fp16 / bf16: onlinesoftmax.softmax(x) vs torch.softmax(t, -1) at the softmax-fast sweep's base
-shapes (bench_fast.base_shapes) plus EXTRA_SHAPES; on SUBSET_SHAPES also logsumexp vs torch.logsumexp,
+shapes (softmax_fast.base_shapes) plus EXTRA_SHAPES; on SUBSET_SHAPES also logsumexp vs torch.logsumexp,
 log_softmax vs torch.log_softmax, and masked softmax (mask="causal", and an additive float32 (rows, N)
 mask) vs torch.softmax(t + mask_t, -1) with mask_t the same mask in t's dtype. The copy ceiling
 (timer.copy_bandwidth) is measured once. Before it is timed, each of our calls runs once on a poisoned
@@ -30,9 +30,9 @@ variant=key), "torch.softmax" / "torch.logsumexp" / "torch.log_softmax", "cupy.R
 median; device rows keep time_gpu's `ms` too); GB/s counts the ideal traffic (one read of x, one write
 of y; plus the float32 mask read for an additive mask; logsumexp writes 4 bytes per row).
 
-Run on a GPU machine:  python benchmarks/bench_api_overhead.py [--quick]
+Run on a GPU machine:  python -m onlinesoftmax.bench api-overhead [--quick]
   (about 2 minutes on an H200, well under 4; --quick: a handful of shapes, about 30 s)
-Read a recorded file, no GPU:  python benchmarks/bench_api_overhead.py --report [path/to/<date>-api-overhead.json]
+Read a recorded file, no GPU:  python -m onlinesoftmax.bench api-overhead --report [path/to/<date>-api-overhead.json]
 """
 from __future__ import annotations
 
@@ -44,9 +44,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-if __package__ in (None, ""):   # run as a script: the repository root on the path, as bench_fast.py has it
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import onlinesoftmax as osm  # noqa: E402
 from onlinesoftmax import checks  # noqa: E402
@@ -84,10 +81,10 @@ def launch_class(kernel: str | None, api: str = "softmax") -> str:
 
 
 def e2e_shapes(quick: bool = False) -> list[tuple[int, int]]:
-    """(n_rows, n_cols) of part 2: the softmax-fast base sweep (as bench_fast.py runs it) and EXTRA_SHAPES."""
+    """(n_rows, n_cols) of part 2: the softmax-fast base sweep (as softmax_fast.py runs it) and EXTRA_SHAPES."""
     if quick:   # the quick shapes, and the quick subset's (its masked and other functions run on them)
         return list(dict.fromkeys(list(QUICK_SHAPES) + list(QUICK_SUBSET)))
-    from bench_fast import base_shapes   # benchmarks/ is on the path (this script's folder)
+    from onlinesoftmax.bench.softmax_fast import base_shapes
 
     shapes = [(n_rows, n_cols) for _, n_rows, n_cols in base_shapes()] + list(EXTRA_SHAPES) + list(SUBSET_SHAPES)
     return list(dict.fromkeys(shapes))

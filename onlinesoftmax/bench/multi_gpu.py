@@ -1,7 +1,7 @@
 """Suite multi-gpu: the monoid across two GPUs of one host (data/h200x2/<date>-multi-gpu.json).
 
-    torchrun --standalone --nproc-per-node 2 benchmarks/bench_multi_gpu.py           # the suite
-    torchrun --standalone --nproc-per-node 2 benchmarks/bench_multi_gpu.py --quick   # smaller shapes (multi-gpu-quick)
+    torchrun --standalone --nproc-per-node 2 onlinesoftmax/bench/multi_gpu.py           # the suite
+    torchrun --standalone --nproc-per-node 2 onlinesoftmax/bench/multi_gpu.py --quick   # smaller shapes (multi-gpu-quick)
 
 Rows (each checked against the float64 reference before it is timed):
 - vocab-parallel cross-entropy, 8192 tokens x 262144 vocabulary, bf16 logits: one GPU running the
@@ -44,7 +44,7 @@ QUICK = {"tokens": 2048, "vocab": 131072, "reps": 8, "decode": [(8, 32, 8, 128, 
 
 def refuse(reason: str) -> None:
     print(f"bench_multi_gpu: {reason}; nothing written. Run on a machine with two GPUs:\n"
-          "  torchrun --standalone --nproc-per-node 2 benchmarks/bench_multi_gpu.py [--quick]", file=sys.stderr)
+          "  torchrun --standalone --nproc-per-node 2 onlinesoftmax/bench/multi_gpu.py [--quick]", file=sys.stderr)
     sys.exit(2)
 
 

@@ -1,7 +1,7 @@
 """Read a recorded `softmax-fast` file and print ours/torch and ours/copy per shape, with the targets.
 
-No GPU needed:  python benchmarks/compare_fast.py [path/to/<date>-softmax-fast.json ...]
-Several files (the base and the extended shapes of bench_fast.py --shapes) are read as one; with no
+No GPU needed:  python -m onlinesoftmax.bench.compare_fast [path/to/<date>-softmax-fast.json ...]
+Several files (the base and the extended shapes of softmax_fast.py --shapes) are read as one; with no
 path, the newest softmax-fast file and the softmax-fast-extended file of the same day, if recorded.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def summarize(data: dict) -> dict:
     return out
 
 
-BASE_BATCHES = (1, 10, 64, 4000)   # bench_fast.py's base sweep: these batches at N a power of two
+BASE_BATCHES = (1, 10, 64, 4000)   # softmax_fast.py's base sweep: these batches at N a power of two
 
 
 def in_base_sweep(entry: dict) -> bool:
@@ -154,7 +154,6 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         data = merge([{**json.loads(Path(path).read_text()), "path": path} for path in argv[1:]])
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from onlinesoftmax.measure import results
 
         files = [results.load_recorded("softmax-fast")]

@@ -17,8 +17,8 @@ kernel's access model says it moves (log_softmax_01 reads each element twice).
 Every kernel of ours is checked against the float64 reference on its timing input before it
 is timed; a wrong answer stops the run.
 
-Run on a GPU machine:  python benchmarks/bench_logsumexp.py          (about 1-2 minutes)
-                       python benchmarks/bench_logsumexp.py --quick  (3 shapes, printed, not written)
+Run on a GPU machine:  python -m onlinesoftmax.bench logsumexp          (about 1-2 minutes)
+                       python -m onlinesoftmax.bench logsumexp --quick  (3 shapes, printed, not written)
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ compared with the float64 reference; ours must be within checks.tolerance of tor
 the same slice (twice it, plus two bf16 ulps of the largest output), torch's backends are checked
 the same way. A wrong answer stops the run before anything is written.
 
-Run on a GPU machine:  python benchmarks/bench_attention_mma.py            (about 3 minutes)
-                       python benchmarks/bench_attention_mma.py --quick    (about 30 s: (4, 32) and
+Run on a GPU machine:  python -m onlinesoftmax.bench attention-prefill-mma            (about 3 minutes)
+                       python -m onlinesoftmax.bench attention-prefill-mma --quick    (about 30 s: (4, 32) and
                            n = 4096, causal and not; recorded too, with meta.quick = true)
 """
 from __future__ import annotations

@@ -17,9 +17,10 @@ synchronous call of the public function between CUDA events (time_end_to_end), a
 call back to back at the smallest decode shape. Every output of ours is checked against a
 float64 reference on the timing inputs (the first batch element) before it is timed.
 
-Run on a GPU machine:  python benchmarks/bench_attention.py            (about 2-3 minutes;
-                       BENCH_ATTENTION=decode or =prefill for one suite)
-                       python benchmarks/bench_attention.py --quick    (a few shapes, not written)
+Run on a GPU machine:  python -m onlinesoftmax.bench attention-decode           (about a minute)
+                       python -m onlinesoftmax.bench attention-prefill          (about 2 minutes)
+                       python -m onlinesoftmax.bench attention-decode --quick   (a few shapes, not written)
+(run as a module without a suite, both suites in one process)
 """
 from __future__ import annotations
 
@@ -206,5 +207,5 @@ def main(quick: bool, suites) -> None:
 
 
 if __name__ == "__main__":
-    # BENCH_ATTENTION="decode" (or "prefill") records one suite only
+    # BENCH_ATTENTION="decode" (or "prefill") records one suite only (python -m onlinesoftmax.bench sets it)
     main("--quick" in sys.argv[1:], os.environ.get("BENCH_ATTENTION", "decode prefill").split())

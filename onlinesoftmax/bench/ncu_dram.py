@@ -8,7 +8,7 @@ It re-runs itself under ncu (`--child`), which profiles each launch of the book'
 once with caches flushed before it (--cache-control all) and clocks left alone
 (--clock-control none), collecting dram__bytes_read.sum and dram__bytes_write.sum.
 
-Run on a GPU machine with ncu on PATH (about a minute):  python benchmarks/ncu_dram.py
+Run on a GPU machine with ncu on PATH (about a minute):  python -m onlinesoftmax.bench ncu-dram
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def measure() -> dict:
         log = os.path.join(tmp, "ncu.csv")
         cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--metrics", ",".join(METRICS),
                "--kernel-name", "regex:^softmax_", "--csv", "--print-units", "base", "--log-file", log,
-               sys.executable, os.path.abspath(__file__), "--child"]
+               sys.executable, "-m", "onlinesoftmax.bench.ncu_dram", "--child"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

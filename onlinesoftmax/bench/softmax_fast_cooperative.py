@@ -11,7 +11,7 @@ a row records `correct` and a wrong kernel is not timed. Rows carry `n_chunks` a
 for softmax_13 and `resident_blocks` (blocks of that shape resident at once). Same timer and
 GB/s as bench_fast.
 
-Run on a GPU machine:  python benchmarks/bench_fast_cooperative.py   (about two minutes)
+Run on a GPU machine:  python -m onlinesoftmax.bench softmax-fast-cooperative   (about two minutes)
 """
 from __future__ import annotations
 

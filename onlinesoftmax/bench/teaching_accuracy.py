@@ -9,7 +9,7 @@ the float32 NumPy softmax's error (a pairwise sum, on the host), the tolerance 2
 2 ulps and the verdict. It also times both builds of softmax_02_online on a few shapes (device time,
 the one timer), so the page can say what the fix costs. Chapter 04 reads this file.
 
-Run on a GPU machine with torch:   python benchmarks/record_teaching_accuracy.py [--quick]
+Run on a GPU machine with torch:   python -m onlinesoftmax.bench teaching-accuracy [--quick]
 --quick: N = 262145 and 1048577, one seed, two timed shapes (about half a minute on an H200,
 compilation included).
 """

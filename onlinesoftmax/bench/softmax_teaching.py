@@ -5,7 +5,7 @@ same tensors with the same timer; the device-to-device copy gives the ceiling.
 GB/s counts the ideal traffic (1 read + 1 write per element) for every kernel, so all
 sit on one scale; `model_bytes` is what each kernel's access model says it moves.
 
-Run on a GPU machine:  python benchmarks/bench_softmax_teaching.py
+Run on a GPU machine:  python -m onlinesoftmax.bench softmax-teaching
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ GB/s counts the ideal traffic: x read once, y written once, plus an additive mas
 once (rows x N x 4 B, or N x 4 B when broadcast). Masks: causal; padding with valid
 lengths uniform in [N/2, N]; additive 0 / -inf with 70% of the entries kept.
 
-Run on a GPU machine (about 1-2 minutes on an H200):  python benchmarks/bench_online_variants.py
+Run on a GPU machine (about 1-2 minutes on an H200):  python -m onlinesoftmax.bench online-variants
 """
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ from onlinesoftmax.kernels import softmax_masked
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_softmax_teaching import baselines  # noqa: E402  (cupy / torch softmax, one definition)
+from onlinesoftmax.bench.softmax_teaching import baselines   # cupy / torch softmax, one definition
 
 SUITE = "online-variants"
 COLS = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
