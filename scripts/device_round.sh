@@ -4,7 +4,7 @@
 # logs/<gpu>/, and what the round wrote is packed into $OUT/round.tar.gz so it comes back in one file.
 #
 #   bash scripts/device_round.sh "<pytest selection>[; <selection> ...]" "<suite [args]>[; ...]" \
-#        [chapters] ["<sanitizer scripts>"]
+#        [chapters] ["<sanitizer families>"]
 #
 # Test selections separated by ';' run at the same time, one pytest process each (their kernel
 # compilations overlap; the tests themselves are checks, never timings), each under a timeout of
@@ -81,13 +81,13 @@ if [ "$chapters" = chapters ]; then
   pack
 fi
 
-for script in $sanitize; do
-  echo "== compute-sanitizer: $script" | tee -a "$log"
-  { echo "# $script (compute-sanitizer) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
-    bash "$script"; } > "$OUT/sanitizer-$(basename "$script" .sh).log" 2>&1; rc=$?
-  grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$(basename "$script" .sh).log" | tee -a "$log"
+for family in $sanitize; do   # kernel families of scripts/sanitize.py ("all" for every one)
+  echo "== compute-sanitizer: $family" | tee -a "$log"
+  slog="$log_dir/$day-sanitizer-$family.log"
+  { echo "# sanitize.sh $family (compute-sanitizer) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
+    bash scripts/sanitize.sh "$family"; } > "$slog" 2>&1; rc=$?
+  grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$slog" | tee -a "$log"
   [ "$rc" = 0 ] || status=1
-  cp "$OUT/sanitizer-$(basename "$script" .sh).log" "$log_dir/$day-sanitizer-$(basename "$script" .sh).log"
   pack
 done
 

@@ -32,7 +32,7 @@ if has tests; then
   grep -E "^(FAILED|ERROR)" "$OUT/fast-tests.log" | head -30; tail -2 "$OUT/fast-tests.log"; echo "tests exit $rc"
 fi
 if has sanitize; then
-  timeout 240 bash scripts/sanitize_fast.sh > "$OUT/sanitize.log" 2>&1; rc=$?; [ "$rc" = 0 ] || status=1
+  timeout 240 bash scripts/sanitize.sh fast > "$OUT/sanitize.log" 2>&1; rc=$?; [ "$rc" = 0 ] || status=1
   grep -E "exit|ERROR SUMMARY|sanitized|no cluster" "$OUT/sanitize.log"; echo "sanitize exit $rc"
 fi
 if has bench; then

@@ -97,26 +97,48 @@ def test_gpu_tests_have_no_skip_of_their_own():
     assert not offenders, f"GPU test files that skip themselves (leave it to conftest.py): {offenders}"
 
 
-@pytest.mark.parametrize("script", sorted((REPO_ROOT / "scripts").glob("sanitize_*.sh")), ids=lambda p: p.name)
-def test_a_sanitizer_script_reports_the_sanitizers_own_exit(script, tmp_path):
-    """Each `<tool> exit N` line is compute-sanitizer's own status and the script fails with it: a fake
-    compute-sanitizer that finds errors (exit 3) must show as "memcheck exit 3", never as 0."""
+SANITIZE = REPO_ROOT / "scripts" / "sanitize.sh"
+
+
+def sanitize_families():
+    import runpy
+
+    return runpy.run_path(str(REPO_ROOT / "scripts" / "sanitize.py"))["FAMILIES"]
+
+
+def test_the_sanitizer_reports_the_sanitizers_own_exit(tmp_path):
+    """Each `<family> <tool> exit N` line is compute-sanitizer's own status and the script fails with it: a
+    fake compute-sanitizer that finds errors (exit 3) must show as "memcheck exit 3", never as 0."""
     fake = tmp_path / "compute-sanitizer"
-    fake.write_text("#!/usr/bin/env bash\ncat > /dev/null\nexit 3\n")
+    fake.write_text("#!/usr/bin/env bash\nexit 3\n")
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["bash", str(SANITIZE), "teaching", "fast"], env=env, capture_output=True, text=True,
+                          timeout=60)
     lines = [line for line in done.stdout.splitlines() if " exit " in line]
-    assert lines and all(line.endswith(" exit 3") for line in lines), done.stdout
+    assert len(lines) == 6 and all(line.endswith(" exit 3") for line in lines), done.stdout
     assert done.returncode != 0
 
 
-def test_the_attention_topk_sanitizer_families_cover_every_kernel_of_its_program():
-    """sanitize_attention_topk.sh runs its program once per kernel family: a kernel the program launches
-    but no family names would never be sanitized."""
-    text = (REPO_ROOT / "scripts" / "sanitize_attention_topk.sh").read_text()
-    program, families = text.split("\nPY\n)\n")
-    kernel = r"\b(?:attention|softmax_topk)_\d\d_[a-z_]*[a-z]"
-    launched = set(re.findall(kernel, program.split("<<'PY'", 1)[1]))
-    named = set(re.findall(kernel, families))
-    assert launched and launched == named, (launched - named, named - launched)
+def test_the_sanitizer_refuses_an_unknown_family():
+    done = subprocess.run(["bash", str(SANITIZE), "fastt"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown family fastt" in done.stdout
+
+
+def test_every_registered_kernel_is_in_a_sanitizer_family_and_each_family_launches_only_its_own():
+    """A kernel no family names would never be sanitized; a family that launches another's kernel would
+    run it where SANITIZE_ONLY cannot reach it by its family."""
+    import inspect
+
+    from onlinesoftmax.registry import REGISTRY
+
+    families = sanitize_families()
+    named = {kernel for _, kernels, _ in families.values() for kernel in kernels}
+    missing = sorted(name for name in REGISTRY if name not in named and not name.endswith("_unguarded"))
+    assert not missing, f"registered kernels no sanitizer family launches: {missing}"
+    kernel = r"\b(?:softmax|log_softmax|logsumexp|attention|softmax_topk)_\d\d_[a-z0-9_]*[a-z0-9]"
+    for name, (_, kernels, fn) in families.items():
+        source = inspect.getsource(fn)
+        if name in ("attention", "decode"):
+            source += inspect.getsource(families["attention"][2].__globals__["_attention_cuda_cores"])
+        assert set(re.findall(kernel, source)) <= set(kernels), name
