@@ -18,11 +18,11 @@ from onlinesoftmax.runtime.plan import extent, get_runner
 
 try:  # cupy imports without a GPU; the hot path compares types, so it needs the class itself
     import cupy as _cupy
-    _CUPY_ARRAY = _cupy.ndarray
-    _cupy_ndarray, _current_device = _cupy.ndarray, _cupy.cuda.runtime.getDevice
-    _current_stream = _cupy.cuda.get_current_stream
+    CUPY_ARRAY = _cupy.ndarray
+    new_cupy_array, current_device = _cupy.ndarray, _cupy.cuda.runtime.getDevice   # public: the other call sites use them
+    current_stream = _cupy.cuda.get_current_stream
 except Exception:  # pragma: no cover - cupy is a requirement
-    _cupy = _CUPY_ARRAY = None
+    _cupy = CUPY_ARRAY = None
 
 AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
 FAST_PATH_LIMIT = 4096
@@ -52,8 +52,8 @@ def check_array(x, function: str):
         raise TypeError(f"{function} takes float32, float16 or bfloat16, got {x.dtype.name}; {hint}")
     if x.size == 0:
         raise ValueError(f"{function} needs a non-empty array, got shape {tuple(x.shape)}")
-    if on_gpu and x.device.id != _current_device():
-        raise ValueError(f"x is on GPU {x.device.id}, but the current device is {_current_device()}: "
+    if on_gpu and x.device.id != current_device():
+        raise ValueError(f"x is on GPU {x.device.id}, but the current device is {current_device()}: "
                          f"call inside `with cupy.cuda.Device({x.device.id}):`")
     return on_gpu
 
@@ -227,16 +227,16 @@ def _layout(a) -> tuple:   # plan.layout and the device
 def _call_key(function: str, x, axis, variant, out=None, mask=None, valid_lengths=None, mask_value=-np.inf):
     """What a repeated call is found by (None: no fast path): the function, x's layout (shape, strides,
     dtype, 16-byte phase, device), axis and variant as written, the stream, the layouts of out, mask, lengths."""
-    key = (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, _current_stream().ptr)
+    key = (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, current_stream().ptr)
     if variant == "auto" and out is None and mask is None and valid_lengths is None and mask_value == NEG_INF:
         return key   # the most common call: nothing else to look at
     if type(variant) is not str or type(mask_value) not in (float, int) or \
-            (out is not None and type(out) is not _CUPY_ARRAY) or \
-            (valid_lengths is not None and type(valid_lengths) is not _CUPY_ARRAY):
+            (out is not None and type(out) is not CUPY_ARRAY) or \
+            (valid_lengths is not None and type(valid_lengths) is not CUPY_ARRAY):
         return None
     if mask is None or (isinstance(mask, str) and mask == "causal"):
         mask_key = mask
-    elif type(mask) is _CUPY_ARRAY:
+    elif type(mask) is CUPY_ARRAY:
         mask_key = _layout(mask)
     else:
         return None
@@ -250,7 +250,7 @@ def _passed_as_given(options: dict, given, x) -> bool:
         used = options.get(name)
         if used is None:
             continue
-        if type(array) is not _CUPY_ARRAY or used.data.ptr != array.data.ptr or \
+        if type(array) is not CUPY_ARRAY or used.data.ptr != array.data.ptr or \
                 array.data.device_id != x.data.device_id:
             return False
     return True
@@ -267,18 +267,18 @@ def _remember(key, runner, shape, dtype, x, out, options) -> None:
 def _fast(key, x, out=None, mask=None, valid_lengths=None):
     """A repeated call: one lookup, one allocation (none with out=), one launch; None on a miss."""
     hit = _fast_path.get(key)
-    if hit is None or _current_device() != x.data.device_id:
+    if hit is None or current_device() != x.data.device_id:
         return None
     runner, shape, dtype, extents, masked, pointers = hit
     if out is None:
-        y = _cupy_ndarray(shape, dtype)
+        y = new_cupy_array(shape, dtype)
     else:
         x_low, x_high, out_low, out_high = extents
         if x.data.ptr + x_low < out.data.ptr + out_high and out.data.ptr + out_low < x.data.ptr + x_high:
             return None   # out overlaps x: the slow path says so
         y = out
     if masked:
-        runner(x, y, mask=mask if type(mask) is _CUPY_ARRAY else None, valid_lengths=valid_lengths)
+        runner(x, y, mask=mask if type(mask) is CUPY_ARRAY else None, valid_lengths=valid_lengths)
     elif pointers is not None:
         pointers(x.data.ptr, y.data.ptr)
     else:
@@ -291,10 +291,10 @@ def _plain(function: str, x, axis):
     x's and y's addresses (runner.pointers) written out (a Python call costs ~0.1 us); None on a miss."""
     data = x.data
     hit = _fast_path.get((function, x.shape, x.strides, x.dtype, data.ptr & 15, data.device_id, axis,
-                          _current_stream().ptr))
-    if hit is None or hit[5] is None or _current_device() != data.device_id:
+                          current_stream().ptr))
+    if hit is None or hit[5] is None or current_device() != data.device_id:
         return None
-    y = _cupy_ndarray(hit[1], hit[2])
+    y = new_cupy_array(hit[1], hit[2])
     hit[5](data.ptr, y.data.ptr)
     return y
 
@@ -333,7 +333,7 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
     uniform).
     """
     key = None
-    if type(x) is _CUPY_ARRAY:
+    if type(x) is CUPY_ARRAY:
         plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
         y = _plain("softmax", x, axis) if plain else None
         if y is None:
@@ -350,7 +350,7 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
 
     A row of all -inf gives NaN (as torch). float32, float16, bfloat16; any number of dimensions."""
     key = None
-    if type(x) is _CUPY_ARRAY:
+    if type(x) is CUPY_ARRAY:
         y = _plain("log_softmax", x, axis) if out is None and variant == "auto" else None
         if y is None:
             key = _call_key("log_softmax", x, axis, variant, out)
@@ -366,7 +366,7 @@ def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
     The axis is removed from the shape. A row of all -inf gives -inf; a row holding NaN or +inf
     gives NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
     key = None
-    if type(x) is _CUPY_ARRAY:
+    if type(x) is CUPY_ARRAY:
         y = _plain("logsumexp", x, axis) if out is None and variant == "auto" else None
         if y is None:
             key = _call_key("logsumexp", x, axis, variant, out)

@@ -144,19 +144,19 @@ def _call_key(q, k, v, causal, scale, return_lse, variant):
         return None
     return (q.shape, q.strides, k.shape, k.strides, v.shape, v.strides, q.dtype, k.dtype, v.dtype,
             q.data.ptr & 15, k.data.ptr & 15, v.data.ptr & 15, q.data.device_id, k.data.device_id,
-            v.data.device_id, causal, scale, return_lse, variant, api._current_stream().ptr)
+            v.data.device_id, causal, scale, return_lse, variant, api.current_stream().ptr)
 
 
 def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto"):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc."""
     key = None
-    if type(q) is api._CUPY_ARRAY and type(k) is api._CUPY_ARRAY and type(v) is api._CUPY_ARRAY:
+    if type(q) is api.CUPY_ARRAY and type(k) is api.CUPY_ARRAY and type(v) is api.CUPY_ARRAY:
         key = _call_key(q, k, v, causal, scale, return_lse, variant)
         hit = None if key is None else _fast_path.get(key)
-        if hit is not None and api._current_device() == q.data.device_id:
+        if hit is not None and api.current_device() == q.data.device_id:
             runner, lse_shape = hit
-            out = api._cupy_ndarray(q.shape, q.dtype)
-            lse = api._cupy_ndarray(lse_shape, np.float32) if return_lse else None
+            out = api.new_cupy_array(q.shape, q.dtype)
+            lse = api.new_cupy_array(lse_shape, np.float32) if return_lse else None
             runner(q, out, k=k, v=v, lse=lse)                 # the runner reads only the addresses
             return (out, lse) if return_lse else out
     batch, heads, kv_heads, n_q, n_k, d, scale = check_inputs(q, k, v, scale)
@@ -178,12 +178,12 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
     if isinstance(q, np.ndarray):
         out, lse = chosen.simulate(q, k, v, causal=bool(causal), scale=scale)
         return (out, lse) if return_lse else out
-    on_its_device = api._current_device() == q.data.device_id
+    on_its_device = api.current_device() == q.data.device_id
     with contextlib.nullcontext() if on_its_device else q.device:
         given = (q, k, v)
         q, k, v = (a if a.flags.c_contiguous and a.data.ptr % 16 == 0 else _contiguous_copy(a) for a in given)
-        out = api._cupy_ndarray(q.shape, q.dtype)
-        lse = api._cupy_ndarray((batch, heads, n_q), np.float32) if return_lse else None
+        out = api.new_cupy_array(q.shape, q.dtype)
+        lse = api.new_cupy_array((batch, heads, n_q), np.float32) if return_lse else None
         options = {"k": k, "v": v, "lse": lse, "causal": bool(causal), "scale": scale}
         runner = get_runner(chosen, q, out, options)
         runner(q, out, **options)

@@ -304,7 +304,7 @@ COLUMN_POISON = -12345   # int64 columns never written by a kernel keep it (and 
 UNDERFLOW_SLACK = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-23}
 
 
-def _host(a):
+def host(a):
     """numpy (or cupy, copied to the host; bfloat16 through its 16-bit words) -> numpy."""
     if not hasattr(a, "get"):
         return np.asarray(a)
@@ -330,7 +330,7 @@ def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_o
     within 4 fp32 ulps (of max(|lse|, 1)) of the float64 log-sum-exp where that is finite, and NaN in
     every row whose probabilities are NaN (a row holding +inf or NaN: the fused kernels give no LSE
     for a row they cannot normalise)."""
-    x_host, probs_host, got = _host(x), _host(probs), _host(columns)
+    x_host, probs_host, got = host(x), host(probs), host(columns)
     x64 = np.asarray(as_float64(x_host))
     n_rows, n_cols = x64.shape
     if got.shape != (n_rows, k) or got.dtype != np.int64 or probs_host.shape != (n_rows, k):
@@ -375,7 +375,7 @@ def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_o
         return False, f"probabilities: error {err:.3e}, tolerance {tol:.3e}"
     message = f"{x_host.dtype} k={k}: error {err:.3e}, tolerance {tol:.3e}"
     if lse is not None:
-        lse_host, want_lse = _host(lse).astype(np.float64), reference.logsumexp(x64)
+        lse_host, want_lse = host(lse).astype(np.float64), reference.logsumexp(x64)
         want_lse = np.where(np.isnan(p64).all(axis=1) & (want_lse != -np.inf), np.nan, want_lse)
         ok = np.isfinite(want_lse)
         # twice a float32 baseline's error (numpy's pairwise sum of the kernels' terms) plus four ulps

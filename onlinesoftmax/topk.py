@@ -124,13 +124,13 @@ def _call_key(x, k, axis, renormalize, return_lse, variant):
             type(return_lse) is not bool or type(variant) is not str:
         return None
     return (x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, k, axis, renormalize, return_lse,
-            variant, api._current_stream().ptr)
+            variant, api.current_stream().ptr)
 
 
 def _outputs(rows: int, k: int, dtype, lse: bool = True):
     """probs, indices and (when asked for: the kernels skip a null one) the LSE of `rows` rows."""
-    return (api._cupy_ndarray((rows, k), dtype), api._cupy_ndarray((rows, k), np.int64),
-            api._cupy_ndarray((rows,), np.float32) if lse else None)
+    return (api.new_cupy_array((rows, k), dtype), api.new_cupy_array((rows, k), np.int64),
+            api.new_cupy_array((rows,), np.float32) if lse else None)
 
 
 def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return_lse: bool = False,
@@ -140,10 +140,10 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
     probs and indices have x's shape with `axis` replaced by k (moved last when axis is not the
     last); lse has x's shape without `axis`."""
     key = None
-    if type(x) is api._CUPY_ARRAY:
+    if type(x) is api.CUPY_ARRAY:
         key = _call_key(x, k, axis, renormalize, return_lse, variant)
         hit = None if key is None else _fast_path.get(key)
-        if hit is not None and api._current_device() == x.data.device_id:
+        if hit is not None and api.current_device() == x.data.device_id:
             runner, n_rows, lead = hit
             probs, indices, lse = _outputs(n_rows, k, x.dtype, return_lse)
             runner(x, probs, columns=indices, lse=lse)        # the runner reads only the addresses

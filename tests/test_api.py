@@ -290,11 +290,11 @@ def fake_gpu(monkeypatch):
         "ndarray": staticmethod(lambda shape, dtype=None: FakeDeviceArray(np.empty(shape, dtype))),
         "ascontiguousarray": staticmethod(lambda a: a),
         "may_share_memory": staticmethod(lambda a, b: np.may_share_memory(a.array, b.array))})
-    monkeypatch.setattr(api, "_CUPY_ARRAY", FakeDeviceArray)
+    monkeypatch.setattr(api, "CUPY_ARRAY", FakeDeviceArray)
     monkeypatch.setattr(api, "_cupy", fake_cupy)
-    monkeypatch.setattr(api, "_cupy_ndarray", fake_cupy.ndarray)
-    monkeypatch.setattr(api, "_current_device", lambda: 0)
-    monkeypatch.setattr(api, "_current_stream", lambda: type("Stream", (), {"ptr": 0})())
+    monkeypatch.setattr(api, "new_cupy_array", fake_cupy.ndarray)
+    monkeypatch.setattr(api, "current_device", lambda: 0)
+    monkeypatch.setattr(api, "current_stream", lambda: type("Stream", (), {"ptr": 0})())
     monkeypatch.setattr(device, "is_cupy_array", lambda a: isinstance(a, FakeDeviceArray))
     monkeypatch.setattr(api, "get_runner", lambda variant, x, y, options: lambda x, y, **o: launches.append(variant.name))
     real_call = api._call
@@ -351,7 +351,7 @@ def test_the_fast_path_keeps_the_checks_that_depend_on_addresses(fake_gpu):
     with pytest.raises(ValueError, match="overlaps"):
         osm.softmax(x, out=x)
     assert slow_calls == ["softmax"] * 2
-    api._current_device = lambda: 1   # restored by the fixture's monkeypatch
+    api.current_device = lambda: 1   # restored by the fixture's monkeypatch
     with pytest.raises(ValueError, match="GPU 0"):
         osm.softmax(x)
 

@@ -16,7 +16,7 @@ from test_topk_fast_path import Allocated
 def attention_gpu(fake_gpu, monkeypatch):  # noqa: F811
     """fake_gpu, plus attention's runners recorded and its plans counted."""
     launches, built = [], []
-    monkeypatch.setattr(attention_api.api, "_cupy_ndarray", lambda shape, dtype=None: Allocated(np.empty(shape, dtype)))
+    monkeypatch.setattr(attention_api.api, "new_cupy_array", lambda shape, dtype=None: Allocated(np.empty(shape, dtype)))
     monkeypatch.setattr(device, "compute_capability", lambda: 90)
 
     def fake_get_runner(variant, q, out, options):

@@ -23,6 +23,7 @@ from onlinesoftmax.measure import bench, results, timer
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
 from onlinesoftmax.bench import api_overhead as bao
+from onlinesoftmax.bench import api_overhead_report as bao_report
 from onlinesoftmax.bench import compare_fast
 from onlinesoftmax.bench import softmax_fast as bench_fast
 
@@ -218,10 +219,10 @@ def test_the_suite_runs_on_the_cpu_with_fakes(dry_run):
             assert ("fast", "end_to_end", api, mask, dtype, 5) in timed and ("fast", "device", api, mask, dtype, 5) in timed
             assert (bao.TORCH_NAMES[api], "end_to_end", api, mask, dtype, 5) in timed
         assert ("fast", "end_to_end", "logsumexp", "none", dtype, 3) not in timed, "masks and LSE only on the subset"
-    summary = bao.summarize(data)
+    summary = bao_report.summarize(data)
     assert summary["targets"]["all_correct"]["worst"] == 0
     assert all(e["e2e_vs_torch"] == 1.0 for e in summary["table"])
-    assert "targets:" in bao.report(data)
+    assert "targets:" in bao_report.report(data)
 
 
 def test_a_wrong_answer_is_an_error_row_and_never_timed(dry_run, monkeypatch):
@@ -238,9 +239,9 @@ def test_a_wrong_answer_is_an_error_row_and_never_timed(dry_run, monkeypatch):
     assert {(r["api"], r["mask"]) for r in wrong} == {("softmax", "causal"), ("softmax", "additive")}
     assert all(r["method"] == "check" and "error" in r and "us" not in r for r in wrong)
     assert not [r for r in data["rows"] if r.get("mask") in ("causal", "additive") and r["kernel"] == "fast" and "us" in r]
-    target = bao.summarize(data)["targets"]["all_correct"]
+    target = bao_report.summarize(data)["targets"]["all_correct"]
     assert target["worst"] == len(wrong) == 6
-    assert "all_correct                    MISS" in bao.report(data)
+    assert "all_correct                    MISS" in bao_report.report(data)
 
 
 # ---- the summary of a recorded file -----------------------------------------------------------------
@@ -266,7 +267,7 @@ def synthetic(cluster_us=30.0):
 
 
 def test_summary_reads_targets_and_ratios():
-    s = bao.summarize(synthetic())
+    s = bao_report.summarize(synthetic())
     assert s["targets"]["host_one_kernel"]["worst"] == 12.0 and not s["targets"]["host_one_kernel"]["misses"]
     assert s["targets"]["host_cluster_or_two_kernels"]["misses"] == [("softmax_10_cluster", "float32", 30.0)]
     assert s["targets"]["all_correct"]["worst"] == 1
@@ -274,9 +275,9 @@ def test_summary_reads_targets_and_ratios():
     assert entry["e2e_vs_torch"] == 2.0 and entry["device_vs_torch"] == 1.5
     assert s["groups"]["softmax/none"]["e2e_slower_than_torch"] == 0
     assert s["copy_GBps"] == 4200.0
-    text = bao.report(synthetic())
+    text = bao_report.report(synthetic())
     assert "host_one_kernel                met" in text and "host_cluster_or_two_kernels    MISS" in text
-    fixed = bao.summarize(synthetic(cluster_us=20.0))["targets"]["host_cluster_or_two_kernels"]
+    fixed = bao_report.summarize(synthetic(cluster_us=20.0))["targets"]["host_cluster_or_two_kernels"]
     assert fixed["misses"] == [] and fixed["worst"] == 20.0
 
 

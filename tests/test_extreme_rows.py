@@ -42,7 +42,7 @@ def cols(xp, variant=None):
 
 
 def host(a):
-    return checks._host(a)
+    return checks.host(a)
 
 
 def each_row(compare, y, x):

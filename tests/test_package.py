@@ -8,7 +8,7 @@ import onlinesoftmax as osm
 from onlinesoftmax.runtime.loader import KERNELS_DIR, REPO_ROOT
 
 PACKAGE = REPO_ROOT / "onlinesoftmax"
-ROOMS = {"runtime", "kernels", "measure", "book", "distributed"}
+ROOMS = {"runtime", "kernels", "measure", "book", "distributed", "bench"}
 
 
 def module_name(path: Path) -> str:
@@ -74,6 +74,56 @@ def test_rooms_and_module_sizes():
     long = {str(p.relative_to(REPO_ROOT)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"modules over 400 lines: {long}"
+
+
+def room_of(module: str) -> str:
+    """A subpackage is one room (onlinesoftmax.runtime.*); each top-level module is a room of its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def private_uses_across_rooms(path: Path) -> list[str]:
+    """`from onlinesoftmax.X import _name` and `alias._name` (alias an onlinesoftmax module) where X's room
+    is not path's own: a private name is for its own room."""
+    here = room_of(module_name(path))
+    tree = ast.parse(path.read_text())
+    aliases, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("onlinesoftmax"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                is_module = (PACKAGE.parent / (full.replace(".", "/") + ".py")).exists() or \
+                    (PACKAGE.parent / full.replace(".", "/")).is_dir()
+                if is_module:
+                    aliases[alias.asname or alias.name] = full
+                elif alias.name.startswith("_") and room_of(node.module) != here:
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("onlinesoftmax"):
+                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "onlinesoftmax"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and room_of(aliases[node.value.id]) != here:
+            found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_a_room():
+    offenders = {str(p.relative_to(REPO_ROOT)): uses for p in sorted(PACKAGE.rglob("*.py"))
+                 if (uses := private_uses_across_rooms(p))}
+    assert not offenders, f"private names used outside their room: {offenders}"
+
+
+def test_the_private_name_check_can_fail(tmp_path, monkeypatch):
+    room = PACKAGE / "kernels"
+    probe = room / "_probe_private_use.py"
+    probe.write_text("from onlinesoftmax import api\nfrom onlinesoftmax.checks import _host_rows\napi._fast_path\n")
+    try:
+        assert private_uses_across_rooms(probe) == ["2: from onlinesoftmax.checks import _host_rows", "3: api._fast_path"]
+    finally:
+        probe.unlink()
 
 
 def test_every_kernel_file_is_registered_under_its_stem():

@@ -31,7 +31,7 @@ def topk_gpu(fake_gpu, monkeypatch):  # noqa: F811
     def allocate(shape, dtype=None):
         allocated.append(shape)
         return Allocated(np.empty(shape, dtype))
-    monkeypatch.setattr(api, "_cupy_ndarray", allocate)
+    monkeypatch.setattr(api, "new_cupy_array", allocate)
 
     def fake_run(chosen, rows, k, renormalize, probs, indices, lse=None):
         built.append((chosen.name, rows.shape))

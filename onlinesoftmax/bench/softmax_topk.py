@@ -83,7 +83,7 @@ CHECK_ROWS = 8          # the first and the last rows of each input are checked 
 
 def edge_rows(a):
     """The first and last CHECK_ROWS rows of a 2-D array, on the host (slices: no fancy indexing)."""
-    head, tail = checks._host(a[:CHECK_ROWS]), checks._host(a[max(CHECK_ROWS, a.shape[0] - CHECK_ROWS):])
+    head, tail = checks.host(a[:CHECK_ROWS]), checks.host(a[max(CHECK_ROWS, a.shape[0] - CHECK_ROWS):])
     return np.concatenate([head, tail]) if tail.size else head
 
 

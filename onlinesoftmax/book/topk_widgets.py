@@ -53,7 +53,7 @@ def show_measured(n_rows: int = 8, n_cols: int = 32000, k: int = 20, dtype: str 
 
         x = checks.random_rows(cupy, n_rows, n_cols, dtype, seed=1)
         probs, columns = onlinesoftmax.softmax_topk(x, k, variant=kernel)
-        host_x, host_p = checks._host(x[:MODEL_ROWS]), checks._host(probs[:MODEL_ROWS])
+        host_x, host_p = checks.host(x[:MODEL_ROWS]), checks.host(probs[:MODEL_ROWS])
         times, source = _live_times(x, k, kernel), "measured now"
     else:
         host_x = checks.random_rows(np, min(n_rows, MODEL_ROWS), n_cols, dtype, seed=1)

@@ -28,7 +28,7 @@ CHECKED_ROWS = 6
 
 def edge(a):
     """The first and last CHECKED_ROWS rows of a 2-D cupy array, on the host."""
-    head, tail = checks._host(a[:CHECKED_ROWS]), checks._host(a[max(CHECKED_ROWS, a.shape[0] - CHECKED_ROWS):])
+    head, tail = checks.host(a[:CHECKED_ROWS]), checks.host(a[max(CHECKED_ROWS, a.shape[0] - CHECKED_ROWS):])
     return np.concatenate([head, tail]) if tail.size else head
 
 
