@@ -13,20 +13,20 @@ module per kernel family: plan builder, NumPy model, registration; `dispatch` is
 `measure/` (timer, results, benchmark helpers), `book/` (the chapters' helpers, widgets and
 graders), `distributed/` (the merge across GPUs, on simulated or real ranks); beside them the registry, the float64 reference, the schedule simulator and the checks.
 """
-from onlinesoftmax.kernels import softmax_teaching  # noqa: F401  (registers softmax_00 .. 02)
-from onlinesoftmax.kernels import softmax_masked  # noqa: F401  (softmax_03_online_masked)
-from onlinesoftmax.kernels import softmax_fp16  # noqa: F401  (softmax_04/05: fp16 with vector loads)
-from onlinesoftmax.kernels import softmax_split_merge  # noqa: F401  (softmax_06_split_merge)
-from onlinesoftmax.kernels import logsumexp_online  # noqa: F401  (logsumexp_01_online, log_softmax_01_online)
-from onlinesoftmax.kernels import log_softmax_registers  # noqa: F401  (log_softmax_02_registers: rows up to 32K read once)
-from onlinesoftmax.kernels import logsumexp_state  # noqa: F401  (logsumexp_02_state: (m, l) per row, for merges across GPUs)
-from onlinesoftmax.kernels import softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
-from onlinesoftmax.kernels import softmax_topk  # noqa: F401  (softmax_topk_01 .. 04: the paper's four)
-from onlinesoftmax.kernels import softmax_topk_moe  # noqa: F401  (softmax_topk_05_warp_rows: MoE gating)
-from onlinesoftmax.kernels import softmax_topk_split  # noqa: F401  (softmax_topk_06_split: few long rows, k <= 1024)
-from onlinesoftmax.kernels import attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
-from onlinesoftmax.kernels import attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
-from onlinesoftmax.kernels import attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
+from onlinesoftmax.kernels.softmax import teaching as softmax_teaching  # noqa: F401  (registers softmax_00 .. 02)
+from onlinesoftmax.kernels.softmax import masked as softmax_masked  # noqa: F401  (softmax_03_online_masked)
+from onlinesoftmax.kernels.softmax import fp16 as softmax_fp16  # noqa: F401  (softmax_04/05: fp16 with vector loads)
+from onlinesoftmax.kernels.softmax import split_merge as softmax_split_merge  # noqa: F401  (softmax_06_split_merge)
+from onlinesoftmax.kernels.logsumexp import online as logsumexp_online  # noqa: F401  (logsumexp_01_online, log_softmax_01_online)
+from onlinesoftmax.kernels.logsumexp import log_softmax_registers  # noqa: F401  (log_softmax_02_registers: rows up to 32K read once)
+from onlinesoftmax.kernels.logsumexp import state as logsumexp_state  # noqa: F401  (logsumexp_02_state: (m, l) per row, for merges across GPUs)
+from onlinesoftmax.kernels.softmax import fast as softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
+from onlinesoftmax.kernels.topk import softmax_topk  # noqa: F401  (softmax_topk_01 .. 04: the paper's four)
+from onlinesoftmax.kernels.topk import moe as softmax_topk_moe  # noqa: F401  (softmax_topk_05_warp_rows: MoE gating)
+from onlinesoftmax.kernels.topk import split as softmax_topk_split  # noqa: F401  (softmax_topk_06_split: few long rows, k <= 1024)
+from onlinesoftmax.kernels.attention import blocked as attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
+from onlinesoftmax.kernels.attention import mma as attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
+from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
 from onlinesoftmax import reference
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
 from onlinesoftmax.topk import softmax_topk, topk_logits

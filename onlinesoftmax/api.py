@@ -384,7 +384,7 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:
         if mask_value != -np.inf:
             raise ValueError("softmax: mask_value only applies with mask= or valid_lengths=")
         return {}
-    from onlinesoftmax.kernels import softmax_masked
+    from onlinesoftmax.kernels.softmax import masked as softmax_masked
 
     check_array(x, "softmax")
     if normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:

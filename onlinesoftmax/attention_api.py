@@ -1,5 +1,5 @@
 """attention(q, k, v): softmax(q k^T * scale) v without the score matrix (the API; the NumPy model
-of the blocked forward is in kernels/attention_blocked.py, the float64 reference in reference.py).
+of the blocked forward is in kernels/attention/blocked.py, the float64 reference in reference.py).
 
     out = onlinesoftmax.attention(q, k, v, causal=True)             # numpy: the chosen kernel's model
     out, lse = onlinesoftmax.attention(q, k, v, return_lse=True)    # lse: (batch, heads, n_q), float32
@@ -41,8 +41,9 @@ import contextlib
 import numpy as np
 
 from onlinesoftmax import api
-from onlinesoftmax.kernels import attention_blocked as kernels
-from onlinesoftmax.kernels import attention_decode_mma, attention_mma
+from onlinesoftmax.kernels.attention import blocked as kernels
+from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
+from onlinesoftmax.kernels.attention import mma as attention_mma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
 from onlinesoftmax.runtime import device, loader
 from onlinesoftmax.runtime.plan import get_runner

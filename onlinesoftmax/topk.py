@@ -31,9 +31,9 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import api
-from onlinesoftmax.kernels import softmax_topk as kt
-from onlinesoftmax.kernels import softmax_topk_moe as moe
-from onlinesoftmax.kernels import softmax_topk_split as split
+from onlinesoftmax.kernels.topk import softmax_topk as kt
+from onlinesoftmax.kernels.topk import moe
+from onlinesoftmax.kernels.topk import split
 from onlinesoftmax.runtime import device, loader
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
 from onlinesoftmax.runtime.plan import get_runner

@@ -13,7 +13,7 @@ if has probe; then
   python3 - <<'PY' 2>&1 | tee "$OUT/probe.log"
 import cupy, numpy, ml_dtypes
 import onlinesoftmax as osm
-from onlinesoftmax.kernels import softmax_fast as kf
+from onlinesoftmax.kernels.softmax import fast as kf
 print("cupy", cupy.__version__, "numpy", numpy.__version__, "commit", __import__("os").environ.get("ONLINESOFTMAX_GIT_COMMIT"))
 try:
     a = cupy.asarray(numpy.arange(4, dtype=numpy.uint16)).view(ml_dtypes.bfloat16)

@@ -19,7 +19,7 @@ import cupy as cp
 import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax import topk as tk
-from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.kernels.topk import split as sp
 from onlinesoftmax.measure import timer
 
 SHAPES = ((1, 32000, 20, "float32"), (8, 128256, 1, "float32"), (1, 151936, 50, "bfloat16"))

@@ -59,7 +59,7 @@ def masked(cp, osm, checks):
 @family("online-variants", "chapter 03's kernels: softmax_03 with every mask kind, the fp16 softmax_04/05 on views",
         ("softmax_03_online_masked", "softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8"))
 def online_variants(cp, osm, checks):
-    from onlinesoftmax.kernels import softmax_masked
+    from onlinesoftmax.kernels.softmax import masked as softmax_masked
 
     if wanted("softmax_03_online_masked"):
         for shape in ((1, 1), (7, 100), (3, 4097), (300, 257)):
@@ -121,7 +121,7 @@ def fast(cp, osm, checks):
         ("logsumexp_01_online", "log_softmax_01_online", "log_softmax_02_registers", "softmax_06_split_merge",
          "logsumexp_02_state"))
 def logsumexp(cp, osm, checks):
-    from onlinesoftmax.kernels import logsumexp_state
+    from onlinesoftmax.kernels.logsumexp import state as logsumexp_state
     from onlinesoftmax.runtime.plan import get_runner
 
     lse_v, log_v, reg_v, split_v = (osm.REGISTRY[name] for name in FAMILIES["logsumexp"][1][:4])
@@ -187,7 +187,7 @@ def _attention_cuda_cores(cp, osm, checks, cases):
 @family("attention-mma", "attention_03 .. 05 and 07 (tensor cores): partial tiles, blind rows, grouped heads",
         ("attention_03_mma", "attention_04_ldmatrix", "attention_05_pipelined", "attention_07_fragment_reuse"))
 def attention_mma(cp, osm, checks):
-    from onlinesoftmax.kernels import attention_mma as am
+    from onlinesoftmax.kernels.attention import mma as am
 
     for variant in am.VARIANTS:
         if not wanted(variant.name):

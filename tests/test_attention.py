@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import attention_api as att, checks
-from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels.attention import blocked as ab
 
 
 def qkv(batch, heads, kv_heads, n_q, n_k, d, dtype="float32", seed=0, scale=1.0):

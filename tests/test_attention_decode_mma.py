@@ -10,8 +10,8 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import attention_api, checks
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_decode_mma as dm
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import decode_mma as dm
 from onlinesoftmax.runtime import emulator
 
 

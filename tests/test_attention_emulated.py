@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_mma as am
-from onlinesoftmax.kernels import mma_fragments as mf
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import mma as am
+from onlinesoftmax.kernels.attention import mma_fragments as mf
 from onlinesoftmax.runtime import emulator
 from onlinesoftmax.runtime.loader import KERNELS_DIR
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_decode_mma as dm
-from onlinesoftmax.kernels import attention_mma as am
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import decode_mma as dm
+from onlinesoftmax.kernels.attention import mma as am
 
 MODELS = {"attention_01_blocked": ab.BLOCKED.simulate, "attention_05_pipelined": am.simulate,
           "attention_07_fragment_reuse": am.simulate_reuse, "attention_06_decode_mma": dm.simulate}

@@ -6,8 +6,8 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import attention_api, checks, registry
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_mma as am
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import mma as am
 from onlinesoftmax.runtime import device
 
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from onlinesoftmax.kernels import attention_mma as am
+from onlinesoftmax.kernels.attention import mma as am
 from onlinesoftmax.runtime import disasm
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import checks, topk
-from onlinesoftmax.kernels import softmax_topk as kt
-from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.kernels.topk import softmax_topk as kt
+from onlinesoftmax.kernels.topk import split as sp
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
 from onlinesoftmax.bench import softmax_topk as bench

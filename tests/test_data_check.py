@@ -35,7 +35,7 @@ def test_every_file_records_its_sources(path):
 def test_sources_follow_includes_and_launch_modules():
     paths = set(freshness.source_hashes(ROWS))
     assert "kernels/softmax/softmax_02_online.cu" in paths
-    assert "onlinesoftmax/kernels/softmax_teaching.py" in paths
+    assert "onlinesoftmax/kernels/softmax/teaching.py" in paths
     assert any(p.startswith("kernels/common/") for p in paths), paths     # its includes, transitively
 
 
@@ -98,7 +98,7 @@ def test_check_fails_when_the_kernel_or_its_launch_module_changes(tmp_path):
     root = _fixture_repo(tmp_path)
     _record(root, "tiny-suite")
     for path, edit in (("kernels/softmax/softmax_02_online.cu", "#define CHECK_DATA_EDIT 1"),
-                       ("onlinesoftmax/kernels/softmax_teaching.py", "CHECK_DATA_EDIT = 1")):
+                       ("onlinesoftmax/kernels/softmax/teaching.py", "CHECK_DATA_EDIT = 1")):
         with open(root / path, "a") as f:
             f.write(f"\n{edit}\n")
         verdicts, (text, status) = _run(root)
@@ -171,3 +171,20 @@ def test_comments_and_docstrings_do_not_count_but_code_does():
     cuda = "int f(int x) { return x + 1; } // one\n"
     assert _digest(cuda, "k.cu") == _digest(cuda.replace("// one", "/* two */"), "k.cu")
     assert _digest(cuda, "k.cu") != _digest(cuda.replace("x + 1", "x - 1"), "k.cu")
+
+
+def test_a_module_moved_to_its_room_keeps_its_digest_unless_its_code_changed():
+    """The package's own imports are wiring, left out of the digest; any other import is code."""
+    from onlinesoftmax.measure.freshness import _digest
+
+    old = "from onlinesoftmax.kernels import softmax_fast as kf\nimport numpy as np\nX = np.float32(kf.VEC)\n"
+    moved = "from onlinesoftmax.kernels.softmax import fast as kf\nimport numpy as np\nX = np.float32(kf.VEC)\n"
+    assert _digest(old, "m.py") == _digest(moved, "m.py")
+    assert _digest(old, "m.py") != _digest(old.replace("import numpy as np", "import cupy as np"), "m.py")
+    assert _digest(old, "m.py") != _digest(moved.replace("kf.VEC", "kf.VEC + 1"), "m.py")
+
+
+def test_every_moved_source_is_where_the_map_says():
+    for old, new in freshness.MOVED.items():
+        assert not (REPO_ROOT / old).exists(), f"{old} is still there: drop it from MOVED or finish the move"
+        assert (REPO_ROOT / new).is_file(), f"MOVED names {new}, which does not exist"

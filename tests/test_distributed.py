@@ -10,7 +10,7 @@ import pytest
 from onlinesoftmax import checks, reference
 from onlinesoftmax.distributed import comm as comm_module, decode, schedules, simulated, verify
 from onlinesoftmax.distributed import vocab_parallel as vp
-from onlinesoftmax.kernels import logsumexp_state as ls
+from onlinesoftmax.kernels.logsumexp import state as ls
 
 DTYPES = ("float32", "float16", "bfloat16")
 

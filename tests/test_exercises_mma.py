@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from onlinesoftmax.book import exercises_mma as x
-from onlinesoftmax.kernels import mma_fragments as mf
+from onlinesoftmax.kernels.attention import mma_fragments as mf
 from onlinesoftmax.runtime import emulator
 
 

@@ -14,7 +14,7 @@ import scipy.special
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference
 from onlinesoftmax import extremes
-from onlinesoftmax.kernels import softmax_fast_models as models
+from onlinesoftmax.kernels.softmax import fast_models as models
 from onlinesoftmax.registry import REGISTRY
 
 from test_logsumexp import log_softmax_compare, lse_compare

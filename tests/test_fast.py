@@ -12,9 +12,9 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax.kernels import dispatch
-from onlinesoftmax.kernels import softmax_fast as kf
-from onlinesoftmax.kernels import softmax_fast_configs as configs
-from onlinesoftmax.kernels import softmax_fast_models as models
+from onlinesoftmax.kernels.softmax import fast as kf
+from onlinesoftmax.kernels.softmax import fast_configs as configs
+from onlinesoftmax.kernels.softmax import fast_models as models
 from onlinesoftmax.runtime import driver, loader
 from onlinesoftmax.runtime.loader import REPO_ROOT
 from onlinesoftmax.registry import DTYPE_ITEMSIZE

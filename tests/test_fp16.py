@@ -9,7 +9,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels.softmax_fp16 import row_heads, schedule, simulate_fp16
+from onlinesoftmax.kernels.softmax.fp16 import row_heads, schedule, simulate_fp16
 
 FP16 = ("softmax_04_online_fp16_vec4", "softmax_05_online_fp16_vec8")
 VEC = {"softmax_04_online_fp16_vec4": 4, "softmax_05_online_fp16_vec8": 8}

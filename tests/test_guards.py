@@ -10,8 +10,8 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, simulate
 from onlinesoftmax import extremes
-from onlinesoftmax.kernels.softmax_masked import block_threads, simulate_masked
-from onlinesoftmax.kernels.softmax_teaching import simulate_online
+from onlinesoftmax.kernels.softmax.masked import block_threads, simulate_masked
+from onlinesoftmax.kernels.softmax.teaching import simulate_online
 
 
 GUARD_ROWS = checks.GUARD_ROWS

@@ -209,7 +209,7 @@ def test_chapter_07_and_08_counterparts():
 
 
 def test_chapter_09_counterpart():
-    from onlinesoftmax.kernels import attention_mma as am
+    from onlinesoftmax.kernels.attention import mma as am
 
     spec = counterparts.tensor_core_figure(n_q_options=(1, 200), n_k_options=(1, 64)).spec()
     assert check(spec) == []

@@ -8,8 +8,8 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels import dispatch
-from onlinesoftmax.kernels import log_softmax_registers as lr
-from onlinesoftmax.kernels.softmax_fast_configs import vector_width
+from onlinesoftmax.kernels.logsumexp import log_softmax_registers as lr
+from onlinesoftmax.kernels.softmax.fast_configs import vector_width
 from onlinesoftmax.registry import DTYPE_TAGS
 
 from test_logsumexp import Addressed, install_fake_kernels, log_softmax_compare, rows

@@ -15,7 +15,7 @@ from onlinesoftmax import extremes
 from onlinesoftmax.registry import DTYPE_TAGS
 from onlinesoftmax import checks, merge, reference
 from onlinesoftmax.book import exercises_logsumexp as ex
-from onlinesoftmax.kernels import logsumexp_online as kl
+from onlinesoftmax.kernels.logsumexp import online as kl
 
 EPS32 = float(np.finfo(np.float32).eps)
 DTYPES = ("float32", "float16", "bfloat16")

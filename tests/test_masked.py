@@ -13,8 +13,8 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax.registry import DTYPE_TAGS
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels import softmax_masked as km
-from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
+from onlinesoftmax.kernels.softmax import masked as km
+from onlinesoftmax.kernels.softmax.masked import FLT_MAX, effective_logits, prepare, reference_masked
 
 MASKED = "softmax_03_online_masked"
 VARIANT = osm.REGISTRY[MASKED]

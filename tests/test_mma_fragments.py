@@ -1,4 +1,4 @@
-"""CPU tier: the mma.sync.m16n8k16 fragment maps in NumPy (onlinesoftmax/kernels/mma_fragments.py)
+"""CPU tier: the mma.sync.m16n8k16 fragment maps in NumPy (onlinesoftmax/kernels/attention/mma_fragments.py)
 and the tensor-core kernels' index maps built on them: every element held once, the PTX ISA's
 formulas at chosen lanes, an mma on fragments equal to a matrix product, ldmatrix, and one warp's
 S = Q K^T and O += P V replayed with exactly the kernels' loads, equal to the products (small
@@ -6,7 +6,7 @@ integers, so every sum is exact). Deliberately wrong maps are rejected. Bank-con
 import numpy as np
 import pytest
 
-from onlinesoftmax.kernels import mma_fragments as mf
+from onlinesoftmax.kernels.attention import mma_fragments as mf
 
 
 def ints(rng, *shape):

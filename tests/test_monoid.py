@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
 from onlinesoftmax.book import exercises_monoid as ex
-from onlinesoftmax.kernels import softmax_split_merge as km
+from onlinesoftmax.kernels.softmax import split_merge as km
 from onlinesoftmax import simulate as sim
 
 IDENTITY = (-math.inf, 0.0)

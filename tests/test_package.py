@@ -77,9 +77,10 @@ def test_rooms_and_module_sizes():
 
 
 def room_of(module: str) -> str:
-    """A subpackage is one room (onlinesoftmax.runtime.*); each top-level module is a room of its own."""
+    """A subpackage is one room (onlinesoftmax.runtime.*), a kernel family one of its own
+    (onlinesoftmax.kernels.attention.*); each top-level module is a room of its own."""
     parts = module.split(".")
-    return ".".join(parts[:2])
+    return ".".join(parts[:3] if parts[1:2] == ["kernels"] and len(parts) > 3 else parts[:2])
 
 
 def private_uses_across_rooms(path: Path) -> list[str]:

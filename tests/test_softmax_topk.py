@@ -8,11 +8,11 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, topk
-from onlinesoftmax.kernels import softmax_topk as kt
-from onlinesoftmax.kernels import softmax_topk_moe as moe
-from onlinesoftmax.kernels import softmax_topk_split as sp
-from onlinesoftmax.kernels import topk_keys as tk
-from onlinesoftmax.kernels import topk_rows_model as rm
+from onlinesoftmax.kernels.topk import softmax_topk as kt
+from onlinesoftmax.kernels.topk import moe
+from onlinesoftmax.kernels.topk import split as sp
+from onlinesoftmax.kernels.topk import keys as tk
+from onlinesoftmax.kernels.topk import rows_model as rm
 
 from test_logsumexp import Addressed
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import softmax_topk_split as sp
-from onlinesoftmax.kernels import topk_keys as tk
+from onlinesoftmax.kernels.topk import split as sp
+from onlinesoftmax.kernels.topk import keys as tk
 from onlinesoftmax.runtime import emulator
 from onlinesoftmax.runtime.loader import KERNELS_DIR
 

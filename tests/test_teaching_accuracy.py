@@ -15,7 +15,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference, simulate
-from onlinesoftmax.kernels.softmax_teaching import sequential_of
+from onlinesoftmax.kernels.softmax.teaching import sequential_of
 from onlinesoftmax.registry import EXTRA_BUILDS, compile_configurations
 
 TEACHING = ("softmax_01_safe", "softmax_02_online", "softmax_03_online_masked")

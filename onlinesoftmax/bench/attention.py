@@ -33,8 +33,8 @@ import numpy as np
 import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax import attention_api
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_decode_mma as dm
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import decode_mma as dm
 from onlinesoftmax.measure import results, timer
 
 KV_LIMIT_BYTES = 24 << 30

@@ -30,8 +30,8 @@ import numpy as np
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_mma as am
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import mma as am
 from onlinesoftmax.measure import results, timer
 from onlinesoftmax.runtime.plan import get_runner
 

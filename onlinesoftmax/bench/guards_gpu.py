@@ -17,9 +17,9 @@ import sys
 import numpy as np
 
 from onlinesoftmax import api, checks, reference
-from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.kernels.softmax import masked as softmax_masked
 from onlinesoftmax.measure import results
-from onlinesoftmax.kernels.softmax_teaching import simulate_online
+from onlinesoftmax.kernels.softmax.teaching import simulate_online
 from onlinesoftmax.registry import REGISTRY
 
 SUITE = "guards-gpu"

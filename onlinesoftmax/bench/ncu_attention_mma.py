@@ -5,7 +5,7 @@ One launch of each of attention_03_mma, attention_04_ldmatrix, attention_05_pipe
 attention_07_fragment_reuse at bf16, batch 4, heads 32, n = n_q = n_k = 4096, causal and not, d = 128
 and 64 (plus, for the first three, the matching count of the model: shared-memory wavefronts of the
 launch's loads and stores, from the wavefronts per warp and key tile of
-onlinesoftmax.kernels.mma_fragments and the tiles of attention_mma.tile_counts; attention_07's rows
+onlinesoftmax.kernels.attention.mma_fragments and the tiles of attention_mma.tile_counts; attention_07's rows
 carry the metrics only).
 Metrics: shared-memory wavefronts (all, loads, stores) and bank conflicts, the tensor pipe's
 active cycles as a share of its peak, achieved occupancy, the issue slots used (share of peak) and
@@ -38,7 +38,7 @@ BATCH, HEADS, N = 4, 32, 4096
 
 
 def plan():
-    from onlinesoftmax.kernels import attention_mma as am
+    from onlinesoftmax.kernels.attention import mma as am
 
     return [(v.name, d, causal) for d in (128, 64) for causal in (False, True) for v in am.VARIANTS]
 
@@ -80,8 +80,8 @@ def parse_ncu_csv(text: str) -> list[dict]:
 
 
 def measure() -> dict:
-    from onlinesoftmax.kernels import mma_fragments as mf
-    from onlinesoftmax.kernels import attention_mma as am
+    from onlinesoftmax.kernels.attention import mma_fragments as mf
+    from onlinesoftmax.kernels.attention import mma as am
     from onlinesoftmax.measure import results
 
     ncu = shutil.which("ncu")
@@ -122,7 +122,7 @@ def measure() -> dict:
         print(f"{name:<24} d {d:>3} {'causal' if causal else 'full  '}: "
               + ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics), flush=True)
     method = ("Nsight Compute " + " ".join(cmd[1:9]) + ": one launch per kernel and shape, clocks left alone; "
-              "model counts from onlinesoftmax.kernels.mma_fragments.tile_wavefronts")
+              "model counts from onlinesoftmax.kernels.attention.mma_fragments.tile_wavefronts")
     return {"meta": {**results.gpu_meta(), "method": method, "metrics_unavailable": missing}, "rows": rows}
 
 

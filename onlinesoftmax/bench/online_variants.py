@@ -21,7 +21,7 @@ import numpy as np
 import onlinesoftmax as osm
 from onlinesoftmax import api
 from onlinesoftmax.measure import bench
-from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.kernels.softmax import masked as softmax_masked
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 

@@ -34,7 +34,7 @@ from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import softmax_fast_configs as configs
+from onlinesoftmax.kernels.softmax import fast_configs as configs
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
 
 N_LIST = (256, 1024, 4096, 16384, 65536, 262144, 1048576)

@@ -18,8 +18,9 @@ from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import softmax_fast as kf
-from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs
+from onlinesoftmax.kernels.softmax import fast as kf
+from onlinesoftmax.kernels import dispatch
+from onlinesoftmax.kernels.softmax import fast_configs as configs
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
 

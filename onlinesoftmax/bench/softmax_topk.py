@@ -54,9 +54,9 @@ import numpy as np
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, topk
-from onlinesoftmax.kernels import softmax_topk as kt
-from onlinesoftmax.kernels import softmax_topk_moe as moe
-from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.kernels.topk import softmax_topk as kt
+from onlinesoftmax.kernels.topk import moe
+from onlinesoftmax.kernels.topk import split as sp
 from onlinesoftmax.measure import bench, results, timer
 
 SUITE = "softmax-topk"

@@ -20,7 +20,7 @@ from onlinesoftmax import checks, reference
 from onlinesoftmax.measure import bench
 from onlinesoftmax.measure import results
 from onlinesoftmax.measure import timer
-from onlinesoftmax.kernels import softmax_split_merge as km
+from onlinesoftmax.kernels.softmax import split_merge as km
 
 SUITE = "split-merge"
 KERNELS = ("softmax_02_online", "softmax_06_split_merge")

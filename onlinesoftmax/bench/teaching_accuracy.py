@@ -22,7 +22,7 @@ import numpy as np
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference
-from onlinesoftmax.kernels.softmax_teaching import sequential_of
+from onlinesoftmax.kernels.softmax.teaching import sequential_of
 from onlinesoftmax.measure import bench, results, timer
 
 SUITE = "teaching-accuracy"

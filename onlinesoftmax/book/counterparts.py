@@ -102,7 +102,7 @@ def scan_figure(vectors: list[str], longest: int = 8) -> Figure:
 def split_figure(x_row: np.ndarray, most: int = 32, value: int = 4) -> Figure:
     """Chapter 04: the row cut into 1..`most` chunks, each chunk's maximum, and the merged state next
     to the float64 reference (the kernel's NumPy model, softmax_split_merge)."""
-    from onlinesoftmax.kernels import softmax_split_merge as km
+    from onlinesoftmax.kernels.softmax import split_merge as km
 
     _, l_ref = reference.row_stats(x_row)
     fig = Figure("split-merge", "A row split into chunks and merged", [slider("chunks", "chunks", 1, most, value=value)],
@@ -163,7 +163,7 @@ def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", 
     softmax_topk's NumPy model returns, over the row's whole softmax in float64, sorted."""
     import onlinesoftmax
     from onlinesoftmax import checks
-    from onlinesoftmax.kernels import softmax_topk as kt
+    from onlinesoftmax.kernels.topk import softmax_topk as kt
     from onlinesoftmax.topk import choose
 
     fig = Figure("topk-choice", "The k probabilities softmax_topk returns, over the whole row",
@@ -199,7 +199,7 @@ def attention_figure(n_q_options=(1, 8, 64, 200), n_k_options=(1, 64, 200, 512),
     """Chapter 08: onlinesoftmax.attention's NumPy model (blocked forward) against the float64
     reference on random inputs, 2 query heads over 1 key/value head, error per query row."""
     import onlinesoftmax
-    from onlinesoftmax.kernels import attention_blocked as ab
+    from onlinesoftmax.kernels.attention import blocked as ab
 
     ds = list(ab.SUPPORTED_D)
     fig = Figure("attention-try", "Blocked attention against the float64 reference, per query row",
@@ -255,9 +255,9 @@ def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 1
     the chosen step's ldmatrix loads per 16 query rows and 64 keys (tile_wavefronts for the 16-row
     steps; for attention_07 counted from its loads: two m-tiles of Q, K and V per key tile)."""
     from onlinesoftmax import checks
-    from onlinesoftmax.kernels import attention_blocked as ab
-    from onlinesoftmax.kernels import attention_mma as am
-    from onlinesoftmax.kernels import mma_fragments as mf
+    from onlinesoftmax.kernels.attention import blocked as ab
+    from onlinesoftmax.kernels.attention import mma as am
+    from onlinesoftmax.kernels.attention import mma_fragments as mf
 
     steps = {3: am.MMA, 4: am.LDMATRIX, 5: am.PIPELINED, 7: am.FRAGMENT_REUSE}
     ds = list(am.SUPPORTED_D)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from onlinesoftmax.book.grading import Case, Tolerance, grade
-from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels.attention import blocked as ab
 
 NEG_INF = -np.inf
 

@@ -14,9 +14,9 @@ import numpy as np
 
 from onlinesoftmax import checks
 from onlinesoftmax.book.grading import Case, Tolerance, describe, grade, not_answered
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_mma as am
-from onlinesoftmax.kernels import mma_fragments as mf
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import mma as am
+from onlinesoftmax.kernels.attention import mma_fragments as mf
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
 EXACT = Tolerance(rtol=0.0, atol=0.0)

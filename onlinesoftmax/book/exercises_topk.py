@@ -13,7 +13,7 @@ import numpy as np
 
 from onlinesoftmax import reference
 from onlinesoftmax.book.grading import Case, Tolerance, grade
-from onlinesoftmax.kernels.softmax_topk import order
+from onlinesoftmax.kernels.topk.softmax_topk import order
 
 NEG_INF = -np.inf
 

@@ -288,7 +288,7 @@ class TopK(SoftmaxRows):
         return self.expect_topk(x_host, probs, columns, k)
 
     def expect_topk(self, x_host, probs, columns, k):
-        from onlinesoftmax.kernels.softmax_topk import order   # NaN first, then larger, then the lower column
+        from onlinesoftmax.kernels.topk.softmax_topk import order   # NaN first, then larger, then the lower column
 
         want_columns = order(x_host)[:, :k]
         softmax = reference.softmax(x_host)

@@ -61,7 +61,7 @@ class Attention:
         return found
 
     def run(self, backend, name, case, arena):
-        from onlinesoftmax.kernels import attention_blocked as ab
+        from onlinesoftmax.kernels.attention import blocked as ab
 
         q_host, k_host, v_host = case["q"], case["k"], case["v"]
         heads, n_q, d = q_host.shape

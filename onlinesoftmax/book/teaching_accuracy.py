@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 
 from onlinesoftmax import api, checks, reference
-from onlinesoftmax.kernels.softmax_teaching import sequential_of
+from onlinesoftmax.kernels.softmax.teaching import sequential_of
 from onlinesoftmax.registry import REGISTRY
 from onlinesoftmax.runtime.loader import REPO_ROOT
 

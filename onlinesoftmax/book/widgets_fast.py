@@ -11,7 +11,8 @@ import numpy as np
 
 from onlinesoftmax import checks
 from onlinesoftmax.runtime import device
-from onlinesoftmax.kernels import dispatch, softmax_fast
+from onlinesoftmax.kernels import dispatch
+from onlinesoftmax.kernels.softmax import fast as softmax_fast
 from onlinesoftmax.measure import results
 
 SUITE = "softmax-fast"

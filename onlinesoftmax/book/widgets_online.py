@@ -12,7 +12,7 @@ import numpy as np
 from onlinesoftmax import checks, reference
 from onlinesoftmax.book.figures import color
 from onlinesoftmax.runtime import device
-from onlinesoftmax.kernels import softmax_masked
+from onlinesoftmax.kernels.softmax import masked as softmax_masked
 from onlinesoftmax.measure import results
 from onlinesoftmax.registry import REGISTRY
 

@@ -95,7 +95,7 @@ def run_checks(comm, xp, say) -> tuple[int, int]:
         record("one dtype" in str(error), "mismatched dtypes across ranks raise", str(error)[:80])
     x, _ = vocab_inputs(xp, "float32", vocab, seed=5)
     mine = vp.shard_columns(x, comm.size, sizes)[comm.rank]
-    from onlinesoftmax.kernels.logsumexp_state import row_state_planes
+    from onlinesoftmax.kernels.logsumexp.state import row_state_planes
 
     wrong = wrong_merge_without_max(comm, row_state_planes(mine))
     ok, message = verify.compare_lse(schedules.lse_of(wrong), x)

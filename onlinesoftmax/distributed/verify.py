@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels.attention import blocked as ab
 from onlinesoftmax.reference import array_module
 
 EPS32 = 2.0**-23

@@ -26,7 +26,7 @@ import numpy as np
 from onlinesoftmax import checks
 from onlinesoftmax.distributed import schedules
 from onlinesoftmax.distributed.comm import Communicator, describe
-from onlinesoftmax.kernels.logsumexp_state import row_state_planes
+from onlinesoftmax.kernels.logsumexp.state import row_state_planes
 from onlinesoftmax.registry import DTYPES
 
 IGNORE_INDEX = -100          # torch's default: the loss of such a token is 0

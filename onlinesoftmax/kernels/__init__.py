@@ -1,2 +1,4 @@
-"""The kernels' Python side: one module per kernel family, holding each variant's plan, launcher
-and NumPy model side by side, registered in `onlinesoftmax.registry`."""
+"""The kernels' Python side, a room per family mirroring the CUDA under kernels/: softmax/, logsumexp/,
+topk/ and attention/, each module holding its variants' plan, launcher and NumPy model side by side,
+registered in `onlinesoftmax.registry`; dispatch.py chooses for variant="auto". (The rooms are not
+onlinesoftmax.softmax etc.: those names are the public functions.)"""

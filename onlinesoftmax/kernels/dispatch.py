@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onlinesoftmax.kernels.softmax_fast import CLUSTER, PIPELINED, REGISTERS, SHARED, SPLIT, WARP_PER_ROW
-from onlinesoftmax.kernels.softmax_fast_configs import MAX_CLUSTER, MAX_COLS_07, SHARED_TWO_BLOCKS_BYTES, \
+from onlinesoftmax.kernels.softmax.fast import CLUSTER, PIPELINED, REGISTERS, SHARED, SPLIT, WARP_PER_ROW
+from onlinesoftmax.kernels.softmax.fast_configs import MAX_CLUSTER, MAX_COLS_07, SHARED_TWO_BLOCKS_BYTES, \
     dtype_name
 from onlinesoftmax.registry import DTYPE_ITEMSIZE, REGISTRY, Variant
 from onlinesoftmax.runtime import device, driver
@@ -57,7 +57,7 @@ def choose(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None, 
 def choose_masked(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None) -> Choice:
     """The kernel for a masked softmax (mask=, valid_lengths=): rows up to 32K in registers with the
     mask fused (softmax_14, from compute capability 8.0), longer rows the two-pass online kernel."""
-    from onlinesoftmax.kernels.softmax_masked import MASKED, REGISTERS_MASKED
+    from onlinesoftmax.kernels.softmax.masked import MASKED, REGISTERS_MASKED
 
     cc = device.compute_capability() if cc is None else cc
     if cc >= REGISTERS_MASKED.min_cc and n_cols <= REGISTERS_MASKED.max_cols:
@@ -68,7 +68,7 @@ def choose_masked(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None =
 def choose_log_softmax(n_rows: int, n_cols: int, dtype="float32", *, cc: int | None = None) -> Choice:
     """The kernel for log_softmax: rows up to 32K in registers (log_softmax_02, from compute capability
     8.0: one read), longer rows (or older GPUs) the two-pass online kernel."""
-    from onlinesoftmax.kernels.log_softmax_registers import LOG_SOFTMAX_REGISTERS
+    from onlinesoftmax.kernels.logsumexp.log_softmax_registers import LOG_SOFTMAX_REGISTERS
 
     cc = device.compute_capability() if cc is None else cc
     if cc >= LOG_SOFTMAX_REGISTERS.min_cc and n_cols <= LOG_SOFTMAX_REGISTERS.max_cols:

@@ -133,6 +133,7 @@ def verdict(file: Path, root: Path = REPO_ROOT) -> Verdict:
         return Verdict(suite, rel, "unverifiable",
                        note=meta.get("sources_note", "no source hashes recorded"))
     read = freshness.reader_at(root)
+    recorded = {freshness.current_path(p): h for p, h in recorded.items()}
     changed = []
     for path in sorted(set(recorded) | set(freshness.source_files(data.get("rows", []), read))):
         text = read(path)

@@ -17,8 +17,8 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax import attention_api
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_decode_mma as dm
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import decode_mma as dm
 from onlinesoftmax.runtime.plan import get_runner
 
 torch = pytest.importorskip("torch")

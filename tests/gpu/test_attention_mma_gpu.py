@@ -24,8 +24,8 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import attention_api, checks
-from onlinesoftmax.kernels import attention_blocked as ab
-from onlinesoftmax.kernels import attention_mma as am
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import mma as am
 from test_attention_gpu import check_huge_scores, lse_fp32_error, make_qkv, on_gpu, run_kernel, to_host64, torch_error, visible
 
 torch = pytest.importorskip("torch")

@@ -9,7 +9,7 @@ import pytest
 from onlinesoftmax import checks, reference
 from onlinesoftmax.distributed import decode, schedules, simulated, verify
 from onlinesoftmax.distributed import vocab_parallel as vp
-from onlinesoftmax.kernels import logsumexp_state as ls
+from onlinesoftmax.kernels.logsumexp import state as ls
 
 pytestmark = pytest.mark.gpu
 

@@ -5,7 +5,9 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks
-from onlinesoftmax.kernels import dispatch, softmax_fast as kf, softmax_fast_configs as configs
+from onlinesoftmax.kernels import dispatch
+from onlinesoftmax.kernels.softmax import fast as kf
+from onlinesoftmax.kernels.softmax import fast_configs as configs
 from onlinesoftmax import checks
 from onlinesoftmax.runtime import driver
 
@@ -460,7 +462,7 @@ NEG_INF_BITS = {"float32": 0xFF800000, "float16": 0xFC00, "bfloat16": 0xFF80}
 def one_hot_positions(n_cols, vec):
     """Columns that walk over a row's head, its last vectors and tail, and the edges of the chunks the
     plans cut (any row's head is < vec, so edges of its vector part lie within vec of k * chunk)."""
-    from onlinesoftmax.kernels import softmax_fast_configs as configs
+    from onlinesoftmax.kernels.softmax import fast_configs as configs
 
     cols = set(range(min(n_cols, 2 * vec + 2))) | set(range(max(0, n_cols - 2 * vec - 2), n_cols))
     for n_chunks in (2, 3, 4, 16, 64):

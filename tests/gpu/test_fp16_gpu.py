@@ -14,7 +14,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels.softmax_fp16 import row_heads, simulate_fp16
+from onlinesoftmax.kernels.softmax.fp16 import row_heads, simulate_fp16
 
 pytestmark = pytest.mark.gpu
 

@@ -13,9 +13,9 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference
 from onlinesoftmax import extremes
-from onlinesoftmax.kernels import softmax_masked
-from onlinesoftmax.kernels.softmax_masked import simulate_masked
-from onlinesoftmax.kernels.softmax_teaching import simulate_online
+from onlinesoftmax.kernels.softmax import masked as softmax_masked
+from onlinesoftmax.kernels.softmax.masked import simulate_masked
+from onlinesoftmax.kernels.softmax.teaching import simulate_online
 
 pytestmark = pytest.mark.gpu
 

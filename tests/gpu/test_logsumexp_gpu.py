@@ -14,7 +14,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, simulate as sim
-from onlinesoftmax.kernels import logsumexp_online as kl
+from onlinesoftmax.kernels.logsumexp import online as kl
 from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
 from onlinesoftmax.runtime.plan import get_runner
 

@@ -15,7 +15,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels.softmax_masked import FLT_MAX, effective_logits, prepare, reference_masked
+from onlinesoftmax.kernels.softmax.masked import FLT_MAX, effective_logits, prepare, reference_masked
 from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
 from onlinesoftmax.runtime.plan import get_runner
 
@@ -371,7 +371,7 @@ def test_long_peaked_rows_pass_the_rule_and_the_sequential_build_fails(n_cols, k
     """checks.peaked_rows within twice torch's float32 error plus two ulps, each row; the build with one
     running state per thread (-DTHREAD_FOLD_SEQUENTIAL=1, the schedule before the fix) fails it."""
     pytest.importorskip("torch", reason="the long-row rule's baseline is torch.softmax")
-    from onlinesoftmax.kernels.softmax_teaching import sequential_of
+    from onlinesoftmax.kernels.softmax.teaching import sequential_of
 
     x = checks.peaked_rows(cp, n_cols)
     kwargs = peaked_mask_kwargs(kind, x)

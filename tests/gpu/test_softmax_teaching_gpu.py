@@ -5,7 +5,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import api, checks, reference
-from onlinesoftmax.kernels.softmax_teaching import simulate_online, simulate_naive
+from onlinesoftmax.kernels.softmax.teaching import simulate_online, simulate_naive
 
 pytestmark = pytest.mark.gpu
 
@@ -143,7 +143,7 @@ def long_row_verdicts(variant, x):
 @pytest.mark.parametrize("variant", SAFE_VARIANTS)
 def test_long_peaked_rows_pass_the_rule_and_the_sequential_build_fails(variant, n_cols):
     pytest.importorskip("torch", reason="the long-row rule's baseline is torch.softmax")
-    from onlinesoftmax.kernels.softmax_teaching import sequential_of
+    from onlinesoftmax.kernels.softmax.teaching import sequential_of
 
     x = checks.peaked_rows(cp, n_cols)
     after = long_row_verdicts(osm.REGISTRY[variant], x)

@@ -15,9 +15,9 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference, topk
-from onlinesoftmax.kernels import softmax_topk as kt
-from onlinesoftmax.kernels import softmax_topk_moe as moe
-from onlinesoftmax.kernels import softmax_topk_split as sp
+from onlinesoftmax.kernels.topk import softmax_topk as kt
+from onlinesoftmax.kernels.topk import moe
+from onlinesoftmax.kernels.topk import split as sp
 from onlinesoftmax.runtime import plan
 
 pytestmark = pytest.mark.gpu

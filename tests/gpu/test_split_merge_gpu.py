@@ -5,7 +5,7 @@ import pytest
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels import softmax_split_merge as km
+from onlinesoftmax.kernels.softmax import split_merge as km
 
 pytestmark = pytest.mark.gpu
 

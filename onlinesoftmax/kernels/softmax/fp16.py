@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, block_per_row, plan_rows
+from onlinesoftmax.kernels.softmax.teaching import BLOCK_THREADS, block_per_row, plan_rows
 from onlinesoftmax.registry import Variant, register
 
 F32 = np.float32

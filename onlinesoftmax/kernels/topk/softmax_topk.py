@@ -25,8 +25,8 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import checks, reference
-from onlinesoftmax.kernels import topk_keys as tk
-from onlinesoftmax.kernels import topk_rows_model as rm
+from onlinesoftmax.kernels.topk import keys as tk
+from onlinesoftmax.kernels.topk import rows_model as rm
 from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Launch, Variant, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel

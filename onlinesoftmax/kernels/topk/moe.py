@@ -14,8 +14,8 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels import topk_keys as tk
-from onlinesoftmax.kernels.softmax_topk import ROW_IDS, to_dtype
+from onlinesoftmax.kernels.topk import keys as tk
+from onlinesoftmax.kernels.topk.softmax_topk import ROW_IDS, to_dtype
 from onlinesoftmax.registry import DTYPE_ITEMSIZE, DTYPE_TAGS, DTYPES, Launch, Variant, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel

@@ -17,7 +17,7 @@ import ctypes
 
 import numpy as np
 
-from onlinesoftmax.kernels import logsumexp_online as lo
+from onlinesoftmax.kernels.logsumexp import online as lo
 from onlinesoftmax.registry import Variant, dtype_entries, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel

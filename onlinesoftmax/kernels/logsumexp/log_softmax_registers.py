@@ -18,8 +18,8 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels import softmax_fast_models as models
-from onlinesoftmax.kernels.softmax_fast_configs import (
+from onlinesoftmax.kernels.softmax import fast_models as models
+from onlinesoftmax.kernels.softmax.fast_configs import (
     CONFIGS_07, CONFIGS_08, DTYPES, F32, MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK, config_07, config_08,
     dtype_name, entry, rows_aligned_for_vectors, vector_width)
 from onlinesoftmax.registry import Launch, Variant, register

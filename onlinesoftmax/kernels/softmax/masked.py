@@ -20,8 +20,8 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_fast_configs import MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK
-from onlinesoftmax.kernels.softmax_teaching import BLOCK_THREADS, sequential_build
+from onlinesoftmax.kernels.softmax.fast_configs import MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK
+from onlinesoftmax.kernels.softmax.teaching import BLOCK_THREADS, sequential_build
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import DTYPES, Launch, Variant, dtype_entries, register
 from onlinesoftmax.runtime import driver
@@ -228,7 +228,7 @@ def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fi
     float32 mask added, `fill` past each row's limit), then the model of softmax_07 (rows up to 1024)
     or softmax_08 on them (their partition and reduction; the exponent with the subtraction first in
     every dtype), rounded once to x's dtype."""
-    from onlinesoftmax.kernels import softmax_fast_models as models
+    from onlinesoftmax.kernels.softmax import fast_models as models
 
     dtype = models.dtype_name(np.asarray(x).dtype)
     v = vec or models.vector_width(dtype)
@@ -247,7 +247,7 @@ def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid
                           causal_rows=None, vec=None):
     """Runner of softmax_14 on 2-D cupy arrays (options as `prepare` makes them). The 16-byte build
     needs x's and y's rows on 16 bytes with N % V == 0 and the mask's rows on 16 bytes; else V = 1."""
-    from onlinesoftmax.kernels import softmax_fast as fast
+    from onlinesoftmax.kernels.softmax import fast
 
     dtype = fast.dtype_name(x.dtype)
     if y.dtype != x.dtype:
@@ -282,7 +282,7 @@ def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid
 
 
 def _entries_14(variant: Variant) -> list[str]:
-    from onlinesoftmax.kernels import softmax_fast_configs as configs
+    from onlinesoftmax.kernels.softmax import fast_configs as configs
 
     names = []
     for dtype in DTYPES:
@@ -294,7 +294,7 @@ def _entries_14(variant: Variant) -> list[str]:
 
 
 def _geometry_14(n_rows: int, n_cols: int) -> Launch:
-    from onlinesoftmax.kernels.softmax_fast_configs import geometry_07, geometry_08
+    from onlinesoftmax.kernels.softmax.fast_configs import geometry_07, geometry_08
 
     return (geometry_07 if n_cols <= MAX_COLS_07 else geometry_08)(n_rows, n_cols)   # softmax_07's or 08's launch
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels import topk_keys as tk
-from onlinesoftmax.kernels.logsumexp_online import LAYOUTS, group_reduce, lane_states
+from onlinesoftmax.kernels.topk import keys as tk
+from onlinesoftmax.kernels.logsumexp.online import LAYOUTS, group_reduce, lane_states
 
 F32 = np.float32
 THREADS = 128

@@ -14,12 +14,12 @@ import ctypes
 
 import numpy as np
 
-from onlinesoftmax.kernels.softmax_fast_configs import (
+from onlinesoftmax.kernels.softmax.fast_configs import (
     CONFIGS_07, CONFIGS_08, DTYPES, MAX_COLS_07, MAX_COLS_08, WARP_ROWS_BLOCK, aligned_for_vectors,
     check_chunks, chunks_09, chunks_10, chunks_11, chunks_13, config_07, config_08, coop_buffers, dtype_name,
     entry, geometry_07, geometry_08, geometry_09, geometry_10, geometry_11, geometry_12, geometry_13, launches_11,
     rows_aligned_for_vectors, vector_width)
-from onlinesoftmax.kernels.softmax_fast_models import (
+from onlinesoftmax.kernels.softmax.fast_models import (
     simulate_07, simulate_08, simulate_09, simulate_10, simulate_11, simulate_12, simulate_13)
 from onlinesoftmax.registry import DTYPE_ITEMSIZE, Variant, register
 from onlinesoftmax.runtime import driver

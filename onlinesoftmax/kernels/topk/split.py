@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels import topk_keys as tk
-from onlinesoftmax.kernels import topk_rows_model as rm
-from onlinesoftmax.kernels.logsumexp_online import LAYOUTS, group_reduce, push_exp2
-from onlinesoftmax.kernels.softmax_topk import build_defines, to_dtype
+from onlinesoftmax.kernels.topk import keys as tk
+from onlinesoftmax.kernels.topk import rows_model as rm
+from onlinesoftmax.kernels.logsumexp.online import LAYOUTS, group_reduce, push_exp2
+from onlinesoftmax.kernels.topk.softmax_topk import build_defines, to_dtype
 from onlinesoftmax.registry import DTYPE_TAGS, DTYPES, Variant, Launch, register
 from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from onlinesoftmax import checks
-from onlinesoftmax.kernels import attention_blocked as ab
+from onlinesoftmax.kernels.attention import blocked as ab
 from onlinesoftmax.registry import DTYPE_TAGS, Launch, Variant, register
 
 NAME = "attention_06_decode_mma"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import simulate as sim
-from onlinesoftmax.kernels.softmax_fast_configs import (
+from onlinesoftmax.kernels.softmax.fast_configs import (
     CHUNK_UNROLL, F32, LOG2E, ChunkPlan, pow2_at_least, config_07, config_08, dtype_name,
     chunks_09, chunks_10, chunks_11, chunks_13, row_heads, vector_width)
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
