@@ -10,7 +10,7 @@ raw TeX and no widgets. This extension takes them from ``node_modules/`` (instal
     _static/widgets-offline.js         require.js config + a MathJax 2 shim for the widgets
     _static/vega/                      ``vega``, ``vega-lite`` and ``vega-embed`` (minified UMD builds)
     _static/osm-figures.js             draws the pages' interactive figures (specs written by
-                                       ``onlinesoftmax/book/interactive.py``) with vega-embed
+                                       ``onlinesoftmax/book/widgets/interactive.py``) with vega-embed
 
 The Vega files and ``osm-figures.js`` are added only to pages that hold a figure spec, and before
 require.js: a UMD bundle loaded after require.js registers itself as an anonymous AMD module

@@ -1,5 +1,5 @@
 """Run chapters cell by cell (on CPU: the NumPy models and recorded data) and list every figure that
-breaks the book's figure rule (onlinesoftmax/book/figures.py), without stopping at the first.
+breaks the book's figure rule (onlinesoftmax/book/readings/figures.py), without stopping at the first.
 
     .venv/bin/python scripts/check_figures.py chapters/02_online_normalizer.md [more chapters]
 
@@ -24,7 +24,7 @@ def main(paths: list[str]) -> int:
 
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root))
-    from onlinesoftmax.book import figures
+    from onlinesoftmax.book.readings import figures
 
     status = 0
     for path in [Path(p).resolve() for p in paths]:

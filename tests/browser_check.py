@@ -18,7 +18,7 @@ aborted (and counts as a failure: the book must not need the network). Per page 
       (`application/vnd.jupyter.widget-state+json`), every widget view rendered
       (a `.jupyter-widgets` element in place of each widget-view script);
   (e) interactive figures (`.osm-figure`, drawn by Vega-Lite from a precomputed table, see
-      onlinesoftmax/book/interactive.py): each one rendered an SVG with marks, and for each of
+      onlinesoftmax/book/widgets/interactive.py): each one rendered an SVG with marks, and for each of
       its controls in turn, moving it to another value changes the view's parameter and the
       drawn marks (axes, legends and titles aside), and moving it back draws the same SVG
       elements again (in any order); Vega's warnings count as console errors. A page without a

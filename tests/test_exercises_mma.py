@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import exercises_mma as x
+from onlinesoftmax.book.exercises import exercises_mma as x
 from onlinesoftmax.kernels.attention import mma_fragments as mf
 from onlinesoftmax.runtime import emulator
 

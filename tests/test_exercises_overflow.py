@@ -3,7 +3,7 @@ with a message that says what is wrong, and its measurement agrees with the form
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import exercises_overflow as eo
+from onlinesoftmax.book.exercises import exercises_overflow as eo
 
 
 def not_answered(dtype, n_cols):

@@ -6,7 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import exercises_profile as ep
+from onlinesoftmax.book.exercises import exercises_profile as ep
 
 
 def stub(*args):

@@ -3,7 +3,7 @@ a message that says what is wrong, and hand the answer a stream it can read only
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import exercises_stream as es
+from onlinesoftmax.book.exercises import exercises_stream as es
 
 
 def unguarded(values):

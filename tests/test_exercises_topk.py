@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import reference
-from onlinesoftmax.book import exercises_topk as ex
+from onlinesoftmax.book.exercises import exercises_topk as ex
 
 
 def test_the_solution_passes():

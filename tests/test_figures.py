@@ -1,4 +1,4 @@
-"""The book's figure rule (onlinesoftmax/book/figures.py): one colour per kernel, legends that name
+"""The book's figure rule (onlinesoftmax/book/readings/figures.py): one colour per kernel, legends that name
 what is plotted on their own axes. The strict book build applies it to every figure of every
 chapter (the check runs after each cell); these tests show that it can fail."""
 import matplotlib
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 import onlinesoftmax as osm  # noqa: E402
-from onlinesoftmax.book import figures  # noqa: E402
+from onlinesoftmax.book.readings import figures  # noqa: E402
 
 
 def test_every_registered_kernel_has_its_own_colour():

@@ -1,5 +1,5 @@
 """Every grader of the book's exercises rejects wrong answers with a message that says what is
-wrong, and accepts the right ones (onlinesoftmax/book/grading.py and the exercises' modules):
+wrong, and accepts the right ones (onlinesoftmax/book/exercises/grading.py and the exercises' modules):
 stubs, incomplete tuples, wrong shapes and types, and wrong values, each with its message. The
 graders of chapters 01, 02, 03 and 06 have their own files (test_exercises_*.py); the test at the
 end checks that no check_* function of the exercise modules is left without wrong answers."""
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import merge, reference
-from onlinesoftmax.book import exercises_attention as ea
-from onlinesoftmax.book import exercises_logsumexp as el
-from onlinesoftmax.book import exercises_monoid as em
-from onlinesoftmax.book import exercises_topk as et
-from onlinesoftmax.book import grading
+from onlinesoftmax.book.exercises import exercises_attention as ea
+from onlinesoftmax.book.exercises import exercises_logsumexp as el
+from onlinesoftmax.book.exercises import exercises_monoid as em
+from onlinesoftmax.book.exercises import exercises_topk as et
+from onlinesoftmax.book.exercises import grading
 
 
 def merge_partials_right(m, l):

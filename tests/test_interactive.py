@@ -1,4 +1,4 @@
-"""The static page's interactive figures (onlinesoftmax/book/interactive.py, interactive_rules.py,
+"""The static page's interactive figures (onlinesoftmax/book/widgets/interactive.py, interactive_rules.py,
 counterparts.py): a spec is built from its table, follows the book's figure rule, and a spec that
 breaks the rule is rejected (CPU tier; the browser check moves the controls of the built pages)."""
 import copy
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import checks
-from onlinesoftmax.book import counterparts, figures, interactive
-from onlinesoftmax.book.interactive_rules import check, schema_problems, table, visible
+from onlinesoftmax.book.readings import counterparts, figures
+from onlinesoftmax.book.widgets import interactive
+from onlinesoftmax.book.widgets.interactive_rules import check, schema_problems, table, visible
 from onlinesoftmax.runtime.loader import REPO_ROOT
 
 HAS_SCHEMA = (REPO_ROOT / "node_modules" / "vega-lite" / "build" / "vega-lite-schema.json").is_file()
@@ -168,7 +169,7 @@ def test_chapter_03_to_05_counterparts_follow_the_rule():
 
 
 def test_chapter_03_explorer_counterpart():
-    from onlinesoftmax.book import widgets_online
+    from onlinesoftmax.book.widgets import widgets_online
 
     recorded = widgets_online.load_throughput()
     spec = widgets_online.explorer_figure(recorded, n_options=(256, 4096)).spec()
@@ -182,7 +183,7 @@ def test_chapter_03_explorer_counterpart():
 
 
 def test_chapter_06_explorer_counterpart_answers_its_exercise():
-    from onlinesoftmax.book import explorer, widgets_fast
+    from onlinesoftmax.book.widgets import explorer, widgets_fast
 
     data = widgets_fast.load()
     spec = explorer.explorer_figure(data).spec()
@@ -265,7 +266,7 @@ def widget_builders() -> set[str]:
     import ast
 
     names = set()
-    for path in (REPO_ROOT / "onlinesoftmax" / "book").glob("*.py"):
+    for path in (REPO_ROOT / "onlinesoftmax" / "book").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and any(
                     isinstance(n, ast.Import) and any(a.name == "ipywidgets" for a in n.names) for n in ast.walk(node)):

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import kernel_runner
-from onlinesoftmax.book import kernel_exercises as kx
+from onlinesoftmax.book.exercises import kernel_runner
+from onlinesoftmax.book.exercises import kernel_exercises as kx
 from onlinesoftmax.runtime import emulator, loader
 
 try:
@@ -178,7 +178,7 @@ def test_the_emulators_checks_reject_what_the_values_miss(key):
 
 @needs_emulator
 def test_the_hidden_cases_change_with_the_seed_and_avoid_the_visible_sizes():
-    from onlinesoftmax.book import kernel_tasks as kt
+    from onlinesoftmax.book.exercises import kernel_tasks as kt
 
     labels = {seed: [label for label, _ in kt.SoftmaxRows().cases(seed, small=True) if label.startswith("hidden")]
               for seed in (1, 2, 3)}
@@ -209,7 +209,7 @@ def test_a_speed_above_the_copy_is_a_failure():
 def test_the_timed_launchs_output_is_checked(monkeypatch):
     """The GPU branch's timing with the emulator standing in, on a timed shape of 4000 short rows:
     a kernel that does nothing on 4000 rows fails there."""
-    from onlinesoftmax.book import kernel_tasks as kt
+    from onlinesoftmax.book.exercises import kernel_tasks as kt
     from onlinesoftmax.measure import timer
 
     monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
@@ -304,7 +304,7 @@ def test_the_gpu_path_with_the_emulator_standing_in(monkeypatch):
     emulator as the device and a timer that does not run the 4000 x 4096 launch."""
     from onlinesoftmax.measure import timer
 
-    from onlinesoftmax.book import kernel_tasks as kt
+    from onlinesoftmax.book.exercises import kernel_tasks as kt
 
     monkeypatch.setattr(kernel_runner, "GpuBackend", kernel_runner.CpuBackend)
     monkeypatch.setattr(kt.SoftmaxRows, "timed_shape", (40, 4096))

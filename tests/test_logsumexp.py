@@ -14,7 +14,7 @@ from onlinesoftmax import simulate as sim
 from onlinesoftmax import extremes
 from onlinesoftmax.registry import DTYPE_TAGS
 from onlinesoftmax import checks, merge, reference
-from onlinesoftmax.book import exercises_logsumexp as ex
+from onlinesoftmax.book.exercises import exercises_logsumexp as ex
 from onlinesoftmax.kernels.logsumexp import online as kl
 
 EPS32 = float(np.finfo(np.float32).eps)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import onlinesoftmax as osm
 from onlinesoftmax import checks, reference
-from onlinesoftmax.book import exercises_monoid as ex
+from onlinesoftmax.book.exercises import exercises_monoid as ex
 from onlinesoftmax.kernels.softmax import split_merge as km
 from onlinesoftmax import simulate as sim
 

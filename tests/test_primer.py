@@ -6,7 +6,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import figures, primer
+from onlinesoftmax.book import primer
+
+from onlinesoftmax.book.readings import figures
 
 
 def count(fig, gid):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from onlinesoftmax.book import teaching_accuracy, teaching_speed
+from onlinesoftmax.book.readings import teaching_accuracy, teaching_speed
 
 
 def row(kernel, n_rows, n_cols, ms, **extra):

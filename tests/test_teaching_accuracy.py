@@ -88,7 +88,7 @@ def test_the_sequential_builds_are_compiled_but_not_registered():
 def test_recorded_summary_and_times_read_the_suite_rows():
     """The chapter's reading of a teaching-accuracy file: worst error, worst ratio to torch, passes per
     group, in story order; device times per shape and schedule. Synthetic rows, one failing."""
-    from onlinesoftmax.book import teaching_accuracy
+    from onlinesoftmax.book.readings import teaching_accuracy
 
     rows = [{"kernel": "copy", "ms": 1.0, "GBps": 4000.0}]
     for schedule, error in (("chunked", 1e-7), ("sequential", 9e-7)):

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from onlinesoftmax.book import figures, topk_figures, topk_reading  # noqa: E402
+from onlinesoftmax.book.readings import figures, topk_figures, topk_reading  # noqa: E402
 
 PAPER4 = ["softmax_topk_01_topk_only", "softmax_topk_02_safe_unfused", "softmax_topk_03_safe_fused",
           "softmax_topk_04_online_fused"]
@@ -125,7 +125,7 @@ def test_the_widget_draws_the_k_returned(monkeypatch):
 
 
 def test_the_measuring_widget_shows_the_error_and_the_recorded_time(monkeypatch):
-    from onlinesoftmax.book import topk_widgets
+    from onlinesoftmax.book.widgets import topk_widgets
 
     monkeypatch.setattr(plt, "show", lambda: None)
     data = made_up_suite()

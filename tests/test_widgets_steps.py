@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from onlinesoftmax import reference
-from onlinesoftmax.book import widgets_steps
+from onlinesoftmax.book.widgets import widgets_steps
 
 
 @pytest.mark.parametrize("row, final", [

@@ -1,7 +1,7 @@
 """Suite `kernel-exercises`: the solutions of the timed CUDA exercises (and the slow starter of
 the copy-ceiling one), each at its grader's timed shape, as the grader times them.
 
-The grading subprocess (onlinesoftmax/book/kernel_runner.py, "compare" mode) checks every kernel
+The grading subprocess (onlinesoftmax/book/exercises/kernel_runner.py, "compare" mode) checks every kernel
 on its exercise's whole edge matrix first, then times it with the book's one timer
 (`onlinesoftmax.measure.timer.time_gpu`), and measures the device-to-device copy once, in the
 same process, after the kernels. A kernel that fails its check stops the run.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from onlinesoftmax.book import kernel_exercises as kx
+from onlinesoftmax.book.exercises import kernel_exercises as kx
 from onlinesoftmax.measure import results, timer
 
 SUITE = "kernel-exercises"

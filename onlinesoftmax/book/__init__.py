@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from onlinesoftmax.book import figures
+from onlinesoftmax.book.readings import figures
 from onlinesoftmax.runtime import device
 
 figures.install_in_ipython()

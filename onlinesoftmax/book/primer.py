@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from onlinesoftmax.book.figures import color
+from onlinesoftmax.book.readings.figures import color
 
 LANES = 32                              # threads in a warp (a definition of the hardware)
 BUTTERFLY_OFFSETS = (16, 8, 4, 2, 1)    # the xor offsets of a 32-lane butterfly

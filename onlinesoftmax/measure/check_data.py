@@ -1,7 +1,7 @@
 """Does the data the book cites still measure the code? `python -m onlinesoftmax.measure.check_data`.
 
 A suite is cited when its name appears in a chapter (``chapters/*.md``) or a book module
-(``onlinesoftmax/book/*.py``) as a whole word (``load_recorded("split-merge")``, prose naming it).
+(``onlinesoftmax/book/**/*.py``) as a whole word (``load_recorded("split-merge")``, prose naming it).
 The ``softmax-topk`` suites are the exception: `topk_figures` reads its full run, or else its quick
 run with the per-case runs newer than it, so those count as cited when its loaders read them.
 Only the newest file of a cited suite counts: it is what `results.load_recorded` gives the book.
@@ -35,14 +35,14 @@ HISTORICAL = re.compile(r"historical-suite:\s*([a-z0-9][a-z0-9-]*)")
 
 def citing_texts(root: Path = REPO_ROOT) -> dict[str, str]:
     """{repository path: text} of every chapter and book module."""
-    files = sorted((root / "chapters").glob("*.md")) + sorted((root / "onlinesoftmax" / "book").glob("*.py"))
+    files = sorted((root / "chapters").glob("*.md")) + sorted((root / "onlinesoftmax" / "book").rglob("*.py"))
     return {str(f.relative_to(root)): f.read_text() for f in files}
 
 
 # Book modules that build the names of the suites they read at run time, and read some only when
 # others are absent or older: the suites under each prefix count as cited exactly when the module's
 # own loaders read them (traced below), and never by a mention in a docstring.
-TRACED = {"softmax-topk": ("onlinesoftmax.book.topk_figures", ("load", "load_host"))}
+TRACED = {"softmax-topk": ("onlinesoftmax.book.readings.topk_figures", ("load", "load_host"))}
 
 
 def traced_suites(root: Path = REPO_ROOT) -> dict[str, list[str]]:

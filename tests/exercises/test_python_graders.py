@@ -9,7 +9,7 @@ import importlib
 import numpy as np
 import pytest
 
-from onlinesoftmax.book import grading
+from onlinesoftmax.book.exercises import grading
 
 MODULES = ["stream", "logsumexp", "monoid", "attention", "distributed", "overflow", "mma", "profile", "topk"]
 EXERCISES = {name: entry for module in MODULES
@@ -43,7 +43,7 @@ def test_every_exercise_has_a_difficulty():
 def test_a_mismatch_prints_the_digits_where_the_values_differ(capsys):
     assert grading.differing(1.0 + 2e-16, 1.0) == ("1.0000000000000002", "1")
     assert grading.differing(0.1234567891, 0.1234567892) == ("0.1234567891", "0.1234567892")
-    from onlinesoftmax.book import exercises_monoid as em
+    from onlinesoftmax.book.exercises import exercises_monoid as em
 
     def a_hair_off(m, l):   # off by 1e-11 relative: a nine-digit print would show the same number twice
         m_out, l_out = em.solution_merge_partials(m, l)
@@ -55,14 +55,14 @@ def test_a_mismatch_prints_the_digits_where_the_values_differ(capsys):
 
 
 def test_a_malformed_answer_is_described_as_what_it_returned(capsys):
-    from onlinesoftmax.book import exercises_mma as em
+    from onlinesoftmax.book.exercises import exercises_mma as em
     assert not em.check_c_owner(lambda row, col: [1, 2, 3])
     out = capsys.readouterr().out
     assert "returned a list of 3 values" in out and "None" not in out and "not answered" not in out, out
 
 
 def test_the_answer_gets_fresh_buffers_and_never_the_expected_ones():
-    from onlinesoftmax.book import exercises_logsumexp as el
+    from onlinesoftmax.book.exercises import exercises_logsumexp as el
     seen = []
 
     def keeps_everything(x):   # holds every input it is given, so no id can be reused
@@ -77,7 +77,7 @@ def test_the_answer_gets_fresh_buffers_and_never_the_expected_ones():
 
 
 def test_hidden_cases_change_from_one_grading_to_the_next():
-    from onlinesoftmax.book import exercises_stream as es
+    from onlinesoftmax.book.exercises import exercises_stream as es
     shown = []
 
     def records(values):

@@ -10,7 +10,9 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from onlinesoftmax.book import explorer, figures, widgets_fast, widgets_online  # noqa: E402
+from onlinesoftmax.book.widgets import explorer, widgets_fast, widgets_online  # noqa: E402
+
+from onlinesoftmax.book.readings import figures
 from onlinesoftmax.measure import results  # noqa: E402
 
 pytestmark = pytest.mark.gpu

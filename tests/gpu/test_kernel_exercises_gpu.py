@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax.book import kernel_exercises as kx
+from onlinesoftmax.book.exercises import kernel_exercises as kx
 
 pytestmark = pytest.mark.gpu
 

@@ -1,7 +1,7 @@
 """Wrong answers to chapter 08's exercises, each with what the grader must say."""
 import numpy as np
 
-from onlinesoftmax.book import exercises_attention as ea
+from onlinesoftmax.book.exercises import exercises_attention as ea
 
 MEMORY = {case.args: ea.memory_reference(*case.args) for case in ea.memory_cases()}
 SPLITS = {case.args[:5]: ea.decode_splits_reference(*case.args) for case in ea.decode_splits_cases(132)}

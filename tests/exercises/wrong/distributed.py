@@ -1,7 +1,7 @@
 """Wrong answers to chapter 10's exercises (the monoid across GPUs), each with what the grader must say."""
 import numpy as np
 
-from onlinesoftmax.book import exercises_distributed as ed
+from onlinesoftmax.book.exercises import exercises_distributed as ed
 
 BYTES = {case.args: ed.exchanged_bytes_reference(*case.args) for case in ed.exchanged_bytes_cases()}
 

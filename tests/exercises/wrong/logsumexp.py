@@ -2,7 +2,7 @@
 import numpy as np
 
 from onlinesoftmax import merge, reference
-from onlinesoftmax.book import exercises_logsumexp as el
+from onlinesoftmax.book.exercises import exercises_logsumexp as el
 
 
 def logsumexp_rows(x):

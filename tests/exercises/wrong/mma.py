@@ -1,5 +1,5 @@
 """Wrong answers to chapter 09's Python exercises, each with what the grader must say."""
-from onlinesoftmax.book import exercises_mma as em
+from onlinesoftmax.book.exercises import exercises_mma as em
 
 EXERCISES = {
     "c_owner": (em.check_c_owner, lambda row, col: tuple(int(v) for v in em.c_owner(row, col)), [

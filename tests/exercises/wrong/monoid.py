@@ -2,7 +2,7 @@
 import numpy as np
 
 from onlinesoftmax import reference
-from onlinesoftmax.book import exercises_monoid as em
+from onlinesoftmax.book.exercises import exercises_monoid as em
 
 
 def merge_from_minus_1e4(m_parts, l_parts):

@@ -1,7 +1,7 @@
 """Wrong answers to chapter 01's exercise, each with what the grader must say."""
 import numpy as np
 
-from onlinesoftmax.book import exercises_overflow as eo
+from onlinesoftmax.book.exercises import exercises_overflow as eo
 
 TABLE = {case.args: eo.overflow_logit_reference(*case.args) for case in eo.overflow_logit_cases()}
 

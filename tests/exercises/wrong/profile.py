@@ -1,5 +1,5 @@
 """Wrong answers to chapter 03's exercise on torch's softmax dispatch, each with what the grader must say."""
-from onlinesoftmax.book import exercises_profile as ep
+from onlinesoftmax.book.exercises import exercises_profile as ep
 
 TABLE = {case.args: ep.torch_softmax_kernel_reference(*case.args) for case in ep.torch_dispatch_cases()}
 

@@ -1,7 +1,7 @@
 """Wrong answers to chapter 02's stream exercises, each with what the grader must say."""
 import numpy as np
 
-from onlinesoftmax.book import exercises_stream as es
+from onlinesoftmax.book.exercises import exercises_stream as es
 
 
 def gathers_with_list(values):

@@ -1,5 +1,5 @@
 """Wrong answers to chapter 07's exercise, each with what the grader must say."""
-from onlinesoftmax.book import exercises_topk as et
+from onlinesoftmax.book.exercises import exercises_topk as et
 
 TABLE = {repr(case.args): et.merge_topk_reference(*case.args) for case in et.merge_topk_cases()}
 

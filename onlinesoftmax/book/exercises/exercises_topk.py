@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import reference
-from onlinesoftmax.book.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
 from onlinesoftmax.kernels.topk.softmax_topk import order
 
 NEG_INF = -np.inf

@@ -1,7 +1,7 @@
 """The grading subprocess of the CUDA exercises: kernel_exercises starts it, so that an illegal
 address, a hang or a poisoned CUDA context ends this process and never the reader's notebook.
 
-    python -m onlinesoftmax.book.kernel_runner '<spec as JSON>'
+    python -m onlinesoftmax.book.exercises.kernel_runner '<spec as JSON>'
 
 spec: {"mode": "grade" | "compare" | "racecheck", "backend": "gpu" | "cpu",
        "items": [[exercise, path], ...], "measure": true | false}
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from onlinesoftmax.book import kernel_tasks as kt
-from onlinesoftmax.book.grading import first_mismatch
+from onlinesoftmax.book.exercises import kernel_tasks as kt
+from onlinesoftmax.book.exercises.grading import first_mismatch
 
 COPY_BYTES = 2**28
 
@@ -210,7 +210,7 @@ def _backend(kind: str, path: str, entries):
 
 
 def main(spec: dict) -> dict:
-    from onlinesoftmax.book.kernel_exercises import EXERCISES
+    from onlinesoftmax.book.exercises.kernel_exercises import EXERCISES
 
     results = []
     seed = int(spec.get("seed", 0))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from onlinesoftmax import checks
-from onlinesoftmax.book.grading import Case, Tolerance, describe, grade, not_answered
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, describe, grade, not_answered
 from onlinesoftmax.kernels.attention import blocked as ab
 from onlinesoftmax.kernels.attention import mma as am
 from onlinesoftmax.kernels.attention import mma_fragments as mf

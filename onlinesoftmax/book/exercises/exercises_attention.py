@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from onlinesoftmax.book.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
 from onlinesoftmax.kernels.attention import blocked as ab
 
 NEG_INF = -np.inf

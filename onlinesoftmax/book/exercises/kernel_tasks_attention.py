@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks
-from onlinesoftmax.book.grading import Tolerance
-from onlinesoftmax.book.kernel_tasks import Check, host
+from onlinesoftmax.book.exercises.grading import Tolerance
+from onlinesoftmax.book.exercises.kernel_tasks import Check, host
 
 
 def score_rounding_floor(q, k, v, o_ref):

@@ -158,7 +158,7 @@ class _CheckAfterCell:
         import ast
 
         body = module.body
-        check = ast.parse("__import__('onlinesoftmax.book.figures', fromlist=['x']).check_open_figures()").body[0]
+        check = ast.parse("__import__('onlinesoftmax.book.readings.figures', fromlist=['x']).check_open_figures()").body[0]
         if body and isinstance(body[-1], ast.Expr):
             last = body.pop()
             body += [ast.Assign(targets=[ast.Name("_osm_cell_value", ast.Store())], value=last.value), check,

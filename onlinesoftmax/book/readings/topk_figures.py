@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.book.figures import color
+from onlinesoftmax.book.readings.figures import color
 from onlinesoftmax.measure import results
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
 

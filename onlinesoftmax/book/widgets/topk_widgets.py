@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.book import topk_figures as tf
-from onlinesoftmax.book.figures import color
+from onlinesoftmax.book.readings import topk_figures as tf
+from onlinesoftmax.book.readings.figures import color
 
 MODEL_ROWS = 4            # rows the CPU model runs (the error of every row is alike)
 
@@ -95,8 +95,8 @@ def measured_figure(data=None, rows_options=(1, 8, 256, 4000), n_options=(4096, 
     shape (or that it was not recorded). The model runs once per (kernel, N, k, dtype)."""
     import onlinesoftmax
     from onlinesoftmax import checks, reference
-    from onlinesoftmax.book.counterparts import MODEL_NOTE, REFERENCE
-    from onlinesoftmax.book.interactive import Figure, select
+    from onlinesoftmax.book.readings.counterparts import MODEL_NOTE, REFERENCE
+    from onlinesoftmax.book.widgets.interactive import Figure, select
     from onlinesoftmax.topk import choose
 
     fig = Figure("topk-measured", "The kernel auto picks and its error by rank",

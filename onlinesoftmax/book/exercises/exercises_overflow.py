@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.book.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
 
 # A prediction within this many logit units of ln(largest / N) passes: typing ln(65504) as 11.09
 # is right, ln(65504 / 1000) read off a table as 4.2 is right, log10 or a missing ln N is not.

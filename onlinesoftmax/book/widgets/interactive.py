@@ -26,8 +26,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from onlinesoftmax.book import figures
-from onlinesoftmax.book.interactive_rules import (MARKS, NOTE_PANEL, SCHEMA_URL, SERIES_FIELDS, check, first_word,
+from onlinesoftmax.book.readings import figures
+from onlinesoftmax.book.widgets.interactive_rules import (MARKS, NOTE_PANEL, SCHEMA_URL, SERIES_FIELDS, check, first_word,
                                                   param_name)
 
 FALLBACK = ("Interactive figure: the built book draws it here from results computed when the page "

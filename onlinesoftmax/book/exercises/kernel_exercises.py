@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from onlinesoftmax.book import kernel_tasks as kt
-from onlinesoftmax.book import kernel_tasks_attention as kt_attention
-from onlinesoftmax.book.kernel_recorded import recorded_comparison, recorded_expectation, recorded_row  # noqa: F401
+from onlinesoftmax.book.exercises import kernel_tasks as kt
+from onlinesoftmax.book.exercises import kernel_tasks_attention as kt_attention
+from onlinesoftmax.book.exercises.kernel_recorded import recorded_comparison, recorded_expectation, recorded_row  # noqa: F401
 from onlinesoftmax.runtime import loader
 
 EXERCISES_DIR = loader.REPO_ROOT / "exercises"
@@ -200,7 +200,7 @@ def _command(mode: str, items, backend: str, measure: bool, seed: int | None = N
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     spec = {"mode": mode, "backend": backend, "items": [[n, str(p)] for n, p in items], "measure": measure,
             "seed": seed}
-    return [sys.executable, "-m", "onlinesoftmax.book.kernel_runner", json.dumps(spec)]
+    return [sys.executable, "-m", "onlinesoftmax.book.exercises.kernel_runner", json.dumps(spec)]
 
 
 def run(path: Path, name: str, timeout_s: float = TIMEOUT_S, measure: bool = True, backend: str | None = None,

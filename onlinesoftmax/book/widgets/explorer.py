@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from onlinesoftmax import checks
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
-from onlinesoftmax.book import widgets_fast
-from onlinesoftmax.book.figures import color
+from onlinesoftmax.book.widgets import widgets_fast
+from onlinesoftmax.book.readings.figures import color
 from onlinesoftmax.measure import results
 from onlinesoftmax.runtime import device
 
@@ -154,7 +154,7 @@ def explorer(data: dict):
 def explorer_figure(data: dict):
     """The explorer's counterpart on the static page: N, dtype and kernel choose among the recorded
     curves (fraction of the copy ceiling against the batch, next to a copy of the same bytes)."""
-    from onlinesoftmax.book.interactive import Figure, select
+    from onlinesoftmax.book.widgets.interactive import Figure, select
 
     n_list = sorted({r["n_cols"] for r in data["rows"] if "n_cols" in r})
     kernels = list(widgets_fast.KERNELS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks, merge, reference
-from onlinesoftmax.book.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
 
 NEG_INF = -np.inf
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.book import topk_figures as tf
+from onlinesoftmax.book.readings import topk_figures as tf
 
 
 def _frac(value: float) -> str:

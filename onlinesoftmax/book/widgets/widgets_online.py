@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks, reference
-from onlinesoftmax.book.figures import color
+from onlinesoftmax.book.readings.figures import color
 from onlinesoftmax.runtime import device
 from onlinesoftmax.kernels.softmax import masked as softmax_masked
 from onlinesoftmax.measure import results
@@ -260,7 +260,7 @@ def explorer_figure(recorded: list[dict] | None = None, n_options=tuple(2**k for
     (the same curves the widget draws without a GPU) and the NumPy model's error at every N."""
     from itertools import product
 
-    from onlinesoftmax.book.interactive import Figure, select
+    from onlinesoftmax.book.widgets.interactive import Figure, select
 
     recorded = load_throughput() if recorded is None else recorded
     dtype_of = {k: dtype for dtype, kernels in KERNELS_BY_DTYPE.items() for k in kernels}

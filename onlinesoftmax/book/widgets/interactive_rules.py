@@ -18,7 +18,7 @@ import json
 import re
 from functools import lru_cache
 
-from onlinesoftmax.book import figures
+from onlinesoftmax.book.readings import figures
 
 SCHEMA_URL = "https://vega.github.io/schema/vega-lite/v6.json"
 MARKS = ("line", "point", "bar", "bar_narrow", "rule_x", "rule_y", "band_x")

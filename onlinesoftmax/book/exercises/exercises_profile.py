@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from onlinesoftmax.book.grading import Case, Tolerance, grade, not_answered
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade, not_answered
 
 # ---- which kernel torch.softmax launches ------------------------------------------------------
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import reference
-from onlinesoftmax.book import widgets_steps
-from onlinesoftmax.book.figures import color
-from onlinesoftmax.book.interactive import Figure, select, slider, checkbox
+from onlinesoftmax.book.widgets import widgets_steps
+from onlinesoftmax.book.readings.figures import color
+from onlinesoftmax.book.widgets.interactive import Figure, select, slider, checkbox
 
 # Series that are not kernels (a kernel's colour comes from the palette, figures.PALETTE)
 ELEMENTS, MAXIMUM, SUM, RESCALE, CHOSEN, REFERENCE = ("#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",

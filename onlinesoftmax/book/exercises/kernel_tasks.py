@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onlinesoftmax import checks, reference
-from onlinesoftmax.book.grading import Tolerance
+from onlinesoftmax.book.exercises.grading import Tolerance
 
 GUARD = 1024                       # elements of NaN after an input, of poison after an output (a block's worth and more)
 EDGE_SIZES = (1, 2, 3, 31, 33, 100, 257, 4097)

@@ -13,7 +13,7 @@ import tracemalloc
 
 import numpy as np
 
-from onlinesoftmax.book.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
 
 NEG_INF = -np.inf
 TOLERANCE = Tolerance(rtol=1e-10, atol=0.0)   # a float64 fold of at most a few thousand terms

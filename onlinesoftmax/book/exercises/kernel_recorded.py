@@ -6,7 +6,7 @@ once onlinesoftmax/bench/kernel_exercises.py has been run, of the exercises' own
 """
 from __future__ import annotations
 
-from onlinesoftmax.book.kernel_tasks import SoftmaxRows
+from onlinesoftmax.book.exercises.kernel_tasks import SoftmaxRows
 
 TIMED_SHAPE = SoftmaxRows.timed_shape
 
