@@ -137,3 +137,14 @@ def test_every_kernel_file_is_registered_under_its_stem():
         assert variant.name == variant.path.stem or variant.defines, variant.name
         for entry in variant.launched_entries:
             assert entry == variant.path.stem or entry.startswith(variant.path.stem + "_"), entry
+
+
+def test_the_library_never_imports_the_book():
+    """The book's helpers use the library; the library (and its tools) never import the book, except the
+    benchmark of the book's own exercise solutions."""
+    allowed = {"onlinesoftmax.bench.kernel_exercises"}
+    offenders = {name: sorted(m for m in deps if m.startswith("onlinesoftmax.book"))
+                 for name, deps in graph().items()
+                 if not name.startswith("onlinesoftmax.book") and name not in allowed
+                 and any(m.startswith("onlinesoftmax.book") for m in deps)}
+    assert not offenders, f"library modules importing the book: {offenders}"
