@@ -210,7 +210,7 @@ def test_bfloat16_by_name_needs_no_ml_dtypes_import():
     import subprocess
     import sys
 
-    code = ("from onlinesoftmax.kernels import dispatch, softmax_fast_configs as configs; "
+    code = ("from onlinesoftmax.kernels import dispatch; from onlinesoftmax.kernels.softmax import fast_configs as configs; "
             "print(configs.dtype_name('bfloat16'), configs.vector_width('bfloat16'), "
             "dispatch.choose(4, 100, 'bfloat16').variant.name)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
