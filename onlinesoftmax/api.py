@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax.registry import DTYPES, MAX_COLS, REGISTRY, Variant, variants
-from onlinesoftmax.runtime import device, loader
+from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import extent, get_runner
 
 try:  # cupy imports without a GPU; the hot path compares types, so it needs the class itself
@@ -27,7 +28,8 @@ except Exception:  # pragma: no cover - cupy is a requirement
 AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
 FAST_PATH_LIMIT = 4096
 NEG_INF = -np.inf
-_fast_path: dict = {}     # _call_key(...) -> (runner, shape, dtype, x/out extents, masked, runner.pointers)
+_fast_path = Cache("softmax fast path", FAST_PATH_LIMIT, order="fifo",   # _call_key(...) -> (runner, shape, dtype,
+                   about="softmax, log_softmax, logsumexp: a repeated call's plan")   # x/out extents, masked, pointers)
 
 
 # ---- what the caller passed ------------------------------------------------------------------
@@ -257,11 +259,9 @@ def _passed_as_given(options: dict, given, x) -> bool:
 
 
 def _remember(key, runner, shape, dtype, x, out, options) -> None:
-    if len(_fast_path) >= FAST_PATH_LIMIT:
-        _fast_path.clear()
     extents = None if out is None else (*extent(x), *extent(out))
     masked = options.get("mask") is not None or options.get("valid_lengths") is not None
-    _fast_path[key] = (runner, shape, dtype, extents, masked, getattr(runner, "pointers", None))
+    _fast_path.put(key, (runner, shape, dtype, extents, masked, getattr(runner, "pointers", None)))
 
 
 def _fast(key, x, out=None, mask=None, valid_lengths=None):
@@ -299,7 +299,6 @@ def _plain(function: str, x, axis):
     return y
 
 
-loader.on_reload(_fast_path.clear)
 
 
 def _chooser(rule: str):

@@ -45,14 +45,15 @@ from onlinesoftmax.kernels.attention import blocked as kernels
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
 from onlinesoftmax.kernels.attention import mma as attention_mma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
-from onlinesoftmax.runtime import device, loader
+from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import get_runner
 
 SUPPORTED_D = kernels.SUPPORTED_D
 DECODE_MAX_QUERIES = 8     # auto: up to this many queries per head take the split decode kernel
 FAST_PATH_LIMIT = 4096
-_fast_path: dict = {}      # _call_key(...) -> (runner, the LSE's shape)
-loader.on_reload(_fast_path.clear)
+_fast_path = Cache("attention fast path", FAST_PATH_LIMIT, order="fifo",   # _call_key(...) -> (runner, LSE shape)
+                   about="attention: a repeated call's plan")
 
 
 def _describe(a) -> str:
@@ -189,9 +190,7 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
         runner = get_runner(chosen, q, out, options)
         runner(q, out, **options)
     if key is not None and on_its_device and all(a is b for a, b in zip((q, k, v), given)):
-        if len(_fast_path) >= FAST_PATH_LIMIT:
-            _fast_path.clear()
-        _fast_path[key] = (runner, (batch, heads, n_q))
+        _fast_path.put(key, (runner, (batch, heads, n_q)))
     return (out, lse) if return_lse else out
 
 

@@ -34,8 +34,9 @@ from onlinesoftmax import api
 from onlinesoftmax.kernels.topk import softmax_topk as kt
 from onlinesoftmax.kernels.topk import moe
 from onlinesoftmax.kernels.topk import split
-from onlinesoftmax.runtime import device, loader
+from onlinesoftmax.runtime import device
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
+from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import get_runner
 
 AUTO = ("auto",)
@@ -57,8 +58,8 @@ SPLIT_MIN_ROW_BYTES = 32768
 SPLIT_FROM_K = 9
 AUTO_LIST_MAX_K = 16
 FAST_PATH_LIMIT = 4096
-_fast_path: dict = {}   # _call_key(...) -> (runner, rows, the outputs' leading shape or None for 2-D x)
-loader.on_reload(_fast_path.clear)
+_fast_path = Cache("softmax_topk fast path", FAST_PATH_LIMIT, order="fifo",   # _call_key(...) -> (runner, rows,
+                   about="softmax_topk, topk_logits: a repeated call's plan")    # outputs' leading shape or None)
 
 
 def check_k(k, n_cols: int, function: str = "softmax_topk") -> int:
@@ -170,9 +171,7 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
         probs, indices, lse = _outputs(rows.shape[0], k, rows.dtype, return_lse)
         runner = run(chosen, rows, k, bool(renormalize), probs, indices, lse)
         if key is not None and view:   # rows is x itself or a view of it (no copy): its address is x's
-            if len(_fast_path) >= FAST_PATH_LIMIT:
-                _fast_path.clear()
-            _fast_path[key] = (runner, rows.shape[0], None if lead == (rows.shape[0],) else lead)
+            _fast_path.put(key, (runner, rows.shape[0], None if lead == (rows.shape[0],) else lead))
     probs, indices = probs.reshape(lead + (k,)), indices.reshape(lead + (k,))
     return (probs, indices, lse.reshape(lead)) if return_lse else (probs, indices)
 

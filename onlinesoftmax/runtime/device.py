@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from onlinesoftmax.runtime.cache import Cache
+
 
 _no_gpu_reason: str | None = None   # why has_gpu() said False (the error CuPy raised), else None
 
@@ -146,7 +148,7 @@ def current_device_id() -> int:
     return cupy.cuda.runtime.getDevice()
 
 
-_properties: dict = {}
+_properties = Cache("device properties", 1024, about="attributes asked of a device")
 _simulated: dict = {}
 ASSUMED_WITHOUT_GPU = {"compute_capability": 90, "sm_count": 132}   # the H200 the book was measured on
 

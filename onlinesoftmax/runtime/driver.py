@@ -13,6 +13,7 @@ import ctypes
 import numpy as np
 
 from onlinesoftmax.runtime import loader
+from onlinesoftmax.runtime.cache import Cache
 
 
 class ClusterLaunchError(RuntimeError):
@@ -189,8 +190,7 @@ def _cupy_launch(fn, grid3, block3, shared_bytes, types, fixed):
 
 # ---- occupancy, asked once per device and kernel build ----------------------------------------
 
-_occupancy: dict = {}
-loader.on_reload(_occupancy.clear)
+_occupancy = Cache("occupancy", 4096, about="resident blocks or clusters per (kernel, block, shared memory)")
 
 
 def _device_id() -> int:
@@ -250,7 +250,7 @@ def resident_blocks(file: str, entry: str, threads: int, shared_bytes: int, defi
 
 # ---- does a cluster launch work here? ---------------------------------------------------------
 
-_cluster_probe: dict = {}
+_cluster_probe = Cache("cluster probe", 64, about="whether a cluster launch works, per device")
 
 
 def cluster_launch_works(probe_file: str = "softmax/softmax_10_cluster.cu",

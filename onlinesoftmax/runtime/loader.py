@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from onlinesoftmax.runtime import cache
+from onlinesoftmax.runtime.cache import Cache
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNELS_DIR = REPO_ROOT / "kernels"
@@ -84,7 +86,7 @@ def define_flags(defines) -> tuple[str, ...]:
     return tuple(f"-D{d}" for d in defines)
 
 
-_modules: dict[str, object] = {}
+_modules = Cache("compiled modules", 1024, about="one cupy.RawModule per (source text, defines)")
 
 
 def load_module(path, defines=()):
@@ -104,7 +106,7 @@ def load_module(path, defines=()):
     return module
 
 
-_kernels: dict[tuple, object] = {}
+_kernels = Cache("kernels", 8192, about="one cupy.RawKernel per (file, entry, defines)")
 _reload_hooks: list = []
 
 
@@ -130,8 +132,7 @@ def on_reload(hook) -> None:
 def reload() -> None:
     """Forget every compiled kernel and everything built from one: the next call re-reads the
     `.cu` files and their headers and compiles what changed (cupy's disk cache keeps the rest)."""
-    _kernels.clear()
-    _modules.clear()
+    cache.clear()          # every cache of runtime/cache.py: kernels, modules, plans, fast paths, device answers
     ptxas_reports.cache_clear()
     for hook in _reload_hooks:
         hook()

@@ -9,18 +9,20 @@ launches. `get_runner` keeps one runner per
 
     (variant, shape, strides, dtype and 16-byte alignment of every array, options, device, stream)
 
-so the second call of a shape costs one dictionary lookup before the launch. `reload()` (the
-loader's, also `onlinesoftmax.reload()`) forgets them all, with the kernels they hold.
+so the second call of a shape costs one dictionary lookup before the launch (runtime/cache.py: the
+least recently used runner goes past PLAN_LIMIT). `reload()` (the loader's, also
+`onlinesoftmax.reload()`) forgets them all, with the kernels they hold.
 """
 from __future__ import annotations
 
 import cupy
 import numpy as np
 
-from onlinesoftmax.runtime import loader
+from onlinesoftmax.runtime.cache import Cache
 
-PLAN_LIMIT = 4096          # runners kept before the cache is emptied (shapes, streams and devices vary)
-_runners: dict = {}
+PLAN_LIMIT = 4096          # runners kept, least recently used out first (shapes, streams and devices vary)
+_runners = Cache("plans", PLAN_LIMIT, nbytes=lambda runner: getattr(runner, "nbytes", 0),
+                 about="one runner per (variant, layouts, options, device, stream)")
 
 
 def layout(a) -> tuple:
@@ -49,9 +51,7 @@ def get_runner(variant, x, y, options: dict):
            cupy.cuda.get_current_stream().ptr)
     runner = _runners.get(key)
     if runner is None:
-        if len(_runners) >= PLAN_LIMIT:
-            _runners.clear()
-        runner = _runners[key] = variant.plan(variant, x, y, **options)
+        runner = _runners.put(key, variant.plan(variant, x, y, **options))
     return runner
 
 
@@ -69,5 +69,3 @@ def cached_runners() -> int:
     """How many runners are cached (tests and the chapters' explanations use it)."""
     return len(_runners)
 
-
-loader.on_reload(_runners.clear)
