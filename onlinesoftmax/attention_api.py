@@ -42,6 +42,7 @@ import numpy as np
 
 from onlinesoftmax import api
 from onlinesoftmax.kernels.attention import blocked as kernels
+from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
 from onlinesoftmax.kernels.attention import mma as attention_mma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
@@ -106,9 +107,10 @@ MHA_DECODE_MMA = {"max_caches": 256, "min_keys": 16384, "min_caches": 64}
 
 
 def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1, caches: int | None = None,
-           n_k: int | None = None) -> Variant:
-    """The kernel variant="auto" runs (cc: the device's compute capability, None: the current one;
-    group: heads per kv head; caches: batch x kv heads and n_k the keys, for decoding)."""
+           n_k: int | None = None) -> Choice:
+    """The kernel variant="auto" runs, with the reason (dispatch.Choice, as every chooser returns; cc:
+    the device's compute capability, None: the current one; group: heads per kv head; caches: batch x
+    kv heads and n_k the keys, for decoding)."""
     cc = device.compute_capability() if cc is None else cc
     if n_q <= DECODE_MAX_QUERIES:
         grouped = attention_decode_mma.DECODE_MMA
@@ -116,12 +118,13 @@ def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1, 
             rule = MHA_DECODE_MMA
             if group > 1 or (caches is not None and n_k is not None and caches <= rule["max_caches"]
                              and (n_k >= rule["min_keys"] or caches >= rule["min_caches"])):
-                return grouped
-        return kernels.DECODE
+                return Choice(grouped, "decoding, grouped heads (or measured ahead for these caches): "
+                                       "the heads of a kv head as tensor-core columns")
+        return Choice(kernels.DECODE, "decoding: the cache split over blocks, fp32 on CUDA cores")
     fastest = attention_mma.FASTEST
     if dtype in fastest.dtypes and d in attention_mma.SUPPORTED_D and cc >= fastest.min_cc:
-        return fastest
-    return kernels.BLOCKED
+        return Choice(fastest, "16-bit inputs, d of 64 or 128: tensor cores")
+    return Choice(kernels.BLOCKED, "float32, another head dimension or an older GPU: CUDA cores")
 
 
 def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
@@ -169,7 +172,7 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
     if not isinstance(variant, str):
         raise TypeError(f"attention: variant must be a string, got {variant!r}")
     if variant == "auto":
-        chosen = choose(q.dtype.name, n_q, d, group=heads // kv_heads, caches=batch * kv_heads, n_k=n_k)
+        chosen = choose(q.dtype.name, n_q, d, group=heads // kv_heads, caches=batch * kv_heads, n_k=n_k).variant
     else:
         try:
             chosen = resolve(variant, "attention")

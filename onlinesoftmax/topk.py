@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import api
+from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.kernels.topk import softmax_topk as kt
 from onlinesoftmax.kernels.topk import moe
 from onlinesoftmax.kernels.topk import split
@@ -73,26 +74,29 @@ def check_k(k, n_cols: int, function: str = "softmax_topk") -> int:
     return int(k)
 
 
-def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | None = None):
+def choose(n_rows: int, n_cols: int, k: int, dtype: str = "float32", sms: int | None = None) -> Choice:
     """variant="auto": the kernel for n_rows rows of n_cols elements of `dtype`, k kept, on `sms` SMs
-    (None: the current device's; 132 without a GPU)."""
+    (None: the current device's; 132 without a GPU), with the reason (dispatch.Choice, as every
+    chooser of the package returns)."""
     sms = device.sm_count() if sms is None else sms
     if n_cols <= AUTO_WARP_MAX_COLS and k <= moe.MAX_K:
-        return moe.WARP_ROWS
+        return Choice(moe.WARP_ROWS, f"rows of <= {AUTO_WARP_MAX_COLS}: a warp per row")
     row_bytes = n_cols * DTYPE_ITEMSIZE[dtype]
     if k > AUTO_LIST_MAX_K:
-        return split.SPLIT
+        return Choice(split.SPLIT, f"k > {AUTO_LIST_MAX_K}: candidates selected in a merge, not kept in lists")
     if row_bytes < SPLIT_MIN_ROW_BYTES:
-        return kt.ONLINE_FUSED
+        return Choice(kt.ONLINE_FUSED, "short rows: a block per row, one pass")
     if k >= SPLIT_FROM_K:           # the lists of 16 lost on every long row measured
-        return split.SPLIT
+        return Choice(split.SPLIT, f"long rows with k >= {SPLIT_FROM_K}: split over blocks")
     rows_per_sm = n_rows / sms
     if k == 1:
         few_long_rows = rows_per_sm < SPLIT_BELOW_ROWS_PER_SM_K1 or \
             (rows_per_sm < SPLIT_BELOW_ROWS_PER_SM and row_bytes >= SPLIT_K1_MIN_ROW_BYTES)
     else:
         few_long_rows = rows_per_sm < SPLIT_BELOW_ROWS_PER_SM
-    return split.SPLIT if few_long_rows else kt.ONLINE_FUSED
+    if few_long_rows:
+        return Choice(split.SPLIT, "few long rows: each split over blocks so that every SM works")
+    return Choice(kt.ONLINE_FUSED, "many long rows: a block per row, one pass")
 
 
 def _check_variant(chosen, k: int, n_cols: int, dtype: str) -> None:
@@ -163,7 +167,7 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
         chosen = api.resolve(variant, "softmax_topk", "softmax_topk")
         _check_variant(chosen, k, rows.shape[1], rows.dtype.name)
     else:
-        chosen = choose(rows.shape[0], rows.shape[1], k, rows.dtype.name)
+        chosen = choose(rows.shape[0], rows.shape[1], k, rows.dtype.name).variant
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
     if not on_gpu:
         probs, indices, lse = chosen.simulate(rows, k, bool(renormalize))

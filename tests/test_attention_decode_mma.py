@@ -67,17 +67,17 @@ def test_splits_and_row_chunks():
 
 
 def test_auto_takes_it_for_grouped_16_bit_decode():
-    assert attention_api.choose("bfloat16", 1, 128, cc=90, group=4) is dm.DECODE_MMA
-    assert attention_api.choose("float16", 8, 64, cc=90, group=2) is dm.DECODE_MMA
-    assert attention_api.choose("bfloat16", 1, 128, cc=90, group=1) is ab.DECODE      # one head per kv head
-    assert attention_api.choose("float32", 1, 128, cc=90, group=4) is ab.DECODE
-    assert attention_api.choose("bfloat16", 1, 96, cc=90, group=4) is ab.DECODE       # d not built
-    assert attention_api.choose("bfloat16", 1, 128, cc=75, group=4) is ab.DECODE      # no bf16 mma
+    assert attention_api.choose("bfloat16", 1, 128, cc=90, group=4).variant is dm.DECODE_MMA
+    assert attention_api.choose("float16", 8, 64, cc=90, group=2).variant is dm.DECODE_MMA
+    assert attention_api.choose("bfloat16", 1, 128, cc=90, group=1).variant is ab.DECODE      # one head per kv head
+    assert attention_api.choose("float32", 1, 128, cc=90, group=4).variant is ab.DECODE
+    assert attention_api.choose("bfloat16", 1, 96, cc=90, group=4).variant is ab.DECODE       # d not built
+    assert attention_api.choose("bfloat16", 1, 128, cc=75, group=4).variant is ab.DECODE      # no bf16 mma
     # one head per kv head: attention_06 where it was measured ahead (batch x kv heads caches, n_k keys)
-    mha = lambda caches, n_k: attention_api.choose("bfloat16", 1, 128, cc=90, group=1, caches=caches, n_k=n_k)  # noqa: E731
+    mha = lambda caches, n_k: attention_api.choose("bfloat16", 1, 128, cc=90, group=1, caches=caches, n_k=n_k).variant  # noqa: E731
     assert mha(32, 4096) is ab.DECODE and mha(32, 32768) is dm.DECODE_MMA and mha(32, 262144) is dm.DECODE_MMA
     assert mha(256, 4096) is dm.DECODE_MMA and mha(1024, 32768) is ab.DECODE
-    assert attention_api.choose("float32", 1, 128, cc=90, group=1, caches=32, n_k=32768) is ab.DECODE
+    assert attention_api.choose("float32", 1, 128, cc=90, group=1, caches=32, n_k=32768).variant is ab.DECODE
     q, k, v = make(1, 8, 2, 1, 50, 64, "bfloat16", 0)
     out = osm.attention(q, k, v)                      # numpy in: the chosen kernel's model
     assert (checks.as_float64(out) == checks.as_float64(dm.simulate(q, k, v)[0])).all()

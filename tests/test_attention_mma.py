@@ -121,7 +121,7 @@ def test_the_model_equals_the_fp32_model_up_to_the_rounding_of_p():
     ("bfloat16", 1000, 128, 75, ab.BLOCKED.name),      # no bf16 mma.sync below 8.0
 ])
 def test_auto_picks(dtype, n_q, d, cc, expected):
-    chosen = attention_api.choose(dtype, n_q, d, cc)
+    chosen = attention_api.choose(dtype, n_q, d, cc).variant
     assert chosen.name == expected
     assert chosen.min_cc <= cc
 

@@ -20,7 +20,7 @@ def test_every_shape_has_kernels_that_take_it(quick):
     for case, n_rows, n_cols, k, dtype in shapes:
         ours = bench.ours_for(case, n_rows, n_cols, k, dtype)
         assert ours and len(set(ours)) == len(ours)
-        assert case == "paper" or ours[0] is topk.choose(n_rows, n_cols, k, dtype)
+        assert case == "paper" or ours[0] is topk.choose(n_rows, n_cols, k, dtype).variant
         for variant in ours:
             if variant is not kt.TOPK_ONLY:
                 topk._check_variant(variant, k, n_cols, dtype)     # raises for a shape it cannot take
@@ -51,7 +51,7 @@ def test_the_check_before_timing_passes_right_answers_and_stops_wrong_ones():
 def test_the_host_case_holds_the_runtime_budget_and_the_shapes_that_need_it():
     from onlinesoftmax.bench import api_overhead as api
     assert bench.HOST_BUDGET_US == {1: api.TARGET_US[api.ONE_KERNEL], 2: api.TARGET_US[api.CLUSTER_OR_TWO]}
-    chosen = [topk.choose(*shape) for shape in bench.HOST_SHAPES]
+    chosen = [topk.choose(*shape).variant for shape in bench.HOST_SHAPES]
     assert sp.SPLIT in chosen and any(v is not sp.SPLIT for v in chosen)     # both budgets are met by a shape
     assert any(shape[0] == 1 for shape in bench.HOST_SHAPES)
     for (n_rows, n_cols, k, dtype), variant in zip(bench.HOST_SHAPES, chosen):

@@ -148,3 +148,16 @@ def test_the_library_never_imports_the_book():
                  if not name.startswith("onlinesoftmax.book") and name not in allowed
                  and any(m.startswith("onlinesoftmax.book") for m in deps)}
     assert not offenders, f"library modules importing the book: {offenders}"
+
+
+def test_every_chooser_returns_a_choice_with_its_reason():
+    """One chooser interface: softmax's, top-k's and attention's variant="auto" each return
+    dispatch.Choice(variant, reason)."""
+    from onlinesoftmax import attention_api, topk
+    from onlinesoftmax.kernels import dispatch
+
+    for choice in (dispatch.choose(4000, 4096, cc=90, sms=132, clusters=True), dispatch.choose_masked(4, 100, cc=90),
+                   dispatch.choose_log_softmax(4, 100, cc=90), topk.choose(4000, 32768, 5, sms=132),
+                   topk.choose(8, 128256, 20, sms=132), attention_api.choose("bfloat16", 1, 128, cc=90, group=4),
+                   attention_api.choose("float32", 300, 64, cc=90)):
+        assert isinstance(choice, dispatch.Choice) and choice.variant.name in osm.REGISTRY and choice.reason

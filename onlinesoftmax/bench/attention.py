@@ -98,7 +98,7 @@ def measure_decode(shapes, read_GBps, copy_GBps) -> tuple[list, list]:
         fields = {"op": "decode", "batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": 1, "n_k": n_k,
                   "d": d, "dtype": dtype, "bytes": nbytes, "bytes_counted": "K and V once + q and out"}
         from onlinesoftmax.runtime.plan import get_runner
-        auto = attention_api.choose(dtype, 1, d, group=heads // kv_heads, caches=batch * kv_heads, n_k=n_k)
+        auto = attention_api.choose(dtype, 1, d, group=heads // kv_heads, caches=batch * kv_heads, n_k=n_k).variant
         line = []
         for variant in (ab.DECODE, dm.DECODE_MMA):   # both decode kernels; `auto` marks the one auto runs
             out = osm.attention(q, k, v, variant=variant.short)

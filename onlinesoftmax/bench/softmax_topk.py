@@ -125,7 +125,7 @@ def ours_for(case: str, n_rows: int, n_cols: int, k: int, dtype: str) -> list:
     """The kernels of ours timed for a shape (the auto choice first)."""
     if case == "paper":
         return list(kt.PAPER_VARIANTS)
-    auto = topk.choose(n_rows, n_cols, k, dtype)
+    auto = topk.choose(n_rows, n_cols, k, dtype).variant
     names = [auto]
     if case == "moe":
         names.append(kt.ONLINE_FUSED)
@@ -141,7 +141,7 @@ def measure_case(case: str, n_rows: int, n_cols: int, k: int, dtype: str, read_G
 
     x = checks.random_rows(cupy, n_rows, n_cols, dtype, seed=n_cols + k)
     nbytes = x.nbytes
-    auto = topk.choose(n_rows, n_cols, k, dtype)
+    auto = topk.choose(n_rows, n_cols, k, dtype).variant
     fields = {"case": case, "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype, "bytes": nbytes,
               "bytes_counted": "one read of the logits"}
     tx = bench.torch_view(x)
@@ -190,7 +190,7 @@ def host_calls(n_rows: int, n_cols: int, k: int, dtype: str) -> dict:
     import torch
 
     x = checks.random_rows(cupy, n_rows, n_cols, dtype, seed=n_cols + k)
-    auto = topk.choose(n_rows, n_cols, k, dtype)
+    auto = topk.choose(n_rows, n_cols, k, dtype).variant
     shape = {"case": "host", "n_rows": n_rows, "n_cols": n_cols, "k": k, "dtype": dtype}
     check = check_ours(auto, x, k)
     tx = bench.torch_view(x)

@@ -276,9 +276,9 @@ def test_decode_mma_long_caches_and_the_model(n_k):
 def test_auto_takes_the_grouped_decode_kernel():
     host = make_qkv(1, 32, 8, 1, 5000, 128, "bfloat16", 4)
     q, k, v = (on_gpu(a, "bfloat16") for a in host)
-    assert attention_api.choose("bfloat16", 1, 128, group=4) is dm.DECODE_MMA
-    assert attention_api.choose("bfloat16", 1, 128, group=1) is ab.DECODE
-    assert attention_api.choose("float32", 1, 128, group=4) is ab.DECODE
+    assert attention_api.choose("bfloat16", 1, 128, group=4).variant is dm.DECODE_MMA
+    assert attention_api.choose("bfloat16", 1, 128, group=1).variant is ab.DECODE
+    assert attention_api.choose("float32", 1, 128, group=4).variant is ab.DECODE
     out = osm.attention(q, k, v)
     again = osm.attention(q, k, v)           # the fast path: the same answer
     named = osm.attention(q, k, v, variant="decode_mma")
@@ -294,7 +294,7 @@ def test_auto_takes_the_tensor_core_decode_for_long_multi_head_caches():
     suite measured it ahead), attention_02 with a short one; both within the error rule."""
     for n_k, expected in ((20000, dm.DECODE_MMA), (4096, ab.DECODE)):
         host = make_qkv(1, 32, 32, 1, n_k, 128, "bfloat16", n_k)
-        assert attention_api.choose("bfloat16", 1, 128, group=1, caches=32, n_k=n_k) is expected
+        assert attention_api.choose("bfloat16", 1, 128, group=1, caches=32, n_k=n_k).variant is expected
         q, k, v = (on_gpu(a, "bfloat16") for a in host)
         out = osm.attention(q, k, v)
         named = osm.attention(q, k, v, variant=expected.name)

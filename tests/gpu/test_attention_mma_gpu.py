@@ -97,7 +97,7 @@ def test_quick_the_ladder(variant):
 
 def test_quick_auto_and_views():
     """auto runs the tensor-core kernel for 16-bit prefill here, on a (batch, seq, heads, d) view."""
-    assert attention_api.choose("bfloat16", 300, 128) is am.FASTEST
+    assert attention_api.choose("bfloat16", 300, 128).variant is am.FASTEST
     host = make_qkv(2, 4, 2, 300, 500, 128, "bfloat16", seed=5)
     ref, lse_ref = ab.reference(*host, causal=True)
     q, k, v = (on_gpu(np.ascontiguousarray(a.transpose(0, 2, 1, 3)), "bfloat16").transpose(0, 2, 1, 3) for a in host)

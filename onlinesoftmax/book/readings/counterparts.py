@@ -184,7 +184,7 @@ def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", 
                      when={"N": n_cols, "dtype": dtype})
             for k_asked in range(1, kt.MAX_K + 1):
                 k = min(k_asked, n_cols)
-                name = choose(1, n_cols, k, dtype).name   # the kernel variant="auto" picks for one row
+                name = choose(1, n_cols, k, dtype).variant.name   # the kernel variant="auto" picks for one row
                 for renormalize in (False, True):
                     probs, _ = onlinesoftmax.softmax_topk(x, k, renormalize=renormalize)
                     probs = np.asarray(checks.as_float64(probs))[0]

@@ -77,7 +77,7 @@ def ours_auto(rows: list[dict], sms: int = 132) -> list[dict]:
         if not is_ours(r) or "k" not in r:
             continue
         shape = (r["n_rows"], r["n_cols"], r["k"], r["dtype"])
-        name = choose(*shape, sms=sms).name
+        name = choose(*shape, sms=sms).variant.name
         if r["kernel"] == name if (*shape, name) in timed else r.get("auto"):
             picked.append(r)
     return picked
@@ -314,7 +314,7 @@ def show_choice(n_cols: int = 1000, k: int = 5, dtype: str = "float32", renormal
     k = min(k, n_cols)
     x = checks.from_float32((np.random.default_rng(seed).standard_normal((1, n_cols)) * 2).astype(np.float32),
                             dtype)
-    kernel = choose(n_rows, n_cols, k, dtype).name
+    kernel = choose(n_rows, n_cols, k, dtype).variant.name
     if device.has_gpu():
         import cupy
 

@@ -46,7 +46,7 @@ def show_measured(n_rows: int = 8, n_cols: int = 32000, k: int = 20, dtype: str 
     from onlinesoftmax.topk import choose
 
     k = min(k, n_cols)
-    kernel = choose(n_rows, n_cols, k, dtype).name
+    kernel = choose(n_rows, n_cols, k, dtype).variant.name
     live = device.has_gpu()
     if live:
         import cupy
@@ -110,7 +110,7 @@ def measured_figure(data=None, rows_options=(1, 8, 256, 4000), n_options=(4096, 
         for k in k_options:
             for dtype in dtypes:
                 for n_rows in rows_options:
-                    kernel = choose(n_rows, n_cols, k, dtype).name
+                    kernel = choose(n_rows, n_cols, k, dtype).variant.name
                     key = (kernel, n_cols, k, dtype)
                     if key not in errors:
                         x = checks.random_rows(np, MODEL_ROWS, n_cols, dtype, seed=1)
