@@ -15,6 +15,7 @@ is what makes the check worth having. The emulator's own fragment maps are compa
 mma_fragments.py's, and every schedule gives the same bits. Needs a C++17 compiler with _Float16 (g++ 12); skipped without one except
 under CI=true.
 """
+import contextlib
 import os
 
 import numpy as np
@@ -89,9 +90,13 @@ SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_h{}-{}_q{}_k{}_d{}_{}_{}".format(
     *s[:6], "causal" if s[6] else "full", s[7]))
 def test_the_kernel_source_on_the_emulator(stem, shape):
+    """Shapes of up to 10,000 scores run with the emulator's per-access checks (races, bounds,
+    alignment); the larger ones, which check the tiles' numbers, without them (5x faster)."""
     *dims, causal, dtype, q_scale = shape
     q, k, v = make_qkv(*dims, dtype, seed=sum(dims), q_scale=q_scale)
-    out, lse = emulate(stem, q, k, v, causal, seed=sum(dims))
+    checked = dims[3] * dims[4] <= 10_000
+    with contextlib.nullcontext() if checked else emulator.uninstrumented():
+        out, lse = emulate(stem, q, k, v, causal, seed=sum(dims))
     problem = judge(out, lse, q, k, v, causal, stem)
     assert problem is None, f"{stem} {shape}: {problem}"
 

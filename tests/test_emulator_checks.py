@@ -285,3 +285,25 @@ def test_stats_of_an_isolated_launch_come_back(tmp_path):
     stats = three.launch("three_pass", 2, 64, (x, y, n), stats=True, isolated=True)
     assert (stats.reads[0] == 3).all() and len(stats.block_reads[0]) == 2 and stats.shared_bytes == 256
     np.testing.assert_allclose(y, softmax(x.astype(np.float64)), rtol=1e-5)
+
+
+def test_an_uninstrumented_build_runs_without_the_checks_and_says_so(tmp_path):
+    """emulator.uninstrumented(): a separate build without the per-access hooks; asking it for counts is
+    an error, not a silent zero."""
+    import numpy as np
+
+    from onlinesoftmax.runtime import emulator
+
+    source = tmp_path / "copy_kernel.cu"
+    source.write_text('extern "C" __global__ void copy_kernel(const float* x, float* y, int n) {\n'
+                      '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = x[i];\n}\n')
+    x, y = np.arange(100, dtype=np.float32), np.zeros(100, np.float32)
+    with emulator.uninstrumented():
+        fast = emulator.Module(source, ["copy_kernel"])
+    checked = emulator.Module(source, ["copy_kernel"])
+    assert not fast.instrumented and checked.instrumented and fast.so != checked.so
+    fast.launch("copy_kernel", (1,), (128,), (x, y, np.int32(100)))
+    assert (y == x).all()
+    with pytest.raises(ValueError, match="per-access checks"):
+        fast.launch("copy_kernel", (1,), (128,), (x, y, np.int32(100)), stats=True)
+    assert checked.launch("copy_kernel", (1,), (128,), (x, y, np.int32(100)), stats=True) is not None

@@ -5,6 +5,7 @@ candidate buffer filled, selected and refilled), ascending rows (every element a
 -inf / NaN / +inf rows, misaligned and strided rows, k from 1 to 300, random interleavings of the
 warps. The model's replay of the same buffer is checked against the exact selection, and broken
 kernels must be rejected. Needs g++ (required under CI=true)."""
+import contextlib
 import os
 
 import numpy as np
@@ -41,7 +42,10 @@ def test_the_kernel_source_on_the_emulator(dtype, sms):
         shape = sp.split_shape(x.shape[0], x.shape[1], k, dtype, sms)
         assert (shape.subs > 1) == (sms == 1)
         for renormalize in (False, True):
-            probs, columns, lse = sp.emulate(x, k, renormalize, sms=sms, seed=k)
+            # k = 5 with the emulator's per-access checks (races, bounds, alignment); the other k check
+            # the selection's numbers without them (5x faster)
+            with contextlib.nullcontext() if k == 5 else emulator.uninstrumented():
+                probs, columns, lse = sp.emulate(x, k, renormalize, sms=sms, seed=k)
             ok, message = checks.compare_topk(probs, columns, x, k, renormalize, lse=lse)
             assert ok, f"{dtype} k={k} sms={sms} renormalize={renormalize}: {message}"
 
