@@ -53,7 +53,7 @@ CACHE_CONFIG := _build/.config-cache.yml
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
 RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: help book test check-data gpu-test torch-cpu serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
+.PHONY: help book test test-quick check-data gpu-test torch-cpu serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
 
 help:
 	@echo "Online Softmax: from a recurrence to the kernel"
@@ -61,6 +61,8 @@ help:
 	@echo "  make book       set up .venv/ and node_modules/ (once), build the book into _build/html"
 	@echo "                  (re-executes only changed chapters; FORCE=1 or CI=true: every chapter)"
 	@echo "  make test       CPU tests (pytest -m 'not gpu'), the strict book build, the browser check"
+	@echo "  make test-quick the quick CPU tier (about a minute): references, models, API, graders, data,"
+	@echo "                  one kernel build per family (no emulator sweeps, no book)"
 	@echo "  make check-data list the recorded suites a chapter cites whose kernel sources changed since they"
 	@echo "                  were recorded; fails if any (the CPU tier runs it: tests/test_data_check.py)"
 	@echo "  make serve      serve the built book on http://127.0.0.1:$(PORT)/ (PORT=...)"
@@ -84,6 +86,19 @@ test: _setup _chromium $(TORCH_STAMP)
 	fi; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
+
+# The quick tier: what a change most often breaks, in about a minute on two cores. The full tier
+# (make test) adds the emulated kernels, every build for every architecture, the book and the browser.
+QUICK_TESTS = tests/test_registry.py tests/test_package.py tests/test_cache.py tests/test_api.py \
+  tests/test_monoid.py tests/test_guards.py tests/test_worked_examples.py tests/test_extreme_properties.py \
+  tests/test_extreme_rows.py tests/test_attention_extremes.py tests/test_graders.py \
+  tests/exercises/test_python_graders.py tests/test_data.py tests/test_data_check.py tests/test_bench_command.py \
+  tests/test_prose_numbers.py tests/test_readings.py tests/test_gpu_gating.py \
+  $(foreach k,softmax_02_online softmax_08_registers log_softmax_02_registers softmax_topk_04_online_fused attention_05_pipelined,\
+    "tests/test_kernels_compile.py::test_kernel_compiles_without_spills[$(k)]")
+
+test-quick: $(PY_STAMP)
+	$(RUN) $(VENV_BIN)/python -m pytest -m "not gpu" -q -n 2 $(QUICK_TESTS)
 
 # The recorded suites the book cites against the sources they measured (exit 1 if any changed).
 check-data: $(PY_STAMP)
@@ -160,9 +175,11 @@ _chromium:
 # --- steps ------------------------------------------------------------------------------------
 
 # pytest exits 5 when it collects no test; tolerated (with a warning) while the suite is empty.
+# PYTEST_WORKERS: pytest-xdist processes (2: the CI machine's cores; 0 runs in this process).
+PYTEST_WORKERS ?= 2
 _pytest-cpu: _setup
 	@echo "--- CPU test tier: pytest -m 'not gpu'"
-	@set +e; $(RUN) $(VENV_BIN)/python -m pytest -m "not gpu"; status=$$?; set -e; \
+	@set +e; $(RUN) $(VENV_BIN)/python -m pytest -m "not gpu" -n $(PYTEST_WORKERS); status=$$?; set -e; \
 	if [ $$status -eq 5 ]; then echo "WARNING: pytest collected no tests (exit 5)"; status=0; fi; \
 	exit $$status
 

@@ -138,6 +138,14 @@ def reload() -> None:
         hook()
 
 
+class SpillWarning(UserWarning):
+    """A build for an arch other than sm_90a spills registers (reported by the compile tests, not failed)."""
+
+
+class MinCcWarning(UserWarning):
+    """A build compiles for an arch below its variant's min_cc (reported by the compile tests, not failed)."""
+
+
 @dataclass(frozen=True)
 class ResourceReport:
     """What the compiler gave one kernel: registers, shared memory, local memory (spills)."""
