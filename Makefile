@@ -91,6 +91,8 @@ test: _setup _chromium $(TORCH_STAMP)
 # (make test) adds the emulated kernels, every build for every architecture, the book and the browser.
 QUICK_TESTS = tests/test_registry.py tests/test_package.py tests/test_cache.py tests/test_api.py \
   tests/test_monoid.py tests/test_guards.py tests/test_worked_examples.py tests/test_extreme_properties.py \
+  tests/test_fast.py tests/test_masked.py tests/test_logsumexp.py tests/test_softmax_topk.py tests/test_attention.py \
+  tests/test_distributed.py \
   tests/test_extreme_rows.py tests/test_attention_extremes.py tests/test_graders.py \
   tests/exercises/test_python_graders.py tests/test_data.py tests/test_data_check.py tests/test_bench_command.py \
   tests/test_prose_numbers.py tests/test_readings.py tests/test_gpu_gating.py \
@@ -98,7 +100,7 @@ QUICK_TESTS = tests/test_registry.py tests/test_package.py tests/test_cache.py t
     "tests/test_kernels_compile.py::test_kernel_compiles_without_spills[$(k)]")
 
 test-quick: $(PY_STAMP)
-	$(RUN) $(VENV_BIN)/python -m pytest -m "not gpu" -q -n 2 $(QUICK_TESTS)
+	$(RUN) $(VENV_BIN)/python -m pytest -m "not gpu" -q -n $(PYTEST_WORKERS) --dist worksteal $(QUICK_TESTS)
 
 # The recorded suites the book cites against the sources they measured (exit 1 if any changed).
 check-data: $(PY_STAMP)
@@ -179,7 +181,7 @@ _chromium:
 PYTEST_WORKERS ?= 2
 _pytest-cpu: _setup
 	@echo "--- CPU test tier: pytest -m 'not gpu'"
-	@set +e; $(RUN) $(VENV_BIN)/python -m pytest -m "not gpu" -n $(PYTEST_WORKERS); status=$$?; set -e; \
+	@set +e; $(RUN) $(VENV_BIN)/python -m pytest -m "not gpu" -n $(PYTEST_WORKERS) --dist worksteal; status=$$?; set -e; \
 	if [ $$status -eq 5 ]; then echo "WARNING: pytest collected no tests (exit 5)"; status=0; fi; \
 	exit $$status
 
