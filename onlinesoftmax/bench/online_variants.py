@@ -13,8 +13,6 @@ Run on a GPU machine (about 1-2 minutes on an H200):  python -m onlinesoftmax.be
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -85,6 +83,4 @@ def measure() -> dict:
 
 
 if __name__ == "__main__":
-    data = measure()
-    path = results.write_results(SUITE, data["rows"], data["meta"])
-    print("wrote", path, file=sys.stderr)
+    bench.record(SUITE, measure())

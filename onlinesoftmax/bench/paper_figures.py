@@ -15,8 +15,6 @@ Run on a GPU machine (about 1-2 minutes on an H200):  python -m onlinesoftmax.be
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import onlinesoftmax as osm
 from onlinesoftmax.measure import bench
@@ -71,6 +69,4 @@ def measure(shapes=SHAPES) -> dict:
 
 
 if __name__ == "__main__":
-    data = measure()
-    path = results.write_results(SUITE, data["rows"], data["meta"])
-    print("wrote", path, file=sys.stderr)
+    bench.record(SUITE, measure())

@@ -9,7 +9,6 @@ Run on a GPU machine:  python -m onlinesoftmax.bench softmax-teaching
 """
 from __future__ import annotations
 
-import sys
 
 import onlinesoftmax as osm
 from onlinesoftmax.measure import bench
@@ -64,6 +63,4 @@ def measure(shapes=SHAPES) -> dict:
 
 
 if __name__ == "__main__":
-    data = measure()
-    path = results.write_results("softmax-teaching", data["rows"], data["meta"])
-    print("wrote", path, file=sys.stderr)
+    bench.record("softmax-teaching", measure())

@@ -11,7 +11,6 @@ Run on a GPU machine:  python -m onlinesoftmax.bench split-merge   (under a minu
 """
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
@@ -78,6 +77,4 @@ def measure(shapes=SHAPES) -> dict:
 
 
 if __name__ == "__main__":
-    data = measure()
-    path = results.write_results(SUITE, data["rows"], data["meta"])
-    print("wrote", path, file=sys.stderr)
+    bench.record(SUITE, measure())

@@ -18,6 +18,17 @@ EPS32 = 2.0**-23
 BIG_CALL_BYTES = 2**30          # from here a call takes >= 0.25 ms on an H200: fewer repetitions suffice
 
 
+def record(suite: str, data: dict):
+    """Write a suite's {"meta", "rows"} to data/<gpu>/<date>-<suite>.json and say where (stderr)."""
+    import sys
+
+    from onlinesoftmax.measure import results
+
+    path = results.write_results(suite, data["rows"], data["meta"])
+    print("wrote", path, file=sys.stderr)
+    return path
+
+
 def make_rows(n_rows: int, n_cols: int, dtype="float32", seed: int = 0, copies: int = 1):
     """`copies` random (n_rows, n_cols) cupy inputs (normal, scale 4, random offset)."""
     import cupy
