@@ -19,8 +19,11 @@ from pathlib import Path
 from onlinesoftmax.runtime import cache
 from onlinesoftmax.runtime.cache import Cache
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-KERNELS_DIR = REPO_ROOT / "kernels"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = PACKAGE_DIR.parent
+# A source checkout keeps the CUDA in the repository's kernels/; an installed wheel carries the same
+# files as package data, onlinesoftmax/_kernels/ (pyproject.toml maps one onto the other).
+KERNELS_DIR = REPO_ROOT / "kernels" if (REPO_ROOT / "kernels" / "common").is_dir() else PACKAGE_DIR / "_kernels"
 INCLUDE_DIRS = (KERNELS_DIR / "common", KERNELS_DIR)
 COMPILE_OPTIONS = ("-std=c++17",)
 # What `nvcc` builds for the CPU-side checks (the lent GPU is an H200, sm_90).

@@ -15,8 +15,14 @@ least recently used runner goes past PLAN_LIMIT). `reload()` (the loader's, also
 """
 from __future__ import annotations
 
-import cupy
 import numpy as np
+
+try:   # the NumPy models run without CuPy; building or running a plan needs it
+    import cupy
+    _ARRAYS = (np.ndarray, cupy.ndarray)
+except ImportError:
+    cupy = None
+    _ARRAYS = (np.ndarray,)
 
 from onlinesoftmax.runtime.cache import Cache
 
@@ -41,7 +47,7 @@ def options_key(options: dict) -> tuple:
     """Options as a key: an array option (a mask, lengths) changes from call to call, so its
     layout goes in the key (the runner is given the array itself on every call); any other
     option is part of the plan."""
-    return tuple((name, layout(value) if isinstance(value, (np.ndarray, cupy.ndarray)) else value)
+    return tuple((name, layout(value) if isinstance(value, _ARRAYS) else value)
                  for name, value in sorted(options.items()))
 
 
