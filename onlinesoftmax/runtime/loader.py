@@ -110,7 +110,6 @@ def load_module(path, defines=()):
 
 
 _kernels = Cache("kernels", 8192, about="one cupy.RawKernel per (file, entry, defines)")
-_reload_hooks: list = []
 
 
 def get_kernel(path, entry: str, defines=()):
@@ -127,18 +126,11 @@ def get_kernel(path, entry: str, defines=()):
     return kernel
 
 
-def on_reload(hook) -> None:
-    """Register a function that forgets a cache built from compiled kernels (plans, occupancy)."""
-    _reload_hooks.append(hook)
-
-
 def reload() -> None:
     """Forget every compiled kernel and everything built from one: the next call re-reads the
     `.cu` files and their headers and compiles what changed (cupy's disk cache keeps the rest)."""
     cache.clear()          # every cache of runtime/cache.py: kernels, modules, plans, fast paths, device answers
     ptxas_reports.cache_clear()
-    for hook in _reload_hooks:
-        hook()
 
 
 class SpillWarning(UserWarning):
