@@ -6,6 +6,12 @@
     p, i = osm.softmax_topk(x, k=5) # the 5 largest probabilities of each row and their columns
     v, i = osm.topk_logits(x, k=5)  # the 5 largest logits (as torch.topk)
     o = osm.attention(q, k, v, causal=True)  # softmax(q k^T / sqrt(d)) v, never storing the scores
+    dx = osm.softmax_backward(y, dy)  # y * (dy - sum(y * dy)): the gradient from the forward's output
+    import onlinesoftmax.torch_ops  # torch.ops.onlinesoftmax.*: the same, as PyTorch operators with autograd
+
+Inputs: NumPy arrays (the kernels' NumPy models), CuPy arrays (the kernels, on CuPy's current
+stream) and torch tensors (CPU: the models; CUDA: the kernels on torch's current stream), with
+results of the same kind. float64 and empty inputs are computed exactly (onlinesoftmax/exact.py).
     osm.reload()                    # after editing a kernel under kernels/: rebuild on the next call
 
 The package's rooms: `runtime/` (build, launch plans, driver calls, device), `kernels/` (one
@@ -27,13 +33,23 @@ from onlinesoftmax.kernels.topk import split as softmax_topk_split  # noqa: F401
 from onlinesoftmax.kernels.attention import blocked as attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
 from onlinesoftmax.kernels.attention import mma as attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
+from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax import reference
+from onlinesoftmax.backward import log_softmax_backward, softmax_backward
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
 from onlinesoftmax.topk import softmax_topk, topk_logits
 from onlinesoftmax.attention_api import attention
 from onlinesoftmax.registry import REGISTRY, variants
 from onlinesoftmax.runtime.loader import reload
+from onlinesoftmax.runtime import torch_bridge as _torch_bridge
 
+def _autograd(function, x, axis, *args, **options):
+    """A tensor that requires a gradient, given to softmax, log_softmax or logsumexp: the operator."""
+    from onlinesoftmax import torch_ops
+    return torch_ops.differentiable(function, x, axis, *args, **options)
+
+
+_torch_bridge.autograd = _autograd
 VARIANTS = ("auto",) + tuple(v.name for v in variants("softmax"))
 
-__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_topk", "topk_logits", "attention", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]
+__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_backward", "log_softmax_backward", "softmax_topk", "topk_logits", "attention", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.registry import DTYPES, MAX_COLS, REGISTRY, Variant, variants
+from onlinesoftmax import exact
+from onlinesoftmax.inputs import (as_rows, check_array, check_length, check_out, check_variant_accepts,  # noqa: F401
+                                  from_rows, normalize_axis, resolve)
+from onlinesoftmax.registry import REGISTRY, Variant
 from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import extent, get_runner
 
@@ -32,112 +36,6 @@ _fast_path = Cache("softmax fast path", FAST_PATH_LIMIT, order="fifo",   # _call
                    about="softmax, log_softmax, logsumexp: a repeated call's plan")   # x/out extents, masked, pointers)
 
 
-# ---- what the caller passed ------------------------------------------------------------------
-
-def _describe(x) -> str:
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return f"a {type(x).__module__.split('.')[0]}.{type(x).__name__} of shape {tuple(x.shape)} and dtype {x.dtype}"
-    return f"a {type(x).__module__}.{type(x).__name__}" if type(x).__module__ != "builtins" else f"a {type(x).__name__}"
-
-
-def check_array(x, function: str):
-    """x must be a numpy or cupy array of float32, float16 or bfloat16 with at least one dimension."""
-    on_gpu = device.is_cupy_array(x)
-    if not on_gpu and not isinstance(x, np.ndarray):
-        raise TypeError(f"{function} takes a numpy or cupy array, got {_describe(x)}; "
-                        f"convert with numpy.asarray(x, dtype=numpy.float32) or cupy.asarray(...)")
-    if x.ndim == 0:
-        raise ValueError(f"{function} needs at least one axis, got a 0-d array; use x.reshape(1)")
-    if x.dtype.name not in DTYPES:
-        hint = ("float64 is not computed here (the kernels work in float32): convert with x.astype('float32')"
-                if x.dtype.name == "float64" else "convert with x.astype('float32')")
-        raise TypeError(f"{function} takes float32, float16 or bfloat16, got {x.dtype.name}; {hint}")
-    if x.size == 0:
-        raise ValueError(f"{function} needs a non-empty array, got shape {tuple(x.shape)}")
-    if on_gpu and x.device.id != current_device():
-        raise ValueError(f"x is on GPU {x.device.id}, but the current device is {current_device()}: "
-                         f"call inside `with cupy.cuda.Device({x.device.id}):`")
-    return on_gpu
-
-
-def normalize_axis(axis, ndim: int, function: str) -> int:
-    if isinstance(axis, str):
-        raise TypeError(f"{function}: axis must be an int, got the string {axis!r}; "
-                        f"a kernel is chosen by keyword: {function}(x, variant={axis!r})")
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{function}: axis must be an int, got {type(axis).__name__} {axis!r}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{function}: axis {axis} is out of range for an array of {ndim} dimension(s)")
-    return int(axis) % ndim
-
-
-def check_length(x, axis: int, function: str) -> None:
-    """Column indices are 32-bit in the kernels: rows stop 2^16 short of 2^31 elements."""
-    if x.shape[axis] > MAX_COLS:
-        raise ValueError(f"{function}: rows of at most {MAX_COLS} elements, got {x.shape[axis]} along axis {axis}")
-
-
-def as_rows(x, axis: int):
-    """x as a 2-D (rows, N) array over `axis` with unit column stride, and whether it is a view.
-
-    The last axis of an array whose leading axes merge is a view (no copy); another axis is
-    moved last by a copy, as are views with a column stride."""
-    xp = _cupy if device.is_cupy_array(x) else np
-    if axis != x.ndim - 1:
-        x = xp.ascontiguousarray(xp.moveaxis(x, axis, -1))
-        return x.reshape(-1, x.shape[-1]), False
-    n_cols = x.shape[-1]
-    if x.ndim == 2 and x.strides[1] == x.itemsize and x.strides[0] >= 0 and x.strides[0] % x.itemsize == 0:
-        return x, True
-    if x.ndim != 2 and x.flags.c_contiguous:
-        return x.reshape(-1, n_cols), True
-    return xp.ascontiguousarray(x).reshape(-1, n_cols), False
-
-
-def resolve(variant, family: str, function: str) -> Variant:
-    """A registry key or a short alias ("online") of `family` -> the Variant."""
-    if isinstance(variant, str):
-        if variant in REGISTRY and REGISTRY[variant].family == family:
-            return REGISTRY[variant]
-        matches = [v for v in variants(family) if v.short == variant]
-        if len(matches) == 1:
-            return matches[0]
-    known = sorted({v.name for v in variants(family)} | {v.short for v in variants(family) if v.short})
-    raise ValueError(f"{function}: unknown variant {variant!r}; known: 'auto', " + ", ".join(map(repr, known)))
-
-
-def _check_variant_accepts(variant: Variant, x, asked: str, function: str, on_gpu: bool) -> None:
-    if x.dtype.name not in variant.dtypes:
-        raise TypeError(f"{function}: variant {asked!r} takes {', '.join(variant.dtypes)}, got {x.dtype.name}; "
-                        "variant='auto' takes float32, float16 and bfloat16")
-    if x.shape[1] > variant.max_cols:
-        raise ValueError(f"{function}: variant {asked!r} takes rows of at most {variant.max_cols} elements, "
-                         f"got {x.shape[1]}; variant='auto' takes any length")
-    if on_gpu and device.compute_capability() < variant.min_cc:
-        raise RuntimeError(f"{function}: variant {asked!r} needs compute capability {variant.min_cc / 10:.1f}, "
-                           f"this GPU has {device.compute_capability() / 10:.1f}; variant='auto' picks one it can run")
-
-
-def check_out(out, like, shape, dtype, function: str):
-    """`out` must be an array of x's kind with the result's shape and dtype, rows of unit stride that
-    do not overlap each other or x. Returns it as 2-D rows (or 1-D for one value per row)."""
-    if type(out) is not type(like) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
-        raise ValueError(f"{function}: out must be a {type(like).__name__} of shape {tuple(shape)} and dtype "
-                         f"{np.dtype(dtype).name}, got {_describe(out)}")
-    if out.ndim and out.strides[-1] != out.itemsize:
-        raise ValueError(f"{function}: out must have unit stride along its last axis")
-    if out.ndim > 2 and not out.flags.c_contiguous:
-        raise ValueError(f"{function}: an out of more than two dimensions must be C-contiguous")
-    if out.ndim == 2 and out.shape[0] > 1 and out.strides[0] < out.shape[1] * out.itemsize:
-        raise ValueError(f"{function}: out's rows overlap (row stride smaller than a row): each element needs its own place")
-    if device.is_cupy_array(out) and out.device.id != like.device.id:
-        raise ValueError(f"{function}: out is on GPU {out.device.id}, x on GPU {like.device.id}")
-    xp = _cupy if device.is_cupy_array(out) else np
-    if xp.may_share_memory(out, like):
-        raise ValueError(f"{function}: out overlaps x; the kernels read x after writing out (pass a separate array)")
-    return out
-
-
 # ---- running a variant -----------------------------------------------------------------------
 
 def run(variant: Variant, x, out=None, **options):
@@ -148,7 +46,7 @@ def run(variant: Variant, x, out=None, **options):
         raise ValueError(f"{variant.name} runs on 2-D (rows, N) arrays, got shape {tuple(x.shape)}")
     check_length(x, 1, variant.name)
     rows, _ = as_rows(x, 1)
-    _check_variant_accepts(variant, rows, variant.name, variant.name, on_gpu)
+    check_variant_accepts(variant, rows, variant.name, variant.name, on_gpu)
     per_row = "one_value_per_row" in variant.features
     shape, dtype = (rows.shape[:1], np.float32) if per_row else (rows.shape, rows.dtype)
     if out is not None:
@@ -165,23 +63,15 @@ def run(variant: Variant, x, out=None, **options):
     return y
 
 
-def _finish(result, x_shape, axis: int, per_row: bool):
-    """(rows, N) or (rows,) result -> the caller's shape, the reduced axis removed for per-row results."""
-    moved = tuple(s for i, s in enumerate(x_shape) if i != axis)
-    if per_row:
-        return result.reshape(moved)
-    xp = _cupy if device.is_cupy_array(result) else np
-    result = result.reshape(moved + (x_shape[axis],))
-    return result if axis == len(x_shape) - 1 else xp.moveaxis(result, -1, axis)
-
-
 def _call(function: str, family: str, x, axis, variant, out, options: dict, choose, key=None, given=()):
     """The slow path: validate, choose, plan, run. With `key` (the call's fast-path key, _call_key),
     remember the runner under it when a repeat of the call can skip all of this: x used in place
     (no copy), and every array option (`given`: the caller's mask, lengths) passed to the kernel as
     the caller's own memory."""
-    on_gpu = check_array(x, function)
+    on_gpu = check_array(x, function, exact=True)
     axis = normalize_axis(axis, x.ndim, function)
+    if x.size == 0 or x.dtype == np.float64:
+        return _exact(function, x, axis, variant, out, options)
     check_length(x, axis, function)
     rows, is_view = as_rows(x, axis)
     per_row = family == "logsumexp"
@@ -195,9 +85,9 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
         asked = variant
         if options and chosen.name == "softmax_02_online":   # the online kernel with its mask fused in
             chosen = REGISTRY["softmax_03_online_masked"]
-    _check_variant_accepts(chosen, rows, asked, function, on_gpu)
+    check_variant_accepts(chosen, rows, asked, function, on_gpu)
     if not on_gpu:
-        result = _finish(chosen.simulate(rows, **options), x.shape, axis, per_row)
+        result = from_rows(chosen.simulate(rows, **options), x.shape, axis, per_row)
         if out is not None:
             check_out(out, x, out_shape, out_dtype, function)[...] = result
             return out
@@ -217,7 +107,21 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
     if key is not None and direct and is_view and (out is not None or y.flags.c_contiguous) \
             and _passed_as_given(options, given, x):
         _remember(key, runner, out_shape, out_dtype, x, out, options)
-    return out if out is not None else _finish(y, x.shape, axis, per_row)
+    return out if out is not None else from_rows(y, x.shape, axis, per_row)
+
+
+def _exact(function: str, x, axis: int, variant, out, options: dict):
+    """float64 or empty x: onlinesoftmax/exact.py, with variant "auto" and no mask."""
+    if variant not in AUTO:
+        raise TypeError(f"{function}: variant {variant!r} takes float32, float16 and bfloat16, got "
+                        f"{'an empty array' if x.size == 0 else 'float64'}; variant='auto' computes it exactly")
+    if options:
+        raise TypeError(f"{function}: mask= and valid_lengths= take float32, float16 and bfloat16, got {x.dtype.name}")
+    result = exact.compute(function, x, axis)
+    if out is None:
+        return result
+    check_out(out, x, result.shape, result.dtype, function)[...] = result
+    return out
 
 
 # ---- the fast path: a repeated call is one lookup, one allocation, one launch ------------------
@@ -340,6 +244,10 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
             y = None if key is None else _fast(key, x, out, mask, valid_lengths)
         if y is not None:
             return y
+    elif torch_bridge.is_tensor(x):
+        plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
+        return _from_torch(softmax, "softmax", x, axis, plain, variant=variant, out=out, mask=mask,
+                           valid_lengths=valid_lengths, mask_value=mask_value)
     options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
     return _call("softmax", "softmax", x, axis, variant, out, options, _chooser("choose"), key, (mask, valid_lengths))
 
@@ -356,14 +264,21 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
+    elif torch_bridge.is_tensor(x):
+        return _from_torch(log_softmax, "log_softmax", x, axis, out is None and variant == "auto",
+                           variant=variant, out=out)
     return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _chooser("choose_log_softmax"), key)
 
 
-def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
-    """log sum e^x along `axis`, in float32 whatever x's dtype (like flash-attention's saved LSE).
+def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto", out=None):
+    """log sum e^x along `axis`, in float32 for float32, float16 and bfloat16 x (like flash-attention's
+    saved LSE; float64 x gives float64).
 
-    The axis is removed from the shape. A row of all -inf gives -inf; a row holding NaN or +inf
-    gives NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
+    The axis is removed from the shape (kept with length 1 with keepdims=True, as numpy's keepdims and
+    torch's keepdim). A row of all -inf gives -inf, an empty row -inf; a row holding NaN or +inf gives
+    NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
+    if keepdims is not False:
+        return _keepdims(x, axis, keepdims, variant, out)
     key = None
     if type(x) is CUPY_ARRAY:
         y = _plain("logsumexp", x, axis) if out is None and variant == "auto" else None
@@ -372,7 +287,52 @@ def logsumexp(x, axis: int = -1, *, variant: str = "auto", out=None):
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
+    elif torch_bridge.is_tensor(x):
+        return _from_torch(logsumexp, "logsumexp", x, axis, out is None and variant == "auto",
+                           variant=variant, out=out)
     return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"), key)
+
+
+def _keepdims(x, axis, keepdims, variant, out):
+    if type(keepdims) is not bool:
+        raise TypeError(f"logsumexp: keepdims must be True or False, got {keepdims!r}")
+    if torch_bridge.is_tensor(x):
+        import torch
+
+        if x.requires_grad and torch.is_grad_enabled():
+            return torch_bridge.autograd("logsumexp", x, axis, True, variant=variant, out=out)
+        return torch_bridge.call(_keepdims, x, axis, keepdims, variant, out)
+    check_array(x, "logsumexp", exact=True)
+    axis = normalize_axis(axis, x.ndim, "logsumexp")
+    squeezed = None if out is None else out.reshape(tuple(s for i, s in enumerate(out.shape) if i != axis))
+    result = logsumexp(x, axis, variant=variant, out=squeezed)
+    return out if out is not None else result.reshape(result.shape[:axis] + (1,) + result.shape[axis:])
+
+
+def _from_torch(public, function: str, x, axis, plain: bool, **options):
+    """A torch tensor: the autograd operator when a gradient is asked for; a repeat of a plain call on
+    a CUDA tensor by one lookup (torch allocates y, the launch goes on torch's current stream); any
+    other call through the torch bridge (zero-copy views, torch's stream)."""
+    import torch
+
+    if x.requires_grad and torch.is_grad_enabled():
+        return torch_bridge.autograd(function, x, axis, **options)
+    if not plain or not x.is_cuda:
+        return torch_bridge.call(public, x, axis, **options)
+    index = x.get_device()
+    stream = torch_bridge.current_stream_address(index)
+    key = ("torch", function, x.shape, x.stride(), x.dtype, x.data_ptr() & 15, index, axis, stream)
+    hit = _fast_path.get(key)
+    if hit is not None and current_device() == index:
+        y = x.new_empty(hit[1], dtype=hit[2])
+        hit[0](x.data_ptr(), y.data_ptr())
+        return y
+    y = torch_bridge.call(public, x, axis)
+    a = torch_bridge.to_array(x)
+    learned = _fast_path.get((function, a.shape, a.strides, a.dtype, a.data.ptr & 15, a.data.device_id, axis, stream))
+    if learned is not None and learned[5] is not None:   # the plain launch of x's and y's addresses
+        _fast_path.put(key, (learned[5], tuple(y.shape), y.dtype))
+    return y
 
 
 def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:

@@ -46,7 +46,7 @@ from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
 from onlinesoftmax.kernels.attention import mma as attention_mma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
-from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime import device, torch_bridge
 from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import get_runner
 
@@ -154,6 +154,8 @@ def _call_key(q, k, v, causal, scale, return_lse, variant):
 
 def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto"):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc."""
+    if type(q) is not api.CUPY_ARRAY and any(map(torch_bridge.is_tensor, (q, k, v))):
+        return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant)
     key = None
     if type(q) is api.CUPY_ARRAY and type(k) is api.CUPY_ARRAY and type(v) is api.CUPY_ARRAY:
         key = _call_key(q, k, v, causal, scale, return_lse, variant)

@@ -35,7 +35,7 @@ from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.kernels.topk import softmax_topk as kt
 from onlinesoftmax.kernels.topk import moe
 from onlinesoftmax.kernels.topk import split
-from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime import device, torch_bridge
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
 from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import get_runner
@@ -144,6 +144,9 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
 
     probs and indices have x's shape with `axis` replaced by k (moved last when axis is not the
     last); lse has x's shape without `axis`."""
+    if type(x) is not api.CUPY_ARRAY and torch_bridge.is_tensor(x):
+        return torch_bridge.call(softmax_topk, x, k, axis, renormalize=renormalize, return_lse=return_lse,
+                                 variant=variant)
     key = None
     if type(x) is api.CUPY_ARRAY:
         key = _call_key(x, k, axis, renormalize, return_lse, variant)
@@ -184,6 +187,8 @@ def topk_logits(x, k: int, axis: int = -1):
     """(values, indices) of the k largest logits of each row along `axis`, as torch.topk(x, k) (sorted,
     ties to the lower index, NaN first): softmax_topk_01_topk_only, the baseline of the fused kernels.
     values in x's dtype, indices int64; k <= 32 (the kernel's register lists)."""
+    if torch_bridge.is_tensor(x):
+        return torch_bridge.call(topk_logits, x, k, axis)
     on_gpu = api.check_array(x, "topk_logits")
     axis = api.normalize_axis(axis, x.ndim, "topk_logits")
     api.check_length(x, axis, "topk_logits")

@@ -234,6 +234,21 @@ def topk_split(cp, osm, checks):
                 osm.softmax_topk(rows, k, return_lse=True, renormalize=True, variant="softmax_topk_06_split")
 
 
+@family("backward", "softmax_backward_01 and log_softmax_backward_01: lane groups of 4 .. 1024, aligned and not",
+        ("softmax_backward_01_rows", "log_softmax_backward_01_rows"))
+def backward(cp, osm, checks):
+    for name, function in (("softmax_backward_01_rows", osm.softmax_backward),
+                           ("log_softmax_backward_01_rows", osm.log_softmax_backward)):
+        if not wanted(name):
+            continue
+        for dtype in checks.DTYPES:
+            for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000)):
+                y = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
+                dy = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=9)
+                function(y[:, :n_cols], dy[:, :n_cols])
+                function(y[:, 1:], dy[:, 1:])       # rows off 16 bytes: element by element
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in FAMILIES:
         print("usage: python3 scripts/sanitize.py FAMILY\nfamilies:\n" +

@@ -44,5 +44,6 @@ SUITES = {
     "ncu-attention-mma": Suite("ncu_attention_mma", "Nsight Compute's counters of the tensor-core ladder", quick=False),
     "ncu-dram": Suite("ncu_dram", "DRAM bytes the fast kernels move, from Nsight Compute", quick=False),
     "kernel-exercises": Suite("kernel_exercises", "the CUDA exercises' official solutions, timed"),
+    "torch-ops": Suite("torch_ops", "the kernels through PyTorch (operator, public call, direct) and the backward kernels"),
     "multi-gpu": Suite("multi_gpu", "the distributed softmax and decode over NCCL (two or more GPUs)"),
 }

@@ -13,9 +13,13 @@ Two kinds, by how hot the lookup is:
   recently used entries go first.
 - order="fifo" (the public functions' fast paths, a lookup per call): `get` is the dictionary's own
   (no bookkeeping on a hit); past the bound the oldest entries go first.
+
+Threads: a dictionary lookup is atomic in CPython; everything that changes a cache (put, an LRU hit's
+move, clear) holds the cache's lock, so two threads never evict the same entry or lose a count.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 CACHES: dict[str, "Cache"] = {}
@@ -32,31 +36,35 @@ class Cache:
         self._nbytes = nbytes or (lambda value: 0)      # bytes of device memory a value holds
         self._data: OrderedDict = OrderedDict()
         self.bytes = 0
+        self._lock = threading.RLock()
         if order == "fifo":
             self.get = self._data.get                      # the hot path: a plain dictionary lookup
         CACHES[name] = self
 
     def get(self, key, default=None):
-        value = self._data.get(key, default)
-        if value is not default:
-            self._data.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._data.get(key, default)
+            if value is not default:
+                self._data.move_to_end(key)
+            return value
 
     def put(self, key, value):
         """Store value under key and return it; entries past the bounds go, oldest (or least used) first."""
-        if key in self._data:
-            self.bytes -= self._nbytes(self._data.pop(key))
-        self._data[key] = value
-        self.bytes += self._nbytes(value)
-        while self._data and (len(self._data) > self.max_entries
-                              or (self.max_bytes is not None and self.bytes > self.max_bytes and len(self._data) > 1)):
-            _, gone = self._data.popitem(last=False)
-            self.bytes -= self._nbytes(gone)
-        return value
+        with self._lock:
+            if key in self._data:
+                self.bytes -= self._nbytes(self._data.pop(key))
+            self._data[key] = value
+            self.bytes += self._nbytes(value)
+            while self._data and (len(self._data) > self.max_entries
+                                  or (self.max_bytes is not None and self.bytes > self.max_bytes and len(self._data) > 1)):
+                _, gone = self._data.popitem(last=False)
+                self.bytes -= self._nbytes(gone)
+            return value
 
     def clear(self) -> None:
-        self._data.clear()
-        self.bytes = 0
+        with self._lock:
+            self._data.clear()
+            self.bytes = 0
 
     def __contains__(self, key) -> bool:
         return key in self._data

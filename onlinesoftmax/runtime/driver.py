@@ -9,6 +9,7 @@ kernel build until `reload()`.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -95,8 +96,11 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
 
     Why not cupy's launch: a cupy RawKernel call converts every argument on every call (about
     0.5 us each); here a call writes the changing values into the packed buffer and makes one
-    cuLaunchKernel(Ex) call through cuda-bindings. The buffer belongs to the launch: calls of one
-    prepared launch from two threads at once must be serialized by the caller. Without
+    cuLaunchKernel(Ex) call through cuda-bindings. The buffer belongs to the launch, so a lock
+    makes writing it and launching one step: two threads calling the same launch never send each
+    other's addresses. A thread that has not used CUDA yet has no current context, and the driver
+    refuses its launch (CUDA_ERROR_INVALID_CONTEXT): the launch then makes the device's primary
+    context current for that thread (as CuPy and torch use it) and launches again. Without
     cuda-bindings a launch without attributes falls back to cupy's call."""
     import cupy
 
@@ -110,6 +114,7 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
             raise ClusterLaunchError("cluster, cooperative and programmatic launches need the cuda-bindings package")
         raise_shared_limit(fn, shared_bytes)
         return _cupy_launch(fn, grid3, block3, shared_bytes, types, fixed)
+    device_id = cupy.cuda.runtime.getDevice()
     driver = _driver()
     function = function_handle(fn)
     _allow_big_clusters(function, cluster)
@@ -130,23 +135,51 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
         launch_call = driver.cuLaunchKernel
         call_args = (function, *grid3, *block3, shared_bytes, driver.CUstream(stream_ptr), address, 0)
 
+    lock = threading.Lock()
+
+    def failed(result) -> None:   # a thread without a current context: make it current, launch again
+        if result[0] == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT and make_context_current(device_id):
+            result = launch_call(*call_args)
+        if result[0] != success:
+            check(result, what)
+
     if len(free) == 2:   # x and y: the launch of nearly every kernel, written out (no loop, no inner call)
         first, second = free
 
         def launch(x_address, y_address) -> None:
-            first.value, second.value = x_address, y_address
-            result = launch_call(*call_args)
-            if result[0] != success:
-                check(result, what)
+            with lock:
+                first.value, second.value = x_address, y_address
+                result = launch_call(*call_args)
+                if result[0] != success:
+                    failed(result)
     else:
         def launch(*values) -> None:
-            for holder, value in zip(free, values):
-                holder.value = value
-            result = launch_call(*call_args)
-            if result[0] != success:
-                check(result, what)
+            with lock:
+                for holder, value in zip(free, values):
+                    holder.value = value
+                result = launch_call(*call_args)
+                if result[0] != success:
+                    failed(result)
     launch.keep = (holders, params)   # the packed buffer lives as long as the launch
     return launch
+
+
+def make_context_current(device_id: int) -> bool:
+    """Make the device's primary context (the one CuPy and torch use) current on this thread; True if
+    there was none and now there is."""
+    driver = _driver()
+    (context,) = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if context is not None and int(context) != 0:
+        return False
+    import cupy
+
+    cupy.cuda.runtime.setDevice(device_id)   # CUDA 12+: sets the primary context current on this thread
+    (context,) = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if context is None or int(context) == 0:
+        (device,) = check(driver.cuDeviceGet(device_id), "cuDeviceGet")
+        (context,) = check(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        check(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    return True
 
 
 def _launch_config(driver, grid3, block3, shared_bytes, stream_ptr, cluster, cooperative, programmatic):
@@ -182,9 +215,10 @@ def _cupy_launch(fn, grid3, block3, shared_bytes, types, fixed):
     free = [i for i in range(len(types)) if i not in fixed]
 
     def launch(*given) -> None:
+        arguments = list(values)     # this call's own list: concurrent callers never share it
         for index, value in zip(free, given):
-            values[index] = _NUMPY_OF[types[index]](value or 0)
-        fn(grid3, block3, tuple(values), shared_mem=shared_bytes)   # on the current stream, as planned
+            arguments[index] = _NUMPY_OF[types[index]](value or 0)
+        fn(grid3, block3, tuple(arguments), shared_mem=shared_bytes)   # on the current stream, as planned
     return launch
 
 

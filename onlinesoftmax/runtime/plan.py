@@ -15,6 +15,8 @@ least recently used runner goes past PLAN_LIMIT). `reload()` (the loader's, also
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 try:   # the NumPy models run without CuPy; building or running a plan needs it
@@ -27,7 +29,8 @@ except ImportError:
 from onlinesoftmax.runtime.cache import Cache
 
 PLAN_LIMIT = 4096          # runners kept, least recently used out first (shapes, streams and devices vary)
-_runners = Cache("plans", PLAN_LIMIT, nbytes=lambda runner: getattr(runner, "nbytes", 0),
+PLAN_BYTES = 2**30         # device memory the runners' own buffers (scratch, partial states) may hold
+_runners = Cache("plans", PLAN_LIMIT, max_bytes=PLAN_BYTES, nbytes=lambda runner: getattr(runner, "nbytes", 0),
                  about="one runner per (variant, layouts, options, device, stream)")
 
 
@@ -57,8 +60,26 @@ def get_runner(variant, x, y, options: dict):
            cupy.cuda.get_current_stream().ptr)
     runner = _runners.get(key)
     if runner is None:
-        runner = _runners.put(key, variant.plan(variant, x, y, **options))
+        runner = _runners.put(key, one_call_at_a_time(variant.plan(variant, x, y, **options)))
     return runner
+
+
+def one_call_at_a_time(runner):
+    """A runner that keeps device buffers between its launches (`runner.workspace`: the split kernels'
+    partial states) runs one call at a time: two threads on one stream would otherwise queue
+    split, split, merge, merge, and the first merge would read the second call's partials. Its
+    `nbytes` (the buffers' bytes) counts against the plan cache's PLAN_BYTES."""
+    workspace = [a for a in getattr(runner, "workspace", ()) if a is not None]
+    if not workspace:
+        return runner
+    lock = threading.Lock()
+
+    def run(*args, **options):
+        with lock:
+            runner(*args, **options)
+    run.__dict__.update({name: value for name, value in runner.__dict__.items() if name != "pointers"})
+    run.nbytes = sum(int(a.nbytes) for a in workspace)
+    return run
 
 
 def two_pointer_runner(launch):

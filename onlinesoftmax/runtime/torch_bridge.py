@@ -1,0 +1,120 @@
+"""Torch tensors through the public functions: viewed in without a copy, computed on torch's stream,
+viewed back out as tensors.
+
+A CUDA tensor is viewed as a CuPy array (through `__cuda_array_interface__`; bfloat16 through its
+16-bit words) and the kernels launch on **torch's current stream** of that device (a CuPy
+`ExternalStream` over it, made once per stream): what the caller queued on that stream before the
+call is seen by the kernels, what it queues after sees their results. The arrays the function
+returns are viewed back as tensors (DLPack), sharing their memory; an `out=` tensor comes back as
+itself. A CPU tensor runs the NumPy models and comes back as a CPU tensor.
+
+torch is never imported here: a tensor can only be passed where torch is loaded already.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+# The public functions' way to autograd, for a tensor that requires a gradient: torch_ops.differentiable,
+# set by the package's __init__ (the library below the operators never imports them).
+autograd = None
+_streams: dict = {}               # (device, stream address) -> cupy.cuda.ExternalStream over it
+_streams_lock = threading.Lock()
+
+
+def is_tensor(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def current_stream_address(device_index: int) -> int:
+    """The address of torch's current stream on a device (0: the legacy default stream)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # one C call; the public path builds a Stream
+    return raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
+
+
+def external_stream(device_index: int, address: int):
+    """A CuPy stream object over torch's stream (made once per stream, kept: torch owns the stream)."""
+    key = (device_index, address)
+    stream = _streams.get(key)
+    if stream is None:
+        import cupy
+
+        with _streams_lock:
+            stream = _streams.get(key)
+            if stream is None:
+                stream = _streams[key] = cupy.cuda.ExternalStream(address, device_index)
+    return stream
+
+
+def to_array(t):
+    """A tensor as a NumPy (CPU) or CuPy (CUDA) array over the same memory."""
+    import torch
+
+    t = t.detach()
+    bf16 = t.dtype == torch.bfloat16
+    if t.device.type == "cpu":
+        if bf16:
+            from onlinesoftmax.checks import np_dtype
+            return t.view(torch.int16).numpy().view(np_dtype("bfloat16"))
+        return t.numpy()
+    if t.device.type != "cuda":
+        raise TypeError(f"onlinesoftmax takes CPU or CUDA tensors, got a tensor on {t.device}")
+    import cupy
+
+    if bf16:
+        from onlinesoftmax.checks import np_dtype
+        return cupy.asarray(t.view(torch.int16)).view(np_dtype("bfloat16"))
+    return cupy.asarray(t)
+
+
+def to_tensor(a):
+    """A NumPy or CuPy array (of the function's result) as a tensor over the same memory."""
+    import torch
+
+    if isinstance(a, np.ndarray):
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a if a.flags.writeable else a.copy())
+    if a.dtype.name == "bfloat16":
+        import cupy
+        return torch.from_dlpack(a.view(cupy.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(a)
+
+
+def call(function, *args, **kwargs):
+    """function(*args, **kwargs) with every tensor among the arguments viewed as an array, the launches
+    on torch's current stream, and the arrays returned viewed as tensors (an out= tensor as itself)."""
+    tensors = [a for a in (*args, *kwargs.values()) if is_tensor(a)]
+    where = {str(t.device) for t in tensors}
+    if len(where) > 1:
+        raise ValueError(f"{function.__name__}: all tensors must be on one device, got tensors on {sorted(where)}")
+    first = tensors[0]
+    given = {}                   # id(array) -> (array, the tensor it views): an out= tensor comes back as itself
+
+    def convert(a):
+        if not is_tensor(a):
+            return a
+        array = to_array(a)
+        given[id(array)] = (array, a)   # the array is kept alive, so its id names it until the call ends
+        return array
+
+    def back(result):
+        if isinstance(result, tuple):
+            return tuple(back(r) for r in result)
+        viewed = given.get(id(result))
+        if viewed is not None and viewed[0] is result:
+            return viewed[1]
+        return to_tensor(result) if hasattr(result, "dtype") and hasattr(result, "shape") else result
+
+    if first.device.type != "cuda":
+        return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
+    import cupy
+
+    index = first.device.index if first.device.index is not None else cupy.cuda.runtime.getDevice()
+    with cupy.cuda.Device(index), external_stream(index, current_stream_address(index)):
+        return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))

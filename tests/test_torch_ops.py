@@ -1,0 +1,179 @@
+"""CPU tier: the kernels as PyTorch operators and torch tensors through the public functions, on CPU
+tensors (the NumPy models; float64 exactly), with torch's CPU wheel (.venv/torch-cpu, as the gloo test).
+
+- torch.autograd.gradcheck in float64 through every differentiable operator, and torch.library.opcheck
+  (schema, fake implementation, autograd registration) on each;
+- torch.compile(fullgraph=True) traces a small model that calls them (no graph break);
+- output type and dtype follow the input; an out= tensor comes back as itself;
+- conventions against torch: float64, empty tensors, keepdim, rows of -inf, bfloat16;
+- the wrong answers: a gradient that skips the sum term must fail gradcheck (the check can fail).
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from test_distributed_ranks import torch_path
+
+_path = torch_path()
+if _path is None:
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail("torch is not installed: CI must run the operator tests (make torch-cpu)", pytrace=False)
+    pytest.skip("needs torch (make torch-cpu installs its CPU wheel into .venv/torch-cpu)", allow_module_level=True)
+if _path and _path not in sys.path:
+    sys.path.append(_path)
+
+import torch  # noqa: E402
+
+import onlinesoftmax as osm  # noqa: E402
+from onlinesoftmax import torch_ops  # noqa: E402
+
+OPS = torch.ops.onlinesoftmax
+
+
+def grad_input(*shape, seed=0):
+    return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) \
+        .mul_(3).requires_grad_()
+
+
+@pytest.mark.parametrize("dim", (0, 1, -1))
+def test_gradcheck_in_float64_through_every_operator(dim):
+    x = grad_input(4, 5, 6, seed=dim + 5)
+    assert torch.autograd.gradcheck(lambda t: OPS.softmax(t, dim), (x,))
+    assert torch.autograd.gradcheck(lambda t: OPS.log_softmax(t, dim), (x,))
+    assert torch.autograd.gradcheck(lambda t: OPS.logsumexp(t, dim, False), (x,))
+    assert torch.autograd.gradcheck(lambda t: OPS.logsumexp(t, dim, True), (x,))
+
+
+def test_the_public_functions_on_a_tensor_that_requires_grad_use_the_operators():
+    x = grad_input(3, 17, seed=1)
+    assert torch.autograd.gradcheck(lambda t: osm.softmax(t, axis=1), (x,))
+    assert torch.autograd.gradcheck(lambda t: osm.log_softmax(t), (x,))
+    assert torch.autograd.gradcheck(lambda t: osm.logsumexp(t, 0, keepdims=True), (x,))
+    assert osm.softmax(x).grad_fn is not None
+    with torch.no_grad():
+        assert osm.softmax(x).grad_fn is None
+
+
+def test_gradcheck_rejects_a_backward_that_skips_the_sum_term(monkeypatch):
+    """The check can fail: softmax's gradient without its row sum (dx = y * dy) must not pass."""
+    def wrong(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return y * dy, None
+    torch_ops.softmax.register_autograd(wrong, setup_context=torch_ops._save_output)
+    try:
+        assert not torch.autograd.gradcheck(lambda t: OPS.softmax(t, -1), (grad_input(2, 7),), raise_exception=False)
+    finally:
+        torch_ops.softmax.register_autograd(torch_ops._softmax_grad, setup_context=torch_ops._save_output)
+    assert torch.autograd.gradcheck(lambda t: OPS.softmax(t, -1), (grad_input(2, 7),))
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+def test_opcheck_every_operator(dtype):
+    x = torch.randn(3, 9, dtype=dtype, requires_grad=True)
+    y = torch.softmax(x.detach(), -1)
+    cases = [(OPS.softmax, (x, -1)), (OPS.log_softmax, (x, 0)), (OPS.logsumexp, (x, 1, True)),
+             (OPS.logsumexp, (x, -1, False)), (OPS.softmax_backward, (y, torch.randn_like(y), -1)),
+             (OPS.log_softmax_backward, (y.log(), torch.randn_like(y), -1))]
+    for op, args in cases:
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    q = torch.randn(1, 2, 5, 32)
+    torch.library.opcheck(OPS.attention, (q, q, q, True, None),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+def test_torch_compile_fullgraph_traces_a_model_using_the_operators():
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 32, dtype=torch.float64)
+
+        def forward(self, h):
+            logits = self.proj(h)
+            return osm.log_softmax(logits).sum() + osm.logsumexp(logits).mean() + osm.softmax(logits).pow(2).sum()
+
+    torch.manual_seed(0)
+    model = Head()
+    h = torch.randn(8, 16, dtype=torch.float64)
+    eager = model(h)
+    eager.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    got = compiled(h)
+    got.backward()
+    torch.testing.assert_close(got, eager)
+    for p, g in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, g)
+
+
+def test_gradients_match_torch_and_a_few_training_steps_lower_the_loss():
+    torch.manual_seed(1)
+    x = torch.randn(6, 50, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(6, 50, dtype=torch.float64)
+    for ours, theirs in ((osm.softmax, torch.softmax), (osm.log_softmax, torch.log_softmax)):
+        (g_ours,) = torch.autograd.grad((ours(x, 1) * weight).sum(), x)
+        (g_torch,) = torch.autograd.grad((theirs(x, 1) * weight).sum(), x)
+        torch.testing.assert_close(g_ours, g_torch, rtol=1e-12, atol=1e-14)
+    layer = torch.nn.Linear(12, 5)
+    data, target = torch.randn(64, 12), torch.randint(0, 5, (64,))
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    losses = []
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = -osm.log_softmax(layer(data)).gather(1, target[:, None]).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+def test_output_type_and_dtype_follow_the_input(dtype):
+    x = torch.randn(3, 40).to(dtype)
+    for function, out_dtype in ((osm.softmax, dtype), (osm.log_softmax, dtype),
+                                (osm.logsumexp, torch.float64 if dtype == torch.float64 else torch.float32)):
+        y = function(x)
+        assert isinstance(y, torch.Tensor) and y.dtype == out_dtype and y.device == x.device
+        ref = {osm.softmax: torch.softmax, osm.log_softmax: torch.log_softmax, osm.logsumexp: torch.logsumexp}[function]
+        torch.testing.assert_close(y.double(), ref(x.double(), -1), rtol=1e-2 if dtype != torch.float64 else 1e-12,
+                                   atol=1e-2 if dtype != torch.float64 else 1e-12)
+    probs, columns = osm.softmax_topk(x.float(), 3)
+    assert isinstance(probs, torch.Tensor) and columns.dtype == torch.int64
+    torch.testing.assert_close(x.float().gather(1, columns), torch.topk(x.float(), 3).values)   # ties: any of them
+
+
+def test_an_out_tensor_comes_back_as_itself():
+    x = torch.randn(4, 33)
+    out = torch.full_like(x, 7.0)
+    assert osm.softmax(x, out=out) is out
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_conventions_against_torch():
+    empty = torch.empty(0, 5)
+    assert osm.softmax(empty).shape == (0, 5)
+    assert osm.logsumexp(torch.empty(3, 0)).tolist() == torch.logsumexp(torch.empty(3, 0), -1).tolist()
+    x = torch.randn(2, 3, 4)
+    assert osm.logsumexp(x, 1, keepdims=True).shape == torch.logsumexp(x, 1, keepdim=True).shape
+    rows = torch.tensor([[float("-inf")] * 4, [0.0, 1.0, float("-inf"), 2.0]])
+    assert torch.equal(osm.softmax(rows).isnan(), torch.softmax(rows, -1).isnan())
+    torch.testing.assert_close(osm.logsumexp(rows), torch.logsumexp(rows, -1))
+
+
+def test_grad_with_options_the_operators_do_not_take_is_refused_by_name():
+    x = torch.randn(2, 5, requires_grad=True)
+    with pytest.raises(TypeError, match="gradients are computed for the plain call only"):
+        osm.softmax(x, variant="online")
+    with pytest.raises(TypeError, match="keepdims must be True or False"):
+        osm.logsumexp(x, keepdims=1)
+    q = torch.randn(1, 1, 4, 32, requires_grad=True)
+    out = OPS.attention(q, q, q, False, None)
+    with pytest.raises(NotImplementedError, match="no backward yet"):
+        out.sum().backward()
+
+
+def test_the_numpy_results_are_unchanged_by_the_bridge():
+    x = np.random.default_rng(0).standard_normal((3, 70)).astype(np.float32)
+    np.testing.assert_array_equal(osm.softmax(torch.from_numpy(x)).numpy(), osm.softmax(x))
