@@ -236,16 +236,17 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
     uniform).
     """
     key = None
+    plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
     if type(x) is CUPY_ARRAY:
-        plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
         y = _plain("softmax", x, axis) if plain else None
         if y is None:
             key = _call_key("softmax", x, axis, variant, out, mask, valid_lengths, mask_value)
             y = None if key is None else _fast(key, x, out, mask, valid_lengths)
         if y is not None:
             return y
+    elif type(x) is _tensor_type and plain and not x.requires_grad and (y := _tensor_plain("softmax", x, axis)) is not None:
+        return y
     elif torch_bridge.is_tensor(x):
-        plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
         return _from_torch(softmax, "softmax", x, axis, plain, variant=variant, out=out, mask=mask,
                            valid_lengths=valid_lengths, mask_value=mask_value)
     options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
@@ -257,16 +258,18 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
 
     A row of all -inf gives NaN (as torch). float32, float16, bfloat16; any number of dimensions."""
     key = None
+    plain = out is None and variant == "auto"
     if type(x) is CUPY_ARRAY:
-        y = _plain("log_softmax", x, axis) if out is None and variant == "auto" else None
+        y = _plain("log_softmax", x, axis) if plain else None
         if y is None:
             key = _call_key("log_softmax", x, axis, variant, out)
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
+    elif type(x) is _tensor_type and plain and not x.requires_grad and (y := _tensor_plain("log_softmax", x, axis)) is not None:
+        return y
     elif torch_bridge.is_tensor(x):
-        return _from_torch(log_softmax, "log_softmax", x, axis, out is None and variant == "auto",
-                           variant=variant, out=out)
+        return _from_torch(log_softmax, "log_softmax", x, axis, plain, variant=variant, out=out)
     return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _chooser("choose_log_softmax"), key)
 
 
@@ -280,16 +283,18 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
     if keepdims is not False:
         return _keepdims(x, axis, keepdims, variant, out)
     key = None
+    plain = out is None and variant == "auto"
     if type(x) is CUPY_ARRAY:
-        y = _plain("logsumexp", x, axis) if out is None and variant == "auto" else None
+        y = _plain("logsumexp", x, axis) if plain else None
         if y is None:
             key = _call_key("logsumexp", x, axis, variant, out)
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
+    elif type(x) is _tensor_type and plain and not x.requires_grad and (y := _tensor_plain("logsumexp", x, axis)) is not None:
+        return y
     elif torch_bridge.is_tensor(x):
-        return _from_torch(logsumexp, "logsumexp", x, axis, out is None and variant == "auto",
-                           variant=variant, out=out)
+        return _from_torch(logsumexp, "logsumexp", x, axis, plain, variant=variant, out=out)
     return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"), key)
 
 
@@ -309,29 +314,47 @@ def _keepdims(x, axis, keepdims, variant, out):
     return out if out is not None else result.reshape(result.shape[:axis] + (1,) + result.shape[axis:])
 
 
+_tensor_type = None            # torch.Tensor, once a tensor was passed (torch is never imported here)
+_tensor_stream = _tensor_device = None   # torch's C calls: the current stream's address, the current device
+
+
+def _tensor_plain(function: str, x, axis):
+    """A repeat of f(x) or f(x, axis) on a CUDA tensor: one lookup, torch allocates y, the plan's launch
+    of x's and y's addresses (on torch's current stream, part of the key); None on a miss."""
+    index = x.get_device()
+    hit = _fast_path.get(("torch", function, x.shape, x.stride(), x.dtype, x.data_ptr() & 15, index, axis,
+                          _tensor_stream(index)))
+    if hit is None or _tensor_device() != index:
+        return None
+    y = x.new_empty(hit[1], dtype=hit[2])
+    hit[0](x.data_ptr(), y.data_ptr())
+    return y
+
+
 def _from_torch(public, function: str, x, axis, plain: bool, **options):
-    """A torch tensor: the autograd operator when a gradient is asked for; a repeat of a plain call on
-    a CUDA tensor by one lookup (torch allocates y, the launch goes on torch's current stream); any
-    other call through the torch bridge (zero-copy views, torch's stream)."""
+    """A torch tensor: the autograd operator when a gradient is asked for; else through the torch bridge
+    (zero-copy views, torch's current stream), and a plain call on a CUDA tensor is remembered for
+    _tensor_plain."""
+    global _tensor_type, _tensor_stream, _tensor_device
     import torch
 
     if x.requires_grad and torch.is_grad_enabled():
         return torch_bridge.autograd(function, x, axis, **options)
     if not plain or not x.is_cuda:
         return torch_bridge.call(public, x, axis, **options)
+    if _tensor_type is None:
+        _tensor_stream, _tensor_device = torch_bridge.current_stream_address, torch.cuda.current_device
+        _tensor_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _tensor_stream)
+        _tensor_device = getattr(torch._C, "_cuda_getDevice", _tensor_device)
+        _tensor_type = torch.Tensor
     index = x.get_device()
-    stream = torch_bridge.current_stream_address(index)
-    key = ("torch", function, x.shape, x.stride(), x.dtype, x.data_ptr() & 15, index, axis, stream)
-    hit = _fast_path.get(key)
-    if hit is not None and current_device() == index:
-        y = x.new_empty(hit[1], dtype=hit[2])
-        hit[0](x.data_ptr(), y.data_ptr())
-        return y
+    stream = _tensor_stream(index)
     y = torch_bridge.call(public, x, axis)
     a = torch_bridge.to_array(x)
     learned = _fast_path.get((function, a.shape, a.strides, a.dtype, a.data.ptr & 15, a.data.device_id, axis, stream))
     if learned is not None and learned[5] is not None:   # the plain launch of x's and y's addresses
-        _fast_path.put(key, (learned[5], tuple(y.shape), y.dtype))
+        _fast_path.put(("torch", function, x.shape, x.stride(), x.dtype, x.data_ptr() & 15, index, axis, stream),
+                       (learned[5], tuple(y.shape), y.dtype))
     return y
 
 

@@ -75,7 +75,7 @@ def emulated(request):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n_cols,group,vectors", [(8, 4, "host"), (37, 8, "host"), (320, 32, "host"), (320, 32, 0),
                                                    (1029, 64, "host"), (1029, 128, "host"), (4104, 256, "host"),
-                                                   (4096, 1024, "host")])
+                                                   (4096, 1024, "host"), (8192, 32, "host")])
 def test_the_kernel_source_matches_its_model_to_the_bit(emulated, dtype, n_cols, group, vectors):
     """vectors "host": as the plan decides from the addresses (16-byte vectors where every row is aligned)."""
     variant, module = emulated

@@ -4,16 +4,19 @@
 //   log-softmax:  y = log_softmax(x),  dx = dy - e^y * s,        s = sum_j dy_j
 //
 // Both read y and dy, reduce one number per row, then read them again and write dx. The second
-// read of a row follows its first at once, so it is served from L1/L2 unless the rows in flight
-// exceed the cache. Layout as online_rows.cuh: the `group` lanes of a row (a power of two,
+// read of a row is saved where the row fits the group's registers (up to BACKWARD_CACHE vectors of y and
+// of dy per lane), else it follows the first at once and is served from L1/L2 where the rows in
+// flight fit. Layout as online_rows.cuh: the `group` lanes of a row (a power of two,
 // 1 .. 1024) are consecutive threads, a block holds blockDim.x / group rows. With `vectors` set
 // (every row of y, dy and dx starts on a 16-byte boundary; the host checks the addresses and
 // strides) the rows move in 16-byte vectors with a scalar tail, else element by element.
 // Lane t takes vectors t, t + group, ... then tail elements t, t + group, ...; its partial sum is
-// fp32 in that order, then an xor butterfly in the warp and, for groups above 32, a sum over the
+// fp32 in that order (each product rounded, then added: never fused, as the NumPy model rounds), then an xor butterfly in the warp and, for groups above 32, a sum over the
 // group's warps in shared memory (in warp order): the same order for every launch.
 #pragma once
 #include "online_rows.cuh"
+
+#define BACKWARD_CACHE 4  // 16-byte vectors of y and of dy a lane keeps in registers (backward.py: CACHED)
 
 __device__ __forceinline__ float backward_group_sum(float s, int group, float* partial) {
 #pragma unroll
@@ -60,31 +63,66 @@ __device__ __forceinline__ void backward_rows(const typename Row::Elem* __restri
     const Vec* y_vec = reinterpret_cast<const Vec*>(row_y);
     const Vec* dy_vec = reinterpret_cast<const Vec*>(row_dy);
 
+    // A lane with at most BACKWARD_CACHE vectors keeps them in registers between the passes (the
+    // host sizes the group for it where it can: rows up to 4 * 1024 vectors); else pass 2 reads again.
+    const bool cached = n_vec <= BACKWARD_CACHE * group;
+    Vec y_kept[BACKWARD_CACHE], dy_kept[BACKWARD_CACHE];
     float s = 0.0f;  // pass 1: the row's sum
     if (active) {
+        if (cached) {
+#pragma unroll
+            for (int c = 0; c < BACKWARD_CACHE; ++c) {
+                const int i = lane + c * group;
+                if (i < n_vec) y_kept[c] = y_vec[i], dy_kept[c] = dy_vec[i];
+            }
+#pragma unroll
+            for (int c = 0; c < BACKWARD_CACHE; ++c) {
+                if (lane + c * group >= n_vec) break;
+                float a[VEC], b[VEC];
+                Row::unpack(y_kept[c], a);
+                Row::unpack(dy_kept[c], b);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) s = __fadd_rn(s, LOG ? b[k] : __fmul_rn(a[k], b[k]));
+            }
+        } else {
 #pragma unroll 4
+            for (int i = lane; i < n_vec; i += group) {
+                float a[VEC], b[VEC];
+                Row::unpack(y_vec[i], a);
+                Row::unpack(dy_vec[i], b);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) s = __fadd_rn(s, LOG ? b[k] : __fmul_rn(a[k], b[k]));
+            }
+        }
+        for (int i = tail + lane; i < n_cols; i += group)
+            s = __fadd_rn(s, LOG ? Row::load1(row_dy + i) : __fmul_rn(Row::load1(row_y + i), Row::load1(row_dy + i)));
+    }
+    s = backward_group_sum(s, group, partial);
+    if (!active) return;  // after the last barrier
+
+    Vec* dx_vec = reinterpret_cast<Vec*>(row_dx);  // pass 2: dx
+    if (cached) {
+#pragma unroll
+        for (int c = 0; c < BACKWARD_CACHE; ++c) {
+            const int i = lane + c * group;
+            if (i >= n_vec) break;
+            float a[VEC], b[VEC];
+            Row::unpack(y_kept[c], a);
+            Row::unpack(dy_kept[c], b);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) a[k] = backward_element<LOG>(a[k], b[k], s);
+            dx_vec[i] = Row::pack(a);
+        }
+    } else {
+#pragma unroll(LOG ? 2 : 4)  // e^y: fewer vectors in flight, no spills
         for (int i = lane; i < n_vec; i += group) {
             float a[VEC], b[VEC];
             Row::unpack(y_vec[i], a);
             Row::unpack(dy_vec[i], b);
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) s += LOG ? b[k] : a[k] * b[k];
+            for (int k = 0; k < VEC; ++k) a[k] = backward_element<LOG>(a[k], b[k], s);
+            dx_vec[i] = Row::pack(a);
         }
-        for (int i = tail + lane; i < n_cols; i += group)
-            s += LOG ? Row::load1(row_dy + i) : Row::load1(row_y + i) * Row::load1(row_dy + i);
-    }
-    s = backward_group_sum(s, group, partial);
-    if (!active) return;  // after the last barrier
-
-    Vec* dx_vec = reinterpret_cast<Vec*>(row_dx);  // pass 2: dx (e^y of 8 halves per vector: fewer in flight)
-#pragma unroll(LOG && VEC == 8 ? 2 : 4)
-    for (int i = lane; i < n_vec; i += group) {
-        float a[VEC], b[VEC];
-        Row::unpack(y_vec[i], a);
-        Row::unpack(dy_vec[i], b);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) a[k] = backward_element<LOG>(a[k], b[k], s);
-        dx_vec[i] = Row::pack(a);
     }
     for (int i = tail + lane; i < n_cols; i += group) {
         const float a = Row::load1(row_y + i), b = Row::load1(row_dy + i);

@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 
 import onlinesoftmax as osm
+from onlinesoftmax import checks
 from onlinesoftmax.gradient_checks import compare_backward
 from onlinesoftmax.measure import bench, results, timer
 
@@ -98,7 +99,7 @@ def backward_rows(shapes, copy_GBps: float) -> list[dict]:
             for function in ("softmax_backward", "log_softmax_backward"):
                 forward = osm.softmax if function == "softmax_backward" else osm.log_softmax
                 y = forward(logits)
-                dy = bench.make_rows(n_rows, n_cols, dtype, seed=5)[0] * 0.01
+                dy = checks.from_float32(bench.make_rows(n_rows, n_cols, "float32", seed=5)[0] * 0.01, dtype)
                 ours = getattr(osm, function)
                 ty, tdy = bench.torch_view(y), bench.torch_view(dy)
                 theirs = torch._softmax_backward_data if function == "softmax_backward" else torch._log_softmax_backward_data

@@ -4,7 +4,8 @@
     log-softmax:  dx = dy - e^y * s,    s = sum_j dy_j
 
 Both take the forward's output y and the upstream gradient dy, never x. A row belongs to a group of
-`group` consecutive lanes (a power of two near N / 64 elements' worth of 16-byte vectors, 4 .. 1024);
+`group` consecutive lanes (a power of two, 4 .. 1024, enough that each lane keeps its at most 4 vectors
+of y and dy in registers between the passes; longer rows are read twice);
 the NumPy models below follow the kernels' order of summation (kernels/common/backward_rows.cuh):
 lane t's vectors t, t + group, ..., then its tail elements, an xor butterfly over the warp and, for
 groups above 32, the group's warps summed in order. All arithmetic is float32; dx is in y's dtype.
@@ -22,12 +23,13 @@ from onlinesoftmax.runtime.loader import get_kernel
 F32 = np.float32
 VEC = {"float32": 4, "float16": 8, "bfloat16": 8}   # elements per 16-byte vector
 MIN_BLOCK_THREADS = 256
-VECTORS_PER_LANE = 8
+CACHED = 4                # vectors of y and of dy a lane keeps in registers (BACKWARD_CACHE)
 
 
 def group_size(n_cols: int, vec: int) -> int:
-    """Lanes per row: the power of two near n_vectors / 8, within 4 .. 1024."""
-    wanted = max(1, -(-(n_cols // vec) // VECTORS_PER_LANE))
+    """Lanes per row: enough that each lane keeps its vectors in registers (at most CACHED, so the
+    second pass reads no memory), within 4 .. 1024; longer rows get 1024 lanes and are read twice."""
+    wanted = max(1, -(-(n_cols // vec) // CACHED))
     return int(min(1024, max(4, 1 << (wanted - 1).bit_length())))
 
 
