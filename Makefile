@@ -95,8 +95,8 @@ QUICK_TESTS = tests/test_registry.py tests/test_package.py tests/test_cache.py t
   tests/test_distributed.py \
   tests/test_extreme_rows.py tests/test_attention_extremes.py tests/test_graders.py \
   tests/exercises/test_python_graders.py tests/test_data.py tests/test_data_check.py tests/test_bench_command.py \
-  tests/test_prose_numbers.py tests/test_readings.py tests/test_gpu_gating.py \
-  $(foreach k,softmax_02_online softmax_08_registers log_softmax_02_registers softmax_topk_04_online_fused attention_05_pipelined,\
+  tests/test_prose_numbers.py tests/test_readings.py tests/test_gpu_gating.py tests/test_softmax_backward.py \
+  $(foreach k,softmax_02_online softmax_08_registers log_softmax_02_registers softmax_topk_04_online_fused attention_05_pipelined softmax_backward_01_rows,\
     "tests/test_kernels_compile.py::test_kernel_compiles_without_spills[$(k)]")
 
 test-quick: $(PY_STAMP)

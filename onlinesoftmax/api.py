@@ -244,7 +244,8 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
             y = None if key is None else _fast(key, x, out, mask, valid_lengths)
         if y is not None:
             return y
-    elif type(x) is _tensor_type and plain and not x.requires_grad and (y := _tensor_plain("softmax", x, axis)) is not None:
+    elif type(x) is _tensor_type and plain and not x.requires_grad and not _tracing() \
+            and (y := _tensor_plain("softmax", x, axis)) is not None:
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(softmax, "softmax", x, axis, plain, variant=variant, out=out, mask=mask,
@@ -266,7 +267,8 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
-    elif type(x) is _tensor_type and plain and not x.requires_grad and (y := _tensor_plain("log_softmax", x, axis)) is not None:
+    elif type(x) is _tensor_type and plain and not x.requires_grad and not _tracing() \
+            and (y := _tensor_plain("log_softmax", x, axis)) is not None:
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(log_softmax, "log_softmax", x, axis, plain, variant=variant, out=out)
@@ -291,7 +293,8 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
             y = None if key is None else _fast(key, x, out)
         if y is not None:
             return y
-    elif type(x) is _tensor_type and plain and not x.requires_grad and (y := _tensor_plain("logsumexp", x, axis)) is not None:
+    elif type(x) is _tensor_type and plain and not x.requires_grad and not _tracing() \
+            and (y := _tensor_plain("logsumexp", x, axis)) is not None:
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(logsumexp, "logsumexp", x, axis, plain, variant=variant, out=out)
@@ -304,7 +307,7 @@ def _keepdims(x, axis, keepdims, variant, out):
     if torch_bridge.is_tensor(x):
         import torch
 
-        if x.requires_grad and torch.is_grad_enabled():
+        if (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
             return torch_bridge.autograd("logsumexp", x, axis, True, variant=variant, out=out)
         return torch_bridge.call(_keepdims, x, axis, keepdims, variant, out)
     check_array(x, "logsumexp", exact=True)
@@ -316,6 +319,7 @@ def _keepdims(x, axis, keepdims, variant, out):
 
 _tensor_type = None            # torch.Tensor, once a tensor was passed (torch is never imported here)
 _tensor_stream = _tensor_device = None   # torch's C calls: the current stream's address, the current device
+_tracing = None                # torch.compiler.is_compiling: under torch.compile a tensor goes to the operator
 
 
 def _tensor_plain(function: str, x, axis):
@@ -335,17 +339,18 @@ def _from_torch(public, function: str, x, axis, plain: bool, **options):
     """A torch tensor: the autograd operator when a gradient is asked for; else through the torch bridge
     (zero-copy views, torch's current stream), and a plain call on a CUDA tensor is remembered for
     _tensor_plain."""
-    global _tensor_type, _tensor_stream, _tensor_device
+    global _tensor_type, _tensor_stream, _tensor_device, _tracing
     import torch
 
-    if x.requires_grad and torch.is_grad_enabled():
-        return torch_bridge.autograd(function, x, axis, **options)
+    if (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+        return torch_bridge.autograd(function, x, axis, **options)   # the operator (torch.compile traces it)
     if not plain or not x.is_cuda:
         return torch_bridge.call(public, x, axis, **options)
     if _tensor_type is None:
         _tensor_stream, _tensor_device = torch_bridge.current_stream_address, torch.cuda.current_device
         _tensor_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _tensor_stream)
         _tensor_device = getattr(torch._C, "_cuda_getDevice", _tensor_device)
+        _tracing = torch.compiler.is_compiling
         _tensor_type = torch.Tensor
     index = x.get_device()
     stream = _tensor_stream(index)

@@ -142,8 +142,8 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
                  variant: str = "auto"):
     """(probs, indices[, lse]) of the k largest softmax probabilities of each row along `axis`.
 
-    probs and indices have x's shape with `axis` replaced by k (moved last when axis is not the
-    last); lse has x's shape without `axis`."""
+    probs and indices have x's shape with `axis` replaced by k, where `axis` was (as torch.topk's dim);
+    lse has x's shape without `axis`."""
     if type(x) is not api.CUPY_ARRAY and torch_bridge.is_tensor(x):
         return torch_bridge.call(softmax_topk, x, k, axis, renormalize=renormalize, return_lse=return_lse,
                                  variant=variant)
@@ -163,8 +163,9 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
     axis = api.normalize_axis(axis, x.ndim, "softmax_topk")
     api.check_length(x, axis, "softmax_topk")
     k = check_k(k, x.shape[axis])
-    if not isinstance(renormalize, (bool, np.bool_)):
-        raise TypeError(f"softmax_topk: renormalize must be True or False, got {renormalize!r}")
+    for name, flag in (("renormalize", renormalize), ("return_lse", return_lse)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"softmax_topk: {name} must be True or False, got {flag!r}")
     rows, view = api.as_rows(x, axis)
     if variant not in AUTO:
         chosen = api.resolve(variant, "softmax_topk", "softmax_topk")
@@ -179,14 +180,23 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
         runner = run(chosen, rows, k, bool(renormalize), probs, indices, lse)
         if key is not None and view:   # rows is x itself or a view of it (no copy): its address is x's
             _fast_path.put(key, (runner, rows.shape[0], None if lead == (rows.shape[0],) else lead))
-    probs, indices = probs.reshape(lead + (k,)), indices.reshape(lead + (k,))
+    probs, indices = _in_place_of(probs.reshape(lead + (k,)), axis), _in_place_of(indices.reshape(lead + (k,)), axis)
     return (probs, indices, lse.reshape(lead)) if return_lse else (probs, indices)
+
+
+def _in_place_of(result, axis: int):
+    """A (..., k) result with its k axis moved to `axis` (normalized), where the row's axis was."""
+    if axis == result.ndim - 1:
+        return result
+    order = list(range(result.ndim - 1))
+    order.insert(axis, result.ndim - 1)
+    return result.transpose(order)
 
 
 def topk_logits(x, k: int, axis: int = -1):
     """(values, indices) of the k largest logits of each row along `axis`, as torch.topk(x, k) (sorted,
     ties to the lower index, NaN first): softmax_topk_01_topk_only, the baseline of the fused kernels.
-    values in x's dtype, indices int64; k <= 32 (the kernel's register lists)."""
+    values in x's dtype, indices int64; k <= 32 (the kernel's register lists); k replaces `axis` where it was."""
     if torch_bridge.is_tensor(x):
         return torch_bridge.call(topk_logits, x, k, axis)
     on_gpu = api.check_array(x, "topk_logits")
@@ -205,4 +215,4 @@ def topk_logits(x, k: int, axis: int = -1):
         indices = cupy.empty((rows.shape[0], k), dtype=cupy.int64)
         options = {"k": k, "columns": indices}
         get_runner(kt.TOPK_ONLY, rows, values, options)(rows, values, **options)
-    return values.reshape(lead + (k,)), indices.reshape(lead + (k,))
+    return _in_place_of(values.reshape(lead + (k,)), axis), _in_place_of(indices.reshape(lead + (k,)), axis)

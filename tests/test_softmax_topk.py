@@ -141,7 +141,11 @@ def test_n_d_input_another_axis_and_auto(xp):
     assert probs.shape == columns.shape == (2, 3, 5)
     moved = xp.ascontiguousarray(xp.moveaxis(x, -1, 1))
     probs_1, columns_1 = osm.softmax_topk(moved, 5, axis=1)
-    np.testing.assert_array_equal(checks.host(columns_1), checks.host(columns))
+    assert probs_1.shape == columns_1.shape == (2, 5, 3), "k takes the place of the axis, as torch.topk(dim=1)"
+    np.testing.assert_array_equal(checks.host(columns_1), checks.host(xp.moveaxis(columns, -1, 1)))
+    values, columns_2 = osm.topk_logits(moved, 5, axis=1)
+    assert values.shape == (2, 5, 3)
+    np.testing.assert_array_equal(checks.host(columns_2), checks.host(xp.moveaxis(columns, -1, 1)))
     for shape, k in (((3, 100), 4), ((2, 50000), 20), ((600, 3000), 5), ((2, 3000), 200)):
         x = checks.random_rows(xp, *shape, seed=5)
         probs, columns, lse = osm.softmax_topk(x, k, return_lse=True)
@@ -441,3 +445,10 @@ def test_the_split_plan_owns_its_records_and_a_call_only_launches(monkeypatch):
     run.launches[0](x.data.ptr)                                       # the launches alone, as the host probe makes them
     run.launches[1](probs.data.ptr, columns.data.ptr, None)
     assert calls[-2:] == [(chunks, (x.data.ptr,)), (merge, (probs.data.ptr, columns.data.ptr, None))]
+
+
+def test_flags_are_checked_as_booleans():
+    x = np.zeros((2, 8), np.float32)
+    for name in ("renormalize", "return_lse"):
+        with pytest.raises(TypeError, match=f"{name} must be True or False, got 'yes'"):
+            osm.softmax_topk(x, 2, **{name: "yes"})

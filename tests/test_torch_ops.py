@@ -175,3 +175,15 @@ def test_grad_with_options_the_operators_do_not_take_is_refused_by_name():
 def test_the_numpy_results_are_unchanged_by_the_bridge():
     x = np.random.default_rng(0).standard_normal((3, 70)).astype(np.float32)
     np.testing.assert_array_equal(osm.softmax(torch.from_numpy(x)).numpy(), osm.softmax(x))
+
+
+def test_torch_compile_fullgraph_without_gradients_traces_the_operators():
+    """Under torch.no_grad the public functions must still reach the operators when torch.compile
+    traces them (a data pointer or a NumPy view would break the graph)."""
+    def f(t):
+        return osm.logsumexp(t).mean() + osm.softmax(t).max() + osm.log_softmax(t, 0).sum()
+
+    x = torch.randn(5, 33, dtype=torch.float64)
+    with torch.no_grad():
+        got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    torch.testing.assert_close(got, f(x))

@@ -57,16 +57,17 @@ def forward_rows(shapes, copy_GBps: float) -> list[dict]:
             nbytes = 2 * x.nbytes
             fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype, "bytes": nbytes, "correct": ok}
             if not ok:
-                rows.append({"call": "public", "error": message, **fields})
+                rows.append({"kernel": "fast", "call": "public", "error": message, **fields})
                 continue
             timed = {}
             for name, fn in calls.items():
                 device = timer.time_gpu(fn, [()])
                 end = timer.time_end_to_end(fn, [()])
                 timed[name] = (device["ms"] * 1e3, end["us"])
-                rows.append({"call": name, "method": "device", "us": device["ms"] * 1e3, **device, **fields,
+                kernel = "torch.softmax" if name == "torch" else "fast"
+                rows.append({"kernel": kernel, "call": name, "method": "device", "us": device["ms"] * 1e3, **device, **fields,
                              "GBps": nbytes / device["ms"] / 1e6, "fraction_of_copy": nbytes / device["ms"] / 1e6 / copy_GBps})
-                rows.append({"call": name, "method": "end_to_end", **end, **fields})
+                rows.append({"kernel": kernel, "call": name, "method": "end_to_end", **end, **fields})
             for row in rows[-2 * len(calls):]:
                 index = 0 if row["method"] == "device" else 1
                 row["vs_direct"] = row["us"] / timed["direct"][index]
@@ -79,7 +80,7 @@ def host_rows() -> list[dict]:
     x = bench.make_rows(1, 4096, "float32")[0]
     rows = []
     for name, fn in forward_calls(x, bench.torch_view(x)).items():
-        rows.append({"call": name, "method": "host_per_call", "n_rows": 1, "n_cols": 4096, "dtype": "float32",
+        rows.append({"kernel": "torch.softmax" if name == "torch" else "fast", "call": name, "method": "host_per_call", "n_rows": 1, "n_cols": 4096, "dtype": "float32",
                      **timer.host_us_per_call(fn)})
     torch_us = next(r["us"] for r in rows if r["call"] == "torch")
     for row in rows:

@@ -180,6 +180,16 @@ def test_torch_compile_fullgraph_of_a_model_using_the_operators():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
+def test_torch_compile_fullgraph_under_no_grad():
+    def f(t):
+        return osm.logsumexp(t).mean() + osm.softmax(t).amax() + osm.log_softmax(t).sum()
+
+    x = torch.randn(64, 3000, device="cuda")
+    with torch.no_grad():
+        got = torch.compile(f, fullgraph=True)(x)
+        torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-3)
+
+
 def test_a_decode_loop_with_a_growing_cache_keeps_the_plan_bytes_bounded(monkeypatch):
     monkeypatch.setattr(plan._runners, "max_bytes", 8 * 2**20)
     q = torch.randn(1, 32, 1, 128, device="cuda")       # float32: the split decode kernel, partials per plan

@@ -33,6 +33,8 @@ PALETTE = {
     "softmax_12_pipelined": "#98df8a",
     "softmax_13_cooperative": "#ff9896",
     "softmax_14_registers_masked": "#b5cf6b",
+    "softmax_backward_01_rows": "#e6ab02",
+    "log_softmax_backward_01_rows": "#a6761d",
     "logsumexp_01_online": "#1f77b4",
     "log_softmax_01_online": "#ff7f0e",
     "log_softmax_02_registers": "#756bb1",
