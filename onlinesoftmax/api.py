@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import exact
+from onlinesoftmax.kernels import dispatch
 from onlinesoftmax.inputs import (as_rows, check_array, check_length, check_out, check_variant_accepts,  # noqa: F401
                                   from_rows, normalize_axis, resolve)
 from onlinesoftmax.registry import REGISTRY, Variant
@@ -63,8 +64,9 @@ def run(variant: Variant, x, out=None, **options):
     return y
 
 
-def _call(function: str, family: str, x, axis, variant, out, options: dict, choose, key=None, given=()):
-    """The slow path: validate, choose, plan, run. With `key` (the call's fast-path key, _call_key),
+def _call(function: str, family: str, x, axis, variant, out, options: dict, auto: str, key=None, given=()):
+    """The slow path: validate, choose, plan, run. `auto` is what variant="auto" runs: a registry name,
+    or the rule of kernels/dispatch.py that picks one (its choose_masked when a mask is given). With `key` (the call's fast-path key, _call_key),
     remember the runner under it when a repeat of the call can skip all of this: x used in place
     (no copy), and every array option (`given`: the caller's mask, lengths) passed to the kernel as
     the caller's own memory."""
@@ -78,7 +80,8 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, choo
     out_dtype = np.dtype(np.float32) if per_row else x.dtype
     out_shape = tuple(s for i, s in enumerate(x.shape) if i != axis) if per_row else tuple(x.shape)
     if variant in AUTO:
-        chosen = choose(rows, options)
+        chosen = REGISTRY.get(auto) or getattr(dispatch, "choose_masked" if options else auto)(*rows.shape,
+                                                                                             rows.dtype).variant
         asked = "auto"
     else:
         chosen = resolve(variant, family, function)
@@ -205,18 +208,6 @@ def _plain(function: str, x, axis):
 
 
 
-def _chooser(rule: str):
-    """variant="auto": dispatch.<rule> (dispatch.choose_masked when a mask is given)."""
-    def choose(rows, options):
-        from onlinesoftmax.kernels import dispatch
-        return getattr(dispatch, "choose_masked" if options else rule)(*rows.shape, rows.dtype).variant
-    return choose
-
-
-def _only(name):
-    return lambda rows, options: REGISTRY[name]
-
-
 # ---- the public functions ----------------------------------------------------------------------
 
 def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, valid_lengths=None,
@@ -251,7 +242,7 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
         return _from_torch(softmax, "softmax", x, axis, plain, variant=variant, out=out, mask=mask,
                            valid_lengths=valid_lengths, mask_value=mask_value)
     options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
-    return _call("softmax", "softmax", x, axis, variant, out, options, _chooser("choose"), key, (mask, valid_lengths))
+    return _call("softmax", "softmax", x, axis, variant, out, options, "choose", key, (mask, valid_lengths))
 
 
 def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
@@ -272,7 +263,7 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(log_softmax, "log_softmax", x, axis, plain, variant=variant, out=out)
-    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, _chooser("choose_log_softmax"), key)
+    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, "choose_log_softmax", key)
 
 
 def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto", out=None):
@@ -298,7 +289,7 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(logsumexp, "logsumexp", x, axis, plain, variant=variant, out=out)
-    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, _only("logsumexp_01_online"), key)
+    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, "logsumexp_01_online", key)
 
 
 def _keepdims(x, axis, keepdims, variant, out):

@@ -52,36 +52,44 @@ def _rel(path: Path) -> str:
 
 
 def expand_source(path: Path | str) -> tuple[str, tuple[str, ...]]:
-    """Source of `path` with local includes inlined, and the files it is made of."""
+    """Source of `path` with local includes inlined, and the files it is made of.
+
+    One loop over a stack of (file, its lines, the next line): an include pushes the included file
+    (once: every header is `#pragma once`), the end of a file pops it and marks where the including
+    file resumes with a #line directive."""
     path = Path(path)
     if not path.is_absolute():
         path = (KERNELS_DIR / path) if (KERNELS_DIR / path).is_file() else (REPO_ROOT / path)
-    seen: list[Path] = []
-
-    def expand(file: Path) -> list[str]:
-        file = file.resolve()
-        if file in seen:  # every header is `#pragma once`
-            return []
-        seen.append(file)
-        out = [f'#line 1 "{_rel(file)}"']
-        for number, line in enumerate(file.read_text().splitlines(), start=1):
+    path = path.resolve()
+    seen, out = [path], [f'#line 1 "{_rel(path)}"']
+    stack = [(path, path.read_text().splitlines(), 0)]
+    while stack:
+        file, lines, number = stack.pop()
+        while number < len(lines):
+            line = lines[number]
+            number += 1
             match = _INCLUDE.match(line)
             if match:
-                out += expand(_find_include(match.group(1), file))
-                out.append(f'#line {number + 1} "{_rel(file)}"')
-            elif line.strip() == "#pragma once":
-                out.append("")
-            else:
-                out.append(line)
-        return out
+                included = _find_include(match.group(1), file)
+                if included in seen:
+                    out.append(f'#line {number + 1} "{_rel(file)}"')
+                    continue
+                seen.append(included)
+                stack.append((file, lines, number))       # resume after the include
+                stack.append((included, included.read_text().splitlines(), 0))
+                out.append(f'#line 1 "{_rel(included)}"')
+                break
+            out.append("" if line.strip() == "#pragma once" else line)
+        else:
+            if stack:
+                parent, _, resume = stack[-1]
+                out.append(f'#line {resume + 1} "{_rel(parent)}"')
+    return "\n".join(out) + "\n", tuple(_rel(p) for p in seen)
 
-    text = "\n".join(expand(path)) + "\n"
-    return text, tuple(_rel(p) for p in seen)
 
-
-def source_key(path, defines=()) -> str:
-    """Hash of everything a build depends on: the expanded source and the defines."""
-    text, _ = expand_source(path)
+def source_key(path, defines=(), text: str | None = None) -> str:
+    """Hash of everything a build depends on: the expanded source (given, or expanded here) and the defines."""
+    text = expand_source(path)[0] if text is None else text
     return hashlib.sha256((text + "\0" + " ".join(defines)).encode()).hexdigest()[:16]
 
 
@@ -97,7 +105,7 @@ def load_module(path, defines=()):
     import cupy
 
     text, _ = expand_source(path)
-    key = source_key(path, defines)
+    key = source_key(path, defines, text)
     module = _modules.get(key)
     if module is None:
         module = cupy.RawModule(code=text, options=COMPILE_OPTIONS + define_flags(defines))
