@@ -18,7 +18,7 @@ from onlinesoftmax.inputs import (as_rows, check_array, check_length, check_out,
                                   from_rows, normalize_axis, resolve)
 from onlinesoftmax.registry import REGISTRY, Variant
 from onlinesoftmax.runtime import device
-from onlinesoftmax.runtime import torch_bridge
+from onlinesoftmax.runtime import driver, torch_bridge
 from onlinesoftmax.runtime.cache import Cache
 from onlinesoftmax.runtime.plan import extent, get_runner
 
@@ -348,7 +348,9 @@ def _from_torch(public, function: str, x, axis, plain: bool, **options):
     y = torch_bridge.call(public, x, axis)
     a = torch_bridge.to_array(x)
     learned = _fast_path.get((function, a.shape, a.strides, a.dtype, a.data.ptr & 15, a.data.device_id, axis, stream))
-    if learned is not None and learned[5] is not None:   # the plain launch of x's and y's addresses
+    if learned is not None and learned[5] is not None and driver.has_driver_bindings():
+        # the plain launch of x's and y's addresses, on the stream it was prepared with (without
+        # cuda-bindings a launch goes to CuPy's current stream at call time: not torch's, out here)
         _fast_path.put(("torch", function, x.shape, x.stride(), x.dtype, x.data_ptr() & 15, index, axis, stream),
                        (learned[5], tuple(y.shape), y.dtype))
     return y

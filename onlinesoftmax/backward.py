@@ -14,6 +14,7 @@ import numpy as np
 
 from onlinesoftmax import exact
 from onlinesoftmax.inputs import as_rows, check_array, check_length, describe, from_rows, normalize_axis
+from onlinesoftmax.kernels.softmax import backward as kb
 from onlinesoftmax.registry import REGISTRY
 from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
@@ -43,9 +44,12 @@ def _backward(function: str, y, dy, axis):
     check_length(y, axis, function)
     y_rows, _ = as_rows(y, axis)
     dy_rows, _ = as_rows(dy, axis)
+    if y_rows.shape[0] >= 2**31:
+        raise ValueError(f"{function}: at most 2^31 - 1 rows (the kernels count rows in 32 bits), got {y_rows.shape[0]}")
     chosen = REGISTRY[f"{function}_01_rows"]
-    if not on_gpu:
-        return from_rows(chosen.simulate(y_rows, dy_rows), y.shape, axis, False)
+    if not on_gpu:   # the model sums in the kernel's order: 16-byte vectors when y, dy and a fresh dx all allow them
+        vectors = kb.vectors_fit(y_rows, dy_rows) and y_rows.shape[1] * y_rows.itemsize % 16 == 0
+        return from_rows(chosen.simulate(y_rows, dy_rows, vectors=vectors), y.shape, axis, False)
     import cupy
 
     dx = cupy.empty(y_rows.shape, dtype=y.dtype)

@@ -10,7 +10,7 @@
 | log_softmax(x, dim)                              | the log-softmax kernels      | log_softmax_backward(y, dy, dim)|
 | logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel       | softmax(x, dim) * dlse          |
 | attention(q, k, v, causal, scale)                | the attention kernels        | none yet: an error says so      |
-| softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | (first order only)         |
+| softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | torch's ops (double backward) |
 
 Outputs are contiguous (along a dim other than the last, the kernels' result is copied into place).
 Each is defined with `torch.library.Library` (CPU and CUDA kernels, a fake implementation for shapes
@@ -31,6 +31,7 @@ from onlinesoftmax import backward as kernels_backward
 _lib = torch.library.Library("onlinesoftmax", "DEF")
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_modes = torch._C._len_torch_dispatch_stack      # Python dispatch modes active (make_fx, FlopCounterMode, ...)
 
 
 def _lse_dtype(x: torch.Tensor) -> torch.dtype:
@@ -141,6 +142,41 @@ class _LogSumExp(torch.autograd.Function):
         return (_ops.softmax(x, ctx.dim) * dlse).to(x.dtype), None, None
 
 
+class _SoftmaxBackward(torch.autograd.Function):
+    """dx = y (dy - s), s = sum y dy, differentiated again (a gradient of a gradient, in torch's ops):
+    d/d(dy) of <g, dx> is y (g - sum g y) (the same kernel); d/dy is g (dy - s) - (sum g y) dy."""
+
+    @staticmethod
+    def forward(ctx, y, dy, dim):
+        ctx.dim = dim
+        ctx.save_for_backward(y, dy)
+        return _ops.softmax_backward(y, dy, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        y, dy = ctx.saved_tensors
+        gy = (g * y).sum(ctx.dim, keepdim=True)
+        s = (y * dy).sum(ctx.dim, keepdim=True)
+        return g * (dy - s) - gy * dy, _ops.softmax_backward(y, g, ctx.dim), None
+
+
+class _LogSoftmaxBackward(torch.autograd.Function):
+    """dx = dy - e^z S, S = sum dy, differentiated again: d/d(dy) of <g, dx> is g - sum(g e^z);
+    d/dz is -g e^z S."""
+
+    @staticmethod
+    def forward(ctx, z, dy, dim):
+        ctx.dim = dim
+        ctx.save_for_backward(z, dy)
+        return _ops.log_softmax_backward(z, dy, dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        z, dy = ctx.saved_tensors
+        p = z.exp()
+        return -g * p * dy.sum(ctx.dim, keepdim=True), g - (g * p).sum(ctx.dim, keepdim=True), None
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale):
@@ -154,15 +190,16 @@ class _Attention(torch.autograd.Function):
 
 def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad):
     """The operator's kernel at the Autograd key: the Function when a gradient is wanted; a plain
-    tensor straight to the implementation; any other tensor (torch.compile's fake and functional
-    tensors) below autograd, to the kernel of its mode."""
+    tensor, with no dispatch mode active (a tracer, a FLOP counter), straight to the implementation;
+    anything else (torch.compile's fake and functional tensors, a mode) below autograd, to the
+    kernel of its mode."""
     implementation, op = OPERATORS[name][1], getattr(_ops, name).default
 
     def kernel(*args):
         wanted = _grad_enabled() and differentiable(args)
         if wanted:
             return function.apply(*args)
-        if type(args[0]) is _Tensor:
+        if type(args[0]) is _Tensor and not _modes():
             return implementation(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return op(*args)
@@ -173,6 +210,8 @@ _autograd_kernel("softmax", _Softmax)
 _autograd_kernel("log_softmax", _LogSoftmax)
 _autograd_kernel("logsumexp", _LogSumExp)
 _autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]))
+_autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
+_autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
 
 softmax, log_softmax, logsumexp, attention = _ops.softmax, _ops.log_softmax, _ops.logsumexp, _ops.attention
 softmax_backward, log_softmax_backward = _ops.softmax_backward, _ops.log_softmax_backward

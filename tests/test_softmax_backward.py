@@ -125,3 +125,12 @@ def test_mismatched_inputs_are_refused_by_name(function):
         public([[1.0]], y)
     with pytest.raises(TypeError, match="int8"):
         public(np.zeros((2, 3), np.int8), np.zeros((2, 3), np.int8))
+
+
+def test_the_public_model_sums_as_the_kernel_would_on_views_whose_fresh_dx_is_not_aligned():
+    """y and dy rows 16-byte aligned (a row stride of 64 bytes) but 10 floats wide: the fresh dx's rows
+    are 40 bytes apart, so the kernel sums element by element, and so must the model the CPU runs."""
+    big_y, big_dy = pair("softmax_backward", 64, 16, "float32", seed=12)
+    y, dy = big_y[:, :10], big_dy[:, :10]
+    want = kb.simulate_softmax_backward(y, dy, vectors=False)
+    np.testing.assert_array_equal(osm.softmax_backward(y, dy), want)

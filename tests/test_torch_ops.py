@@ -187,3 +187,46 @@ def test_torch_compile_fullgraph_without_gradients_traces_the_operators():
     with torch.no_grad():
         got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
     torch.testing.assert_close(got, f(x))
+
+
+def test_a_gradient_of_a_gradient_is_right():
+    """Double backward (a Hessian-vector product, a gradient penalty) through the backward operators'
+    own rules; without them torch's fallback returned zeros with only a warning."""
+    x = grad_input(3, 8, seed=21)
+    for op in (OPS.softmax, OPS.log_softmax):
+        assert torch.autograd.gradgradcheck(lambda t: op(t, -1), (x,))
+    w = torch.randn(3, 8, dtype=torch.float64)
+    (g,) = torch.autograd.grad((OPS.softmax(x, -1) * w).sum(), x, create_graph=True)
+    (hv,) = torch.autograd.grad((g * w).sum(), x)
+    (g_t,) = torch.autograd.grad((torch.softmax(x, -1) * w).sum(), x, create_graph=True)
+    (hv_t,) = torch.autograd.grad((g_t * w).sum(), x)
+    torch.testing.assert_close(hv, hv_t)
+    assert hv.abs().max() > 0
+
+
+def test_functions_without_a_gradient_refuse_a_tensor_that_needs_one():
+    q = torch.randn(1, 1, 4, 32, requires_grad=True)
+    with pytest.raises(RuntimeError, match="attention computes no gradient"):
+        osm.attention(q, q, q)
+    x = torch.randn(2, 9, requires_grad=True)
+    with pytest.raises(RuntimeError, match="softmax_topk computes no gradient"):
+        osm.softmax_topk(x, 2)
+    with torch.no_grad():
+        assert osm.softmax_topk(x, 2)[0].shape == (2, 2)
+    assert osm.attention(q.detach(), q.detach(), q.detach()).shape == q.shape
+
+
+def test_an_out_tensor_written_in_place_is_seen_by_autograd():
+    w = torch.randn(3, 6, requires_grad=True)
+    buf = torch.randn(3, 6)
+    z = (w * buf).sum()
+    osm.softmax(torch.randn(3, 6), out=buf)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()
+
+
+def test_dispatch_modes_see_the_operators():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(lambda a: OPS.softmax(a, -1) * 2)(torch.randn(2, 5)).graph
+    assert any("onlinesoftmax.softmax" in str(node.target) for node in graph.nodes), graph

@@ -7,7 +7,8 @@ answers and prepared driver configuration, and uses the arrays only for their ad
 Building it reads files, compiles, asks the device; running it only packs pointers and
 launches. `get_runner` keeps one runner per
 
-    (variant, shape, strides, dtype and 16-byte alignment of every array, options, device, stream)
+    (variant, shape, strides, dtype and 16-byte alignment of every array, options, device, stream,
+     and the thread where the stream is the per-thread default stream)
 
 so the second call of a shape costs one dictionary lookup before the launch (runtime/cache.py: the
 least recently used runner goes past PLAN_LIMIT). `reload()` (the loader's, also
@@ -29,6 +30,7 @@ except ImportError:
 from onlinesoftmax.runtime.cache import Cache
 
 PLAN_LIMIT = 4096          # runners kept, least recently used out first (shapes, streams and devices vary)
+PER_THREAD_STREAM = 2      # cudaStreamPerThread: one address, a different stream in every thread (plans per thread)
 PLAN_BYTES = 2**30         # device memory the runners' own buffers (scratch, partial states) may hold
 _runners = Cache("plans", PLAN_LIMIT, max_bytes=PLAN_BYTES, nbytes=lambda runner: getattr(runner, "nbytes", 0),
                  about="one runner per (variant, layouts, options, device, stream)")
@@ -56,8 +58,9 @@ def options_key(options: dict) -> tuple:
 
 def get_runner(variant, x, y, options: dict):
     """The cached runner for this call's layout; call it as runner(x, y, **options)."""
-    key = (variant.name, layout(x), layout(y), options_key(options), x.device.id,
-           cupy.cuda.get_current_stream().ptr)
+    stream = cupy.cuda.get_current_stream().ptr
+    key = (variant.name, layout(x), layout(y), options_key(options), x.device.id, stream,
+           threading.get_ident() if stream == PER_THREAD_STREAM else None)
     runner = _runners.get(key)
     if runner is None:
         runner = _runners.put(key, one_call_at_a_time(variant.plan(variant, x, y, **options)))

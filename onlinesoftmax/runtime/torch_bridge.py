@@ -88,8 +88,19 @@ def to_tensor(a):
 
 def call(function, *args, **kwargs):
     """function(*args, **kwargs) with every tensor among the arguments viewed as an array, the launches
-    on torch's current stream, and the arrays returned viewed as tensors (an out= tensor as itself)."""
+    on torch's current stream, and the arrays returned viewed as tensors (an out= tensor as itself, its
+    version counter bumped). A tensor that requires a gradient (with grad mode on) is refused: these
+    functions have no autograd rule here, and a result without one would drop the gradient silently."""
+    import torch
+
     tensors = [a for a in (*args, *kwargs.values()) if is_tensor(a)]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(f"{function.__name__} computes no gradient: called on a tensor that requires one, its "
+                           "result would silently cut the graph. Call it under torch.no_grad() or on x.detach(); "
+                           "softmax, log_softmax and logsumexp have gradients (onlinesoftmax.torch_ops)")
+    out = kwargs.get("out")
+    if is_tensor(out):
+        torch.autograd.graph.increment_version(out)   # written in place: autograd must see it, as after torch's out=
     where = {str(t.device) for t in tensors}
     if len(where) > 1:
         raise ValueError(f"{function.__name__}: all tensors must be on one device, got tensors on {sorted(where)}")
