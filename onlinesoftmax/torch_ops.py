@@ -97,32 +97,27 @@ _ops = torch.ops.onlinesoftmax
 
 # ---- autograd -----------------------------------------------------------------------------------
 
-class _Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        y = _ops.softmax(x, dim)
-        ctx.dim = dim
-        ctx.save_for_backward(y)
-        return y
+def _from_the_output(forward, backward):
+    """An autograd rule whose gradient needs only the output y and dy: softmax's and log-softmax's
+    (dx = backward(y, dy, dim), one of the backward kernels)."""
 
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return _ops.softmax_backward(y, dy, ctx.dim), None
+    class FromTheOutput(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, dim):
+            y = forward(x, dim)
+            ctx.dim = dim
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            (y,) = ctx.saved_tensors
+            return backward(y, dy, ctx.dim), None
+    return FromTheOutput
 
 
-class _LogSoftmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        y = _ops.log_softmax(x, dim)
-        ctx.dim = dim
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return _ops.log_softmax_backward(y, dy, ctx.dim), None
+_Softmax = _from_the_output(_ops.softmax, _ops.softmax_backward)
+_LogSoftmax = _from_the_output(_ops.log_softmax, _ops.log_softmax_backward)
 
 
 class _LogSumExp(torch.autograd.Function):
