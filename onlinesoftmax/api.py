@@ -296,9 +296,7 @@ def _keepdims(x, axis, keepdims, variant, out):
     if type(keepdims) is not bool:
         raise TypeError(f"logsumexp: keepdims must be True or False, got {keepdims!r}")
     if torch_bridge.is_tensor(x):
-        import torch
-
-        if (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+        if torch_bridge.wants_operator(x):
             return torch_bridge.autograd("logsumexp", x, axis, True, variant=variant, out=out)
         return torch_bridge.call(_keepdims, x, axis, keepdims, variant, out)
     check_array(x, "logsumexp", exact=True)
@@ -333,14 +331,13 @@ def _from_torch(public, function: str, x, axis, plain: bool, **options):
     global _tensor_type, _tensor_stream, _tensor_device, _tracing
     import torch
 
-    if (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+    if torch_bridge.wants_operator(x):
         return torch_bridge.autograd(function, x, axis, **options)   # the operator (torch.compile traces it)
     if not plain or not x.is_cuda:
         return torch_bridge.call(public, x, axis, **options)
     if _tensor_type is None:
-        _tensor_stream, _tensor_device = torch_bridge.current_stream_address, torch.cuda.current_device
-        _tensor_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _tensor_stream)
-        _tensor_device = getattr(torch._C, "_cuda_getDevice", _tensor_device)
+        _tensor_stream = torch_bridge.stream_address_function()
+        _tensor_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
         _tracing = torch.compiler.is_compiling
         _tensor_type = torch.Tensor
     index = x.get_device()

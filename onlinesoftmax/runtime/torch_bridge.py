@@ -29,12 +29,21 @@ def is_tensor(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def current_stream_address(device_index: int) -> int:
-    """The address of torch's current stream on a device (0: the legacy default stream)."""
+def stream_address_function():
+    """torch's call for the address of its current stream on a device (0: the legacy default stream):
+    the one C call where torch has it, else the public path (which builds a Stream object)."""
     import torch
 
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # one C call; the public path builds a Stream
-    return raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+def wants_operator(x) -> bool:
+    """A tensor that requires a gradient (grad mode on), or any tensor while torch.compile traces:
+    softmax, log_softmax and logsumexp then go through their operators (`autograd` above)."""
+    import torch
+
+    return (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling()
 
 
 def external_stream(device_index: int, address: int):
@@ -127,5 +136,5 @@ def call(function, *args, **kwargs):
     import cupy
 
     index = first.device.index if first.device.index is not None else cupy.cuda.runtime.getDevice()
-    with cupy.cuda.Device(index), external_stream(index, current_stream_address(index)):
+    with cupy.cuda.Device(index), external_stream(index, stream_address_function()(index)):
         return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
