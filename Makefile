@@ -107,7 +107,7 @@ check-data: $(PY_STAMP)
 	$(RUN) $(VENV_BIN)/python -m onlinesoftmax.measure.check_data
 
 gpu-test: $(PY_STAMP)
-	$(RUN) $(VENV_BIN)/python -m pytest -m gpu
+	$(RUN) $(VENV_BIN)/python -m pytest -m gpu -n $(GPU_TEST_WORKERS)
 
 serve:
 	@if [ ! -f _build/html/index.html ]; then \
@@ -175,6 +175,10 @@ _chromium:
 	fi
 
 # --- steps ------------------------------------------------------------------------------------
+
+# GPU_TEST_WORKERS: pytest-xdist processes sharing the GPU in `make gpu-test` (tests/gpu/conftest.py
+# keeps them within its memory); 12 ran the H200's tier in about five minutes.
+GPU_TEST_WORKERS ?= 12
 
 # pytest exits 5 when it collects no test; tolerated (with a warning) while the suite is empty.
 # PYTEST_WORKERS: pytest-xdist processes (2: the CI machine's cores; 0 runs in this process).

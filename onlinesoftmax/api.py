@@ -115,11 +115,14 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, auto
 
 def _exact(function: str, x, axis: int, variant, out, options: dict):
     """float64 or empty x: onlinesoftmax/exact.py, with variant "auto" and no mask."""
+    if variant not in AUTO and x.dtype == np.float64:
+        raise TypeError(f"{function}: variant {variant!r} takes float32, float16 and bfloat16, got float64; "
+                        "variant='auto' computes it exactly")
     if variant not in AUTO:
-        raise TypeError(f"{function}: variant {variant!r} takes float32, float16 and bfloat16, got "
-                        f"{'an empty array' if x.size == 0 else 'float64'}; variant='auto' computes it exactly")
-    if options:
-        raise TypeError(f"{function}: mask= and valid_lengths= take float32, float16 and bfloat16, got {x.dtype.name}")
+        raise ValueError(f"{function}: variant {variant!r} launches a kernel, which needs at least one element, "
+                         f"got shape {tuple(x.shape)}; variant='auto' returns the empty result")
+    if options and x.dtype == np.float64:
+        raise TypeError(f"{function}: mask= and valid_lengths= take float32, float16 and bfloat16, got float64")
     result = exact.compute(function, x, axis)
     if out is None:
         return result
@@ -133,24 +136,29 @@ def _layout(a) -> tuple:   # plan.layout and the device
     return (a.shape, a.strides, a.dtype, a.data.ptr & 15, a.data.device_id)
 
 
-def _call_key(function: str, x, axis, variant, out=None, mask=None, valid_lengths=None, mask_value=-np.inf):
+def _call_key(function: str, x, axis, variant, out=None, mask=None, valid_lengths=None, mask_value=-np.inf,
+              causal=False, causal_align="bottom_right"):
     """What a repeated call is found by (None: no fast path): the function, x's layout (shape, strides,
-    dtype, 16-byte phase, device), axis and variant as written, the stream, the layouts of out, mask, lengths."""
+    dtype, 16-byte phase, device), axis and variant as written, the stream, the layouts of out, mask,
+    lengths, the causal mask's alignment."""
     key = (function, x.shape, x.strides, x.dtype, x.data.ptr & 15, x.data.device_id, axis, current_stream().ptr)
-    if variant == "auto" and out is None and mask is None and valid_lengths is None and mask_value == NEG_INF:
+    if variant == "auto" and out is None and mask is None and valid_lengths is None and mask_value == NEG_INF \
+            and causal is False:
         return key   # the most common call: nothing else to look at
+    if type(causal) is not bool or type(causal_align) is not str:
+        return None
     if type(variant) is not str or type(mask_value) not in (float, int) or \
             (out is not None and type(out) is not CUPY_ARRAY) or \
             (valid_lengths is not None and type(valid_lengths) is not CUPY_ARRAY):
         return None
-    if mask is None or (isinstance(mask, str) and mask == "causal"):
-        mask_key = mask
+    if mask is None:
+        mask_key = None
     elif type(mask) is CUPY_ARRAY:
         mask_key = _layout(mask)
     else:
         return None
     return key + (variant, None if out is None else _layout(out), mask_key,
-                  None if valid_lengths is None else _layout(valid_lengths), mask_value)
+                  None if valid_lengths is None else _layout(valid_lengths), mask_value, causal and causal_align)
 
 
 def _passed_as_given(options: dict, given, x) -> bool:
@@ -211,7 +219,7 @@ def _plain(function: str, x, axis):
 # ---- the public functions ----------------------------------------------------------------------
 
 def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, valid_lengths=None,
-            mask_value: float = -np.inf):
+            causal: bool = False, causal_align: str = "bottom_right", mask_value: float = -np.inf):
     """softmax(x) = e^x / sum e^x along `axis` (default the last), in x's dtype.
 
     x: numpy (the kernel's NumPy model runs) or cupy (the kernel runs) array of float32, float16
@@ -219,19 +227,22 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
     that axis moved last. variant: "auto" (the fastest kernel for the shape, dtype, mask and GPU),
     or a kernel's registry name or short name (`onlinesoftmax.VARIANTS`) to run that one.
 
-    Masks (along the last axis; fused into the kernel, never materialized): `mask` is None,
-    "causal" (row i of each (q, N) matrix keeps columns j <= i, like torch's is_causal, for x of
-    shape (..., q, N)) or an additive float array of shape (N,), (q, N) or x's shape;
+    Masks (along the last axis; fused into the kernel, never materialized): `mask` is None or an
+    additive float array of shape (N,), (q, N) or x's shape; `causal=True` keeps, in row i of each
+    (q, N) matrix of x (shape (..., q, N)), the columns j <= i + N - q: the diagonal aligned
+    bottom-right as in attention(causal=True) and FlashAttention, the last query seeing every key
+    (causal_align="top_left": j <= i, torch's is_causal; the same on a square matrix);
     `valid_lengths` (x's shape without its last axis) keeps columns j < valid_lengths[...] of each
     row. Removed columns take `mask_value` (-inf: a fully masked row is NaN, as in torch; -1e6:
     uniform).
     """
     key = None
-    plain = out is None and mask is None and valid_lengths is None and variant == "auto" and mask_value == NEG_INF
+    plain = out is None and mask is None and valid_lengths is None and causal is False and variant == "auto" \
+        and mask_value == NEG_INF and causal_align == "bottom_right"
     if type(x) is CUPY_ARRAY:
         y = _plain("softmax", x, axis) if plain else None
         if y is None:
-            key = _call_key("softmax", x, axis, variant, out, mask, valid_lengths, mask_value)
+            key = _call_key("softmax", x, axis, variant, out, mask, valid_lengths, mask_value, causal, causal_align)
             y = None if key is None else _fast(key, x, out, mask, valid_lengths)
         if y is not None:
             return y
@@ -240,8 +251,9 @@ def softmax(x, axis: int = -1, *, variant: str = "auto", out=None, mask=None, va
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(softmax, "softmax", x, axis, plain, variant=variant, out=out, mask=mask,
-                           valid_lengths=valid_lengths, mask_value=mask_value)
-    options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value)
+                           valid_lengths=valid_lengths, causal=causal, causal_align=causal_align,
+                           mask_value=mask_value)
+    options = _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal, causal_align)
     return _call("softmax", "softmax", x, axis, variant, out, options, "choose", key, (mask, valid_lengths))
 
 
@@ -353,13 +365,17 @@ def _from_torch(public, function: str, x, axis, plain: bool, **options):
     return y
 
 
-def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:
+def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=False, causal_align="bottom_right") -> dict:
     """The masked kernel's options from softmax's mask arguments ({} without a mask)."""
     if isinstance(mask_value, bool) or not isinstance(mask_value, (int, float, np.integer, np.floating)):
         raise TypeError(f"softmax: mask_value must be a number, got {type(mask_value).__name__}")
-    if mask is None and valid_lengths is None:
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"softmax: causal must be True or False, got {causal!r}")
+    if causal_align not in ("bottom_right", "top_left"):
+        raise ValueError(f"softmax: causal_align must be 'bottom_right' or 'top_left', got {causal_align!r}")
+    if mask is None and valid_lengths is None and not causal:
         if mask_value != -np.inf:
-            raise ValueError("softmax: mask_value only applies with mask= or valid_lengths=")
+            raise ValueError("softmax: mask_value only applies with mask=, valid_lengths= or causal=True")
         return {}
     from onlinesoftmax.kernels.softmax import masked as softmax_masked
 
@@ -374,4 +390,5 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value) -> dict:
             raise ValueError(f"softmax: variant {variant!r} takes no mask or valid_lengths; "
                              f"use variant='auto' or one of: {supporting}")
     rows, _ = as_rows(x, x.ndim - 1)
-    return softmax_masked.prepare(rows, mask, valid_lengths, mask_value, shape=x.shape)
+    return softmax_masked.prepare(rows, mask, valid_lengths, mask_value, shape=x.shape, causal=bool(causal),
+                                  causal_align=causal_align)

@@ -7,9 +7,9 @@ of the blocked forward is in kernels/attention/blocked.py, the float64 reference
 Shapes: q (batch, heads, n_q, d); k and v (batch, kv_heads, n_k, d) with heads a multiple of
 kv_heads (grouped-query attention: query head h reads kv head h // (heads // kv_heads)).
 causal=True is aligned to the bottom-right corner as flash-attention does: query i sees keys
-j <= i + n_k - n_q, so a single decoding query sees the whole cache. (torch's
-scaled_dot_product_attention(is_causal=True) is aligned top-left: query i sees keys j <= i; the two
-agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives an output of zeros
+j <= i + n_k - n_q, so a single decoding query sees the whole cache; softmax(causal=True) aligns its
+mask the same way. (torch's scaled_dot_product_attention(is_causal=True) is aligned top-left: query i
+sees keys j <= i, causal_align="top_left" here; the two agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives an output of zeros
 and an LSE of -inf, as flash-attention does.
 
 cupy input runs a CUDA kernel (numpy input the same kernel's NumPy model). variant="auto"
@@ -152,10 +152,17 @@ def _call_key(q, k, v, causal, scale, return_lse, variant):
             v.data.device_id, causal, scale, return_lse, variant, api.current_stream().ptr)
 
 
-def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto"):
-    """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc."""
+def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto",
+              causal_align: str = "bottom_right"):
+    """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc.
+    causal=True: query i keeps keys j <= i + n_k - n_q, the diagonal aligned bottom-right (the last
+    query sees every key: decoding against a cache), as softmax(causal=True) and FlashAttention;
+    causal_align="top_left" keeps j <= i (torch's is_causal); the two agree when n_q == n_k."""
     if type(q) is not api.CUPY_ARRAY and any(map(torch_bridge.is_tensor, (q, k, v))):
-        return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant)
+        return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,
+                                 causal_align=causal_align)
+    if causal_align != "bottom_right":
+        return _top_left(q, k, v, causal, scale, return_lse, variant, causal_align)
     key = None
     if type(q) is api.CUPY_ARRAY and type(k) is api.CUPY_ARRAY and type(v) is api.CUPY_ARRAY:
         key = _call_key(q, k, v, causal, scale, return_lse, variant)
@@ -196,6 +203,26 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
         runner(q, out, **options)
     if key is not None and on_its_device and all(a is b for a, b in zip((q, k, v), given)):
         _fast_path.put(key, (runner, (batch, heads, n_q)))
+    return (out, lse) if return_lse else out
+
+
+def _top_left(q, k, v, causal, scale, return_lse, variant, align):
+    """causal_align="top_left" from the bottom-right kernels. With n_q < n_k no query sees a key past
+    n_q, so it is the bottom-right (square) mask over the first n_q keys; with n_q > n_k the first n_k
+    queries see the square's mask and the others every key (two calls, joined along the queries)."""
+    if align != "top_left":
+        raise ValueError(f"attention: causal_align must be 'bottom_right' or 'top_left', got {align!r}")
+    n_q, n_k = check_inputs(q, k, v, scale)[3:5]
+    same = {"scale": scale, "return_lse": return_lse, "variant": variant}
+    if not isinstance(causal, (bool, np.bool_)) or not causal or n_q == n_k:
+        return attention(q, k, v, causal=causal, **same)
+    if n_q < n_k:
+        return attention(q, k[:, :, :n_q], v[:, :, :n_q], causal=True, **same)
+    xp = np if isinstance(q, np.ndarray) else __import__("cupy")
+    same["return_lse"] = True
+    head = attention(q[:, :, :n_k], k, v, causal=True, **same)
+    tail = attention(q[:, :, n_k:], k, v, causal=False, **same)
+    out, lse = (xp.concatenate(pair, axis=2) for pair in zip(head, tail))
     return (out, lse) if return_lse else out
 
 

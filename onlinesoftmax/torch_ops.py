@@ -9,7 +9,7 @@
 | softmax(x, dim)                                  | the softmax kernels          | softmax_backward(y, dy, dim)    |
 | log_softmax(x, dim)                              | the log-softmax kernels      | log_softmax_backward(y, dy, dim)|
 | logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel       | softmax(x, dim) * dlse          |
-| attention(q, k, v, causal, scale)                | the attention kernels        | none yet: an error says so      |
+| attention(q, k, v, causal, scale, causal_align)  | the attention kernels        | none yet: an error says so      |
 | softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | torch's ops (double backward) |
 
 Outputs are contiguous (along a dim other than the last, the kernels' result is copied into place).
@@ -65,8 +65,8 @@ def _logsumexp(x, dim, keepdim):
     return api.logsumexp(x, dim, keepdims=keepdim).contiguous()
 
 
-def _attention(q, k, v, causal, scale):
-    return attention_api.attention(q, k, v, causal=causal, scale=scale)
+def _attention(q, k, v, causal, scale, causal_align):
+    return attention_api.attention(q, k, v, causal=causal, scale=scale, causal_align=causal_align)
 
 
 def _softmax_backward(y, dy, dim):
@@ -81,7 +81,8 @@ OPERATORS = {   # name: (schema, implementation, fake)
     "softmax": ("softmax(Tensor x, int dim) -> Tensor", _softmax, _same_shape),
     "log_softmax": ("log_softmax(Tensor x, int dim) -> Tensor", _log_softmax, _same_shape),
     "logsumexp": ("logsumexp(Tensor x, int dim, bool keepdim) -> Tensor", _logsumexp, _lse_shape),
-    "attention": ("attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale) -> Tensor", _attention,
+    "attention": ("attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale, "
+                  "str causal_align=\"bottom_right\") -> Tensor", _attention,
                   _same_shape),
     "softmax_backward": ("softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor", _softmax_backward, _same_shape),
     "log_softmax_backward": ("log_softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor", _log_softmax_backward,
@@ -174,8 +175,8 @@ class _LogSoftmaxBackward(torch.autograd.Function):
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale):
-        return _ops.attention(q, k, v, causal, scale)
+    def forward(ctx, q, k, v, causal, scale, causal_align="bottom_right"):
+        return _ops.attention(q, k, v, causal, scale, causal_align)
 
     @staticmethod
     def backward(ctx, dout):

@@ -48,11 +48,11 @@ def masked(cp, osm, checks):
                 rng = cp.random.default_rng(shape[1])
                 mask = cp.where(rng.random(shape) < 0.7, 0.0, -cp.inf).astype(cp.float32)
                 lengths = rng.integers(0, shape[1] + 1, size=shape[0]).astype(cp.int32)
-                for kwargs in ({"mask": "causal"}, {"mask": mask}, {"mask": mask[0]}, {"valid_lengths": lengths},
+                for kwargs in ({"causal": True}, {"mask": mask}, {"mask": mask[0]}, {"valid_lengths": lengths},
                                {"mask": mask, "valid_lengths": lengths, "mask_value": -1e6}):
                     osm.softmax(x, variant=name, **kwargs)
                 if shape[1] > 1:   # rows off 16 bytes: the scalar builds
-                    osm.softmax(x[:, 1:], variant=name, mask="causal", valid_lengths=lengths)
+                    osm.softmax(x[:, 1:], variant=name, causal=True, valid_lengths=lengths)
                 cp.cuda.Device().synchronize()
 
 
@@ -68,8 +68,8 @@ def online_variants(cp, osm, checks):
                 for kind in softmax_masked.MASK_KINDS:
                     kwargs, _ = softmax_masked.example_mask(kind, *shape, cp)
                     osm.softmax(x, variant="softmax_03_online_masked", **kwargs)
-                osm.softmax(x, mask="causal", valid_lengths=cp.zeros(shape[0], cp.int32))
-                osm.softmax(x.reshape(1, *shape), mask="causal")
+                osm.softmax(x, causal=True, valid_lengths=cp.zeros(shape[0], cp.int32))
+                osm.softmax(x.reshape(1, *shape), causal=True)
                 x3 = cp.stack([x, x])   # (2, q, N) scores, one (q, N) mask; lengths outside [0, N]; repeated
                 for _ in range(2):
                     osm.softmax(x3, mask=cp.zeros(shape, cp.float32))

@@ -95,6 +95,9 @@ def test_float64_and_empty_arrays_are_computed_as_torch_and_scipy_compute_them(f
         np.testing.assert_array_equal(got, want.astype(got.dtype))
     with pytest.raises(TypeError, match="variant 'online' takes float32, float16 and bfloat16, got float64"):
         public(x, variant="online")
+    with pytest.raises(ValueError, match=r"variant 'online' launches a kernel, which needs at least one element, "
+                                         r"got shape \(0, 4\)"):
+        public(np.ones((0, 4), np.float32), variant="online")
 
 
 def test_logsumexp_keepdims_as_numpy():
@@ -174,25 +177,25 @@ def test_mask_value_needs_a_mask_and_a_number():
     with pytest.raises(ValueError, match="only applies"):
         osm.softmax(x, mask_value=-1e6)
     with pytest.raises(TypeError, match="must be a number"):
-        osm.softmax(x, mask="causal", mask_value="a")
-    assert np.isfinite(osm.softmax(x, mask="causal", mask_value=-1e6)).all()
+        osm.softmax(x, causal=True, mask_value="a")
+    assert np.isfinite(osm.softmax(x, causal=True, mask_value=-1e6)).all()
     with pytest.raises(ValueError, match="along the last axis"):
-        osm.softmax(np.ones((2, 2, 8), np.float32), axis=1, mask="causal")
+        osm.softmax(np.ones((2, 2, 8), np.float32), axis=1, causal=True)
 
 
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 def test_masks_on_a_score_tensor_follow_its_query_axis(dtype):
-    """(batch, heads, q, k) with mask="causal", a (q, k) additive mask and per-row lengths: each (q, k)
+    """(batch, heads, q, k) with causal=True, a (q, k) additive mask and per-row lengths: each (q, k)
     matrix is masked as torch masks it, checked against the float64 softmax of explicitly masked logits."""
     rng = np.random.default_rng(7)
     b, h, q, k = 2, 3, 5, 7
     x = checks.to_dtype(rng.standard_normal((b, h, q, k)).astype(np.float32) * 3, dtype)
     x64 = np.asarray(x, dtype=np.float64)
-    tril = np.tril(np.ones((q, k), bool))
+    tril = np.tril(np.ones((q, k), bool), k=k - q)   # bottom-right: the last query sees every key
     additive = np.where(rng.random((q, k)) < 0.7, 0.0, -np.inf).astype(np.float32)
     additive[:, 0] = 0.0
     lengths = rng.integers(1, k + 1, size=(b, h, q))
-    cases = [({"mask": "causal"}, np.where(tril, x64, -np.inf)),
+    cases = [({"causal": True}, np.where(tril, x64, -np.inf)),
              ({"mask": additive}, x64 + additive),
              ({"valid_lengths": lengths}, np.where(np.arange(k) < lengths[..., None], x64, -np.inf))]
     for kwargs, logits in cases:
@@ -344,8 +347,8 @@ FAST_CALLS = {
     "softmax by name": lambda x, out: osm.softmax(x, variant="softmax_08_registers"),
     "softmax by short name": lambda x, out: osm.softmax(x, variant="warp_per_row"),
     "softmax out=": lambda x, out: osm.softmax(x, out=out),
-    "softmax causal": lambda x, out: osm.softmax(x, mask="causal"),
-    "softmax causal, mask_value=-1e6": lambda x, out: osm.softmax(x, mask="causal", mask_value=-1e6),
+    "softmax causal": lambda x, out: osm.softmax(x, causal=True),
+    "softmax causal, mask_value=-1e6": lambda x, out: osm.softmax(x, causal=True, mask_value=-1e6),
     "log_softmax": lambda x, out: osm.log_softmax(x),
     "log_softmax out=": lambda x, out: osm.log_softmax(x, out=out),
     "logsumexp": lambda x, out: osm.logsumexp(x),
@@ -422,6 +425,6 @@ def test_a_plain_repeated_call_launches_the_plans_pointer_launch(fake_gpu, monke
     assert y.data.ptr == launched[-1][1]
     assert ran == []
     if function == "softmax":   # a masked call has no pointer launch: its runner runs every time
-        osm.softmax(x, mask="causal")
-        osm.softmax(x, mask="causal")
+        osm.softmax(x, causal=True)
+        osm.softmax(x, causal=True)
         assert len(ran) == 2 and len(launched) == 4

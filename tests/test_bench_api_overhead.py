@@ -96,9 +96,10 @@ def test_the_gate_accepts_the_models_and_rejects_wrong_answers(dtype):
     additive = bao.additive_mask(np, 37, 300)
     out = np.empty_like(x)
     for mask in (None, "causal", additive):
-        ok, message = bench.check_call(lambda x, o: osm.softmax(x, mask=mask, out=o), x, out, "softmax", mask)
+        ok, message = bench.check_call(lambda x, o: bao.our_call("softmax", mask)(x, out=o), x, out, "softmax", mask)
         assert ok, message
-    ok, message = bench.check_call(lambda x, o: osm.softmax(x, mask="causal", out=o), x, out, "softmax", None)
+    ok, message = bench.check_call(lambda x, o: osm.softmax(x, causal=True, causal_align="top_left", out=o), x, out,
+                                   "softmax", None)
     assert not ok, "a causal answer to an unmasked question must fail"
     ok, message = bench.check_call(lambda x, o: osm.log_softmax(x, out=o), x, out, "log_softmax")
     assert ok, message
@@ -113,7 +114,7 @@ def test_the_gate_accepts_the_models_and_rejects_wrong_answers(dtype):
     ok, message = bench.check_call(half_written, x, out)
     assert not ok and "unwritten" in message
     # blocks of rows give the same verdict as the whole tensor (the causal mask follows the row index)
-    y = osm.softmax(x, mask="causal")
+    y = osm.softmax(x, causal=True, causal_align="top_left")
     assert bench.compare_rows(y, x, "softmax", "causal", max_elements=1000) == bench.compare_rows(y, x, "softmax", "causal")
 
 
@@ -128,7 +129,7 @@ def test_the_gate_rejects_a_wrong_probability_in_fp32():
 
 def test_causal_mask_for_torch_matches_the_api():
     x = checks.random_rows(np, 6, 9, "float32", seed=2)
-    np.testing.assert_allclose(reference.softmax(x + bao.causal_mask(np, 6, 9)), osm.softmax(x, mask="causal"),
+    np.testing.assert_allclose(reference.softmax(x + bao.causal_mask(np, 6, 9)), osm.softmax(x, causal=True, causal_align="top_left"),
                                rtol=1e-5, atol=1e-7)
 
 
@@ -228,9 +229,9 @@ def test_the_suite_runs_on_the_cpu_with_fakes(dry_run):
 def test_a_wrong_answer_is_an_error_row_and_never_timed(dry_run, monkeypatch):
     real = osm.softmax
 
-    def wrong_when_masked(x, *args, mask=None, out=None, **kwargs):
-        y = real(x, *args, mask=mask, out=out, **kwargs)
-        if mask is not None:
+    def wrong_when_masked(x, *args, mask=None, causal=False, out=None, **kwargs):
+        y = real(x, *args, mask=mask, causal=causal, out=out, **kwargs)
+        if mask is not None or causal:
             y[..., 0] = 0.5                            # a wrong probability in every row
         return y
     monkeypatch.setattr(osm, "softmax", wrong_when_masked)

@@ -153,7 +153,7 @@ def test_bad_input_messages():
     with pytest.raises(ValueError, match="at most 1024"):
         osm.softmax(np.ones((2, 2000), np.float32), variant="softmax_07_warp_per_row")
     with pytest.raises(ValueError, match="takes no mask"):
-        osm.softmax(np.ones((2, 8), np.float32), variant="registers", mask="causal")
+        osm.softmax(np.ones((2, 8), np.float32), variant="registers", causal=True)
     with pytest.raises(TypeError):
         osm.softmax([[1.0, 2.0]], variant="fast")
     with pytest.raises(ValueError, match="out"):

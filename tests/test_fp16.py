@@ -100,6 +100,6 @@ def test_bad_input(variant):
     np.testing.assert_array_equal(osm.softmax(x3, variant=variant),
                                   osm.softmax(x3.reshape(6, 40), variant=variant).reshape(2, 3, 40))
     with pytest.raises(ValueError, match="no mask"):
-        osm.softmax(np.ones((2, 8), np.float16), variant=variant, mask="causal")
+        osm.softmax(np.ones((2, 8), np.float16), variant=variant, causal=True)
     with pytest.raises(TypeError):
         osm.softmax(np.ones((2, 8), np.float16), variant="online")

@@ -8,6 +8,7 @@ ulps of the largest output for the 16-bit dtypes). The GPU tier (tests/gpu/test_
 runs the same cases on the kernel.
 """
 import numpy as np
+import scipy.special
 import pytest
 
 import onlinesoftmax as osm
@@ -37,18 +38,19 @@ def mask_cases(x, seed=0):
     lengths = rng.integers(0, n_cols + 1, size=n_rows)
     lengths[0], lengths[-1] = 0, n_cols                         # empty and full rows
     return {
-        "causal": {"mask": "causal"},
+        "causal": {"causal": True},
         "padding": {"valid_lengths": lengths},
         "additive rows x N": {"mask": additive},
         "additive N": {"mask": np.where(rng.random(n_cols) < 0.5, 0.0, -np.inf).astype(np.float32)},
         "additive float": {"mask": rng.uniform(-5, 5, (n_rows, n_cols)).astype(np.float32)},
-        "causal + padding": {"mask": "causal", "valid_lengths": lengths},
+        "causal + padding": {"causal": True, "valid_lengths": lengths},
         "additive + padding, -1e6": {"mask": additive, "valid_lengths": lengths, "mask_value": -1e6},
     }
 
 
 def options_of(x, kwargs):
-    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf))
+    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
+                   causal=kwargs.get("causal", False))
 
 
 def masked_compare(y, x, options):
@@ -134,8 +136,8 @@ def test_the_masked_models_follow_their_unmasked_kernels_and_the_default_dispatc
     # a mask given to the default variant: rows up to 32K go to softmax_14, longer ones to softmax_03
     for dtype in DTYPES:
         xd = checks.to_dtype(x, dtype)
-        np.testing.assert_array_equal(osm.softmax(xd, mask="causal").view(np.uint8),
-                                      osm.api.run(registers_masked, xd, **prepare(xd, "causal")).view(np.uint8))
+        np.testing.assert_array_equal(osm.softmax(xd, causal=True).view(np.uint8),
+                                      osm.api.run(registers_masked, xd, **prepare(xd, causal=True)).view(np.uint8))
     long = checks.random_rows(np, 2, registers_masked.max_cols + 1, seed=2)
     np.testing.assert_array_equal(osm.softmax(long, valid_lengths=np.array([5, 40000])),
                                   osm.api.run(VARIANT, long, **prepare(long, valid_lengths=np.array([5, 40000]))))
@@ -184,9 +186,9 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
     runner = VARIANT.plan(VARIANT, x, y, **options)
     assert built[-1].entry == f"{MASKED}_{DTYPE_TAGS[dtype]}"
     launch = launches[-1]
-    assert launch["grid"] == (4,) and launch["block"] == (64,) and len(launch["types"]) == 11
+    assert launch["grid"] == (4,) and launch["block"] == (64,) and len(launch["types"]) == 12
     assert (launch["fixed"][6], launch["fixed"][7]) == (8, 1), "one mask row of 8, used by every row (row i mod 1)"
-    assert launch["fixed"][2] == 8 and launch["fixed"][9] == 0 and launch["fixed"][10] == np.float32(-1e6)
+    assert launch["fixed"][2] == 8 and launch["fixed"][9] == 0 and launch["fixed"][11] == np.float32(-1e6)
     mask, lengths = Addressed(options["mask"]), Addressed(options["valid_lengths"])
     runner(Addressed(x), Addressed(y), mask=mask, valid_lengths=lengths)
     runner(Addressed(x), Addressed(y))
@@ -222,7 +224,7 @@ def test_prepared_options_make_a_plan_key():
 
     x = np.ones((4, 8), np.float32)
     for mask_value in (-np.inf, -1e6, -FLT_MAX, 0.1):
-        options = prepare(x, "causal", None, mask_value)
+        options = prepare(x, None, None, mask_value, causal=True)
         assert type(options["fill"]) is float and options["fill"] == float(np.float32(mask_value))
         hash(options_key(options))
 
@@ -231,7 +233,7 @@ def test_prepared_options_make_a_plan_key():
 def test_the_checker_rejects_wrong_answers(dtype):
     """An off-by-one causal mask, and one probability a few ulps off, fail in every dtype."""
     x = checks.random_rows(np, 6, 10, dtype, seed=3)
-    options = prepare(x, "causal")
+    options = prepare(x, causal=True)
     off_by_one = osm.api.run(VARIANT, x, **prepare(x, valid_lengths=np.minimum(np.arange(6) + 2, 10)))
     assert not masked_compare(off_by_one, x, options)[0]
     y = checks.as_float64(osm.api.run(VARIANT, x, **options))
@@ -240,15 +242,35 @@ def test_the_checker_rejects_wrong_answers(dtype):
     assert not masked_compare(checks.to_dtype(y, dtype), x, options)[0]
 
 
-def test_causal_is_torch_is_causal_for_tall_and_wide_matrices():
-    """Row i keeps columns j <= i: ones(L, S).tril(0), whether L < S or L > S."""
-    for n_rows, n_cols in ((3, 8), (8, 3), (5, 5)):
+@pytest.mark.parametrize("align, diagonal", [("bottom_right", lambda q, n: n - q), ("top_left", lambda q, n: 0)])
+def test_causal_alignment_for_tall_and_wide_matrices(align, diagonal):
+    """bottom_right (the default, attention's and FlashAttention's causal): row i of a (q, N) matrix keeps
+    j <= i + N - q, ones(q, N).tril(N - q), the last row every column; top_left (torch's is_causal):
+    ones(q, N).tril(0). A row that keeps nothing (bottom-right, q > N) is NaN with -inf, as torch."""
+    for n_rows, n_cols in ((3, 8), (8, 3), (5, 5), (1, 6)):
         x = checks.random_rows(np, n_rows, n_cols, seed=n_rows)
-        keep = np.tril(np.ones((n_rows, n_cols), bool))
-        expected = reference.softmax(np.where(keep, x.astype(np.float64), -np.inf))
-        y = osm.softmax(x, mask="causal")
-        assert (y[~keep] == 0).all()
+        keep = np.tril(np.ones((n_rows, n_cols), bool), k=diagonal(n_rows, n_cols))
+        with np.errstate(invalid="ignore"):
+            expected = reference.softmax(np.where(keep, x.astype(np.float64), -np.inf))
+        y = osm.softmax(x, causal=True) if align == "bottom_right" else osm.softmax(x, causal=True, causal_align=align)
+        assert (y[~keep & keep.any(axis=1, keepdims=True)] == 0).all()
+        assert np.array_equal(np.isnan(y), np.isnan(expected))
         np.testing.assert_allclose(y, expected, rtol=2e-6, atol=1e-12)
+    square = checks.random_rows(np, 7, 7, seed=1)
+    np.testing.assert_array_equal(osm.softmax(square, causal=True), osm.softmax(square, causal=True, causal_align="top_left"))
+
+
+def test_causal_alignment_is_attentions():
+    """softmax(q k^T * scale, causal=True) @ v is attention(q, k, v, causal=True), tall, wide and square."""
+    rng = np.random.default_rng(5)
+    for n_q, n_k in ((3, 9), (9, 9), (1, 17)):
+        q, k, v = (rng.standard_normal((1, 2, n, 32)).astype(np.float32) for n in (n_q, n_k, n_k))
+        scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(32 ** -0.5)
+        composed = osm.softmax(scores, causal=True).astype(np.float64) @ v.astype(np.float64)
+        np.testing.assert_allclose(osm.attention(q, k, v, causal=True), composed, rtol=1e-4, atol=1e-5)
+        if n_q < n_k:   # the other alignment is a different matrix
+            top_left = osm.softmax(scores, causal=True, causal_align="top_left").astype(np.float64) @ v
+            assert np.abs(top_left - composed).max() > 1e-2
 
 
 def test_fully_masked_rows_by_sentinel():
@@ -295,12 +317,17 @@ def test_additive_neg_flt_max_overflows_to_neg_inf_for_negative_logits():
     ({"mask": np.ones((4, 8), bool)}, TypeError, "floats"),
     ({"mask": np.zeros((4, 8), np.int32)}, TypeError, "floats"),
     ({"mask": [[0.0] * 8] * 4}, TypeError, "array"),
-    ({"mask": "anticausal"}, ValueError, "causal"),
+    ({"mask": "anticausal"}, ValueError, "additive"),
+    ({"mask": "causal"}, ValueError, "causal=True"),
+    ({"causal": 1}, TypeError, "True or False"),
+    ({"causal": "yes"}, TypeError, "True or False"),
+    ({"causal": True, "causal_align": "bottom-right"}, ValueError, "causal_align"),
+    ({"causal_align": "diagonal"}, ValueError, "causal_align"),
     ({"valid_lengths": [1, 2, 3]}, ValueError, "one entry per row"),
     ({"valid_lengths": [1.0, 2.0, 3.0, 4.0]}, TypeError, "integers"),
-    ({"mask": "causal", "mask_value": np.nan}, ValueError, "mask_value"),
-    ({"mask": "causal", "mask_value": np.inf}, ValueError, "mask_value"),
-    ({"mask": "causal", "mask_value": -1e39}, ValueError, "float32"),
+    ({"causal": True, "mask_value": np.nan}, ValueError, "mask_value"),
+    ({"causal": True, "mask_value": np.inf}, ValueError, "mask_value"),
+    ({"causal": True, "mask_value": -1e39}, ValueError, "float32"),
 ])
 def test_bad_mask_input_is_a_clear_error(kwargs, error, match):
     x = np.ones((4, 8), np.float32)
@@ -313,7 +340,7 @@ def test_bad_mask_input_is_a_clear_error(kwargs, error, match):
 def test_mask_with_a_variant_without_masks_is_an_error(variant):
     x = np.ones((4, 8), np.float16 if "fp16" in variant else np.float32)
     with pytest.raises(ValueError, match="mask"):
-        osm.softmax(x, variant=variant, mask="causal")
+        osm.softmax(x, variant=variant, causal=True)
     with pytest.raises(ValueError, match="mask"):
         osm.softmax(x, variant=variant, valid_lengths=[1, 2, 3, 4])
 
@@ -323,12 +350,15 @@ def test_masked_kernel_takes_the_three_float_dtypes_only():
         with pytest.raises(TypeError):
             osm.api.run(VARIANT, bad)
         with pytest.raises(TypeError):
-            osm.softmax(bad, mask="causal")
+            osm.softmax(bad, causal=True)
     for dtype in DTYPES:
         x = checks.to_dtype(np.ones((4, 8), np.float32), dtype)
-        y = osm.softmax(x, mask="causal")
+        y = osm.softmax(x, causal=True, causal_align="top_left")
         assert y.dtype == x.dtype
         assert (checks.as_float64(y)[3, :4] == 0.25).all() and (checks.as_float64(y)[3, 4:] == 0).all()
+        y = osm.softmax(x, causal=True)   # bottom-right: row 3 of (4, 8) keeps j <= 7, row 0 j <= 4
+        first = checks.as_float64(y)[0]
+        assert (checks.as_float64(y)[3] == 0.125).all() and (first[:5] == first[0]).all() and (first[5:] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
@@ -368,3 +398,19 @@ def test_padding_and_additive_masks_from_the_definition():
     np.testing.assert_allclose(osm.softmax(x, mask=broadcast),
                                reference.softmax(x.astype(np.float64) + broadcast[None, :].astype(np.float64)),
                                rtol=2e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_q, n_k", [(3, 9), (9, 4), (6, 6), (1, 5)])
+def test_top_left_attention_is_torchs_is_causal(n_q, n_k):
+    """attention(causal=True, causal_align="top_left") keeps j <= i (torch's is_causal), built from the
+    bottom-right kernels: the float64 softmax of explicitly masked scores, output and LSE."""
+    rng = np.random.default_rng(n_q * 10 + n_k)
+    q, k, v = (rng.standard_normal((2, 2, n, 32)).astype(np.float32) for n in (n_q, n_k, n_k))
+    scores = (q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2)) / np.sqrt(32)
+    scores = np.where(np.tril(np.ones((n_q, n_k), bool)), scores, -np.inf)
+    out, lse = osm.attention(q, k, v, causal=True, causal_align="top_left", return_lse=True)
+    assert out.shape == q.shape and lse.shape == (2, 2, n_q)
+    np.testing.assert_allclose(out, scipy.special.softmax(scores, axis=-1) @ v.astype(np.float64), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(lse, scipy.special.logsumexp(scores, axis=-1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="causal_align"):
+        osm.attention(q, k, v, causal=True, causal_align="upper_left")

@@ -17,7 +17,7 @@ cupy RawKernel launch (an empty kernel with 2 and with 8 arguments) and cupy.emp
 Part 2, end to end and device time of one call, ours against torch on the same memory (DLPack views),
 fp32 / fp16 / bf16: onlinesoftmax.softmax(x) vs torch.softmax(t, -1) at the softmax-fast sweep's base
 shapes (softmax_fast.base_shapes) plus EXTRA_SHAPES; on SUBSET_SHAPES also logsumexp vs torch.logsumexp,
-log_softmax vs torch.log_softmax, and masked softmax (mask="causal", and an additive float32 (rows, N)
+log_softmax vs torch.log_softmax, and masked softmax (causal=True with causal_align="top_left", and an additive float32 (rows, N)
 mask) vs torch.softmax(t + mask_t, -1) with mask_t the same mask in t's dtype. The copy ceiling
 (timer.copy_bandwidth) is measured once. Before it is timed, each of our calls runs once on a poisoned
 output and is checked against the float64 reference (bench.check_call: every output written, the error
@@ -93,7 +93,9 @@ def subset_shapes(quick: bool = False):
 def our_call(api: str, mask=None, variant: str | None = None):
     """The public call as a user writes it: fn(x, out=None)."""
     if api == "softmax":
-        kwargs = ({} if mask is None else {"mask": mask}) | ({} if variant is None else {"variant": variant})
+        masks = {"mask": mask} if mask is not None and not isinstance(mask, str) else \
+            {"causal": True, "causal_align": "top_left"} if mask == "causal" else {}   # the torch mask's alignment
+        kwargs = masks | ({} if variant is None else {"variant": variant})
         return lambda x, out=None: osm.softmax(x, out=out, **kwargs)
     if api == "logsumexp":
         return lambda x, out=None: osm.logsumexp(x, out=out)
@@ -103,7 +105,7 @@ def our_call(api: str, mask=None, variant: str | None = None):
 
 
 def call_text(api: str, mask_kind: str | None = None, variant: str | None = None, out: bool = False) -> str:
-    extra = {None: "", "causal": ', mask="causal"', "additive": ", mask=mask"}[mask_kind]
+    extra = {None: "", "causal": ', causal=True, causal_align="top_left"', "additive": ", mask=mask"}[mask_kind]
     extra += f', variant="{variant}"' if variant else ""
     return f"onlinesoftmax.{api}(x{extra}{', out=out' if out else ''})"
 
@@ -140,7 +142,7 @@ def additive_mask(xp, n_rows: int, n_cols: int, seed: int = 3):
 
 
 def causal_mask(xp, n_rows: int, n_cols: int):
-    """The additive form of mask="causal" (row i keeps columns j <= i), float32, for torch."""
+    """The additive form of causal=True, causal_align="top_left" (row i keeps columns j <= i), float32, for torch."""
     rows, cols = xp.arange(n_rows)[:, None], xp.arange(n_cols)[None, :]
     return xp.where(cols > rows, xp.float32(-np.inf), xp.float32(0)).astype(xp.float32)
 

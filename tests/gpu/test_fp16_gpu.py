@@ -134,7 +134,7 @@ def test_bad_input_then_the_context_is_healthy(variant):
     with pytest.raises(ValueError):
         osm.softmax(cp.ones((0, 4), cp.float16), variant=variant)
     with pytest.raises(ValueError, match="takes no mask"):
-        osm.softmax(cp.ones((2, 8), cp.float16), variant=variant, mask="causal")
+        osm.softmax(cp.ones((2, 8), cp.float16), variant=variant, causal=True)
     run_and_check(variant, rows_on_gpu(2, 8, 1))
 
 

@@ -53,14 +53,14 @@ def mask_kwargs(kind, n_rows, n_cols, seed=0):
         lengths[-1] = n_cols
     return {
         "none": {},
-        "causal": {"mask": "causal"},
+        "causal": {"causal": True},
         "padding": {"valid_lengths": lengths},
         "additive rows x N": {"mask": additive},
         "additive N": {"mask": cp.where(rng.random(n_cols) < 0.5, 0.0, -cp.inf).astype(cp.float32)},
         "additive float": {"mask": rng.uniform(-5, 5, (n_rows, n_cols)).astype(cp.float32)},
         "causal + padding + additive": {"mask": additive, "valid_lengths": lengths},
         "padding, -1e6": {"valid_lengths": lengths, "mask_value": -1e6},
-        "causal, -FLT_MAX": {"mask": "causal", "mask_value": -FLT_MAX},
+        "causal, -FLT_MAX": {"causal": True, "mask_value": -FLT_MAX},
     }[kind]
 
 
@@ -74,7 +74,8 @@ def rows_of(x):
 
 
 def options_of(x, kwargs):
-    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf))
+    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
+                   causal=kwargs.get("causal", False))
 
 
 def launch(x, out=None, variant=MASKED, **kwargs):
@@ -156,7 +157,7 @@ def test_rows_of_a_million(kind, n_cols, dtype):
 def test_causal_is_torch_is_causal(variant, shape, dtype):
     """Row i keeps columns j <= i (ones(L, S).tril(0)) for tall, wide and square matrices."""
     x = rows_on_gpu(*shape, 5, dtype)
-    y = run_and_check(x, variant=variant, mask="causal")
+    y = run_and_check(x, variant=variant, causal=True)
     y64 = checks.as_float64(y)
     keep = cp.tril(cp.ones(shape, dtype=bool))
     assert bool((y64[~keep] == 0).all()) and bool(cp.allclose(y64.sum(axis=1), 1.0, rtol=max(1e-5, checks.EPS[dtype])))
@@ -196,7 +197,7 @@ def test_gpu_matches_the_model(variant, dtype):
     rng = np.random.default_rng(0)
     mask = np.where(rng.random((300, 257)) < 0.6, 0.0, -np.inf).astype(np.float32)
     lengths = rng.integers(0, 258, 300)
-    for kwargs in ({"mask": "causal"}, {"mask": mask, "valid_lengths": lengths},
+    for kwargs in ({"causal": True}, {"mask": mask, "valid_lengths": lengths},
                    {"mask": mask[0]}, {"valid_lengths": lengths, "mask_value": -1e6}, {}):
         gpu = checks.as_float64(launch(checks.on_device(cp, host), variant=variant, **kwargs)).get()
         model = checks.as_float64(osm.api.run(osm.REGISTRY[variant], host, **options_of(host, kwargs)))
@@ -288,7 +289,8 @@ def test_repeated_masked_calls_take_the_fast_path_and_read_the_new_mask(dtype, m
             out = checks.poisoned_like(x)
             assert osm.softmax(x, out=out, **kwargs) is out
             y = out
-            options = prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf))
+            options = prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
+                   causal=kwargs.get("causal", False))
             expected = reference_masked(x.get() if dtype == "float32" else checks.as_float64(x).get(),
                                         **{k: (v.get() if hasattr(v, "get") else v) for k, v in options.items()})
             got = checks.as_float64(y).get()
@@ -296,7 +298,7 @@ def test_repeated_masked_calls_take_the_fast_path_and_read_the_new_mask(dtype, m
             keep = ~np.isnan(expected)
             tol = 4e-6 if dtype == "float32" else 2 * checks.EPS[dtype]
             assert (np.abs(got - expected)[keep] <= tol * np.abs(expected)[keep] + tol * 1e-3).all(), (round_, kwargs.keys())
-        causal = checks.as_float64(osm.softmax(x3, mask="causal")).get()
+        causal = checks.as_float64(osm.softmax(x3, causal=True)).get()
         assert (causal[:, 0, 1:] == 0).all() and np.allclose(causal[:, 0, 0], 1)
     assert slow == ["softmax"] * 4, f"only the first call of each form may take the slow path, got {slow}"
 
@@ -324,13 +326,13 @@ def test_bad_input_then_the_context_is_healthy():
             osm.softmax(x, **kwargs)
     for variant in ("safe", "naive", "softmax_02_online_unguarded", "online_fp16_vec8"):
         with pytest.raises(ValueError, match="mask"):
-            osm.softmax(x.astype(cp.float16) if "fp16" in variant else x, variant=variant, mask="causal")
+            osm.softmax(x.astype(cp.float16) if "fp16" in variant else x, variant=variant, causal=True)
     with pytest.raises(TypeError):
-        osm.softmax(x.astype(cp.float64), mask="causal")
+        osm.softmax(x.astype(cp.float64), causal=True)
     with pytest.raises(TypeError):   # y in another dtype than x
-        VARIANT.plan(VARIANT, x.astype(cp.float16), x, **prepare(x, "causal"))
+        VARIANT.plan(VARIANT, x.astype(cp.float16), x, **prepare(x, causal=True))
     for dtype in DTYPES:
-        run_and_check(rows_on_gpu(4, 8, 1, dtype), mask="causal")
+        run_and_check(rows_on_gpu(4, 8, 1, dtype), causal=True)
 
 
 def test_compiled_resources_are_reported():
