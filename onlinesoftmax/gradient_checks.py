@@ -49,3 +49,53 @@ def compare_backward(dx, y, dy, function: str) -> tuple[bool, str]:
     passed = bool((err <= tol).all())
     return passed, (f"{function} {dtype}: row {worst} error {float(err[worst]):.3e}, baseline "
                     f"{float(base_err[worst]):.3e}, tolerance {float(tol[worst]):.3e}")
+
+
+def compare_cross_entropy(rows, lse, dx, x, targets, scale: float = 1.0, **options) -> tuple[bool, str]:
+    """(passed, message) for cross_entropy_01_rows' loss per row, LSE per row and gradient dx (None:
+    not checked; scaled by `scale`) of logits x against the float64 truth (kernels/cross_entropy/rows.py).
+
+    Loss and LSE: within twice the error of the same formulas in float32 plus four float32 ulps of
+    max(1, |value|). dx, row by row: twice the same-dtype baseline's error (float32, rounded to dx's
+    dtype) plus two ulps of the row's largest |gradient| (never a floor of 1: a zero gradient fails).
+    NaN exactly where the truth has it; an ignored row must be 0 exactly."""
+    from onlinesoftmax.kernels.cross_entropy import rows as kce
+
+    x64, t = as_float64(x), np.asarray(targets.get() if hasattr(targets, "get") else targets).reshape(-1)
+    x64 = (x64.get() if hasattr(x64, "get") else x64).reshape(t.size, -1)
+    host = [None if a is None else (a.get() if hasattr(a, "get") else np.asarray(a)) for a in (rows, lse, dx)]
+    ref_rows, ref_lse, ref_grad = kce.reference(x64, t, **options)
+    f32 = kce.terms(x64.astype(np.float32), t, options.get("ignore_index", -100), options.get("label_smoothing", 0.0),
+                     options.get("z_loss", 0.0), options.get("softcap", 0.0), np, np.float32)
+    for name, got, ref, base in (("loss", host[0], ref_rows, f32[0]), ("lse", host[1], ref_lse, f32[1])):
+        got = np.asarray(got, np.float64).reshape(ref.shape)
+        if not np.array_equal(np.isnan(got), np.isnan(ref)):
+            return False, f"{name}: NaN where the float64 {name} has none (or the reverse), rows {np.flatnonzero(np.isnan(got) != np.isnan(ref))[:5]}"
+        finite = np.isfinite(ref)
+        if not np.array_equal(got[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)]):
+            return False, f"{name}: an infinite {name} differs"
+        err = np.abs(got - ref)[finite]
+        tol = 2 * np.abs(base.astype(np.float64) - ref)[finite].max(initial=0) + \
+            4 * EPS["float32"] * np.maximum(1, np.abs(ref[finite]))
+        if (err > tol).any():
+            i = int(np.argmax(err - tol))
+            return False, f"{name}: error {err[i]:.3e} > tolerance {tol[i]:.3e} at row {np.flatnonzero(finite)[i]}"
+    ignored = t == options.get("ignore_index", -100)
+    if (np.asarray(host[0], np.float64).reshape(-1)[ignored] != 0).any():
+        return False, "loss: an ignored row is not 0"
+    if host[2] is None:
+        return True, "loss and lse within the rule"
+    dtype = host[2].dtype.name if host[2].dtype.name in EPS else "bfloat16"
+    got = as_float64(host[2]).reshape(ref_grad.shape)
+    ref = ref_grad * scale
+    baseline = as_float64(rounded_to((f32[2] * np.float32(scale)).astype(np.float32), dtype))
+    errors, base_errors = _row_errors(got, ref), _row_errors(baseline, ref)
+    with np.errstate(invalid="ignore"):
+        scale_row = np.nanmax(np.where(np.isfinite(ref), np.abs(ref), 0), axis=-1, initial=0)
+    tol = 2 * base_errors + 2 * EPS[dtype] * scale_row
+    if (got[ignored] != 0).any():
+        return False, "dx: an ignored row is not 0"
+    if (errors > tol).any():
+        i = int(np.argmax(errors - tol))
+        return False, f"dx: row {i} error {errors[i]:.3e} > tolerance {tol[i]:.3e} (baseline {base_errors[i]:.3e})"
+    return True, "loss, lse and dx within the rule"

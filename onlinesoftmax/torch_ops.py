@@ -10,6 +10,7 @@
 | log_softmax(x, dim)                              | the log-softmax kernels      | log_softmax_backward(y, dy, dim)|
 | logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel       | softmax(x, dim) * dlse          |
 | attention(q, k, v, causal, scale, causal_align)  | the attention kernels        | none yet: an error says so      |
+| cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction) -> (loss, lse) | cross_entropy_01_rows, the gradient written in the same launch | that gradient, scaled by the upstream one |
 | softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | torch's ops (double backward) |
 
 Outputs are contiguous (along a dim other than the last, the kernels' result is copied into place).
@@ -25,7 +26,7 @@ so `torch.autograd.gradcheck` runs on a machine without a GPU. `onlinesoftmax.so
 """
 import torch
 
-from onlinesoftmax import api, attention_api
+from onlinesoftmax import api, attention_api, loss
 from onlinesoftmax import backward as kernels_backward
 
 _lib = torch.library.Library("onlinesoftmax", "DEF")
@@ -69,6 +70,17 @@ def _attention(q, k, v, causal, scale, causal_align):
     return attention_api.attention(q, k, v, causal=causal, scale=scale, causal_align=causal_align)
 
 
+def _cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
+    return loss.cross_entropy(logits, targets, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                              z_loss=z_loss, softcap=softcap or None, reduction=reduction, return_lse=True)
+
+
+def _cross_entropy_shapes(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
+    dtype = _lse_dtype(logits)
+    rows = logits.new_empty(logits.shape[:-1], dtype=dtype)
+    return (rows if reduction == "none" else logits.new_empty((), dtype=dtype)), rows.new_empty(rows.shape)
+
+
 def _softmax_backward(y, dy, dim):
     return kernels_backward.softmax_backward(y, dy.to(y.dtype), dim).contiguous()
 
@@ -84,6 +96,9 @@ OPERATORS = {   # name: (schema, implementation, fake)
     "attention": ("attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale, "
                   "str causal_align=\"bottom_right\") -> Tensor", _attention,
                   _same_shape),
+    "cross_entropy": ("cross_entropy(Tensor logits, Tensor targets, int ignore_index, float label_smoothing, "
+                      "float z_loss, float softcap, str reduction) -> (Tensor, Tensor)", _cross_entropy,
+                      _cross_entropy_shapes),
     "softmax_backward": ("softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor", _softmax_backward, _same_shape),
     "log_softmax_backward": ("log_softmax_backward(Tensor y, Tensor dy, int dim) -> Tensor", _log_softmax_backward,
                              _same_shape),
@@ -184,6 +199,31 @@ class _Attention(torch.autograd.Function):
                                   "or use torch.nn.functional.scaled_dot_product_attention to train")
 
 
+class _CrossEntropy(torch.autograd.Function):
+    """The forward kernel writes the gradient of the loss as it computes it (the logits are read for
+    it while they are in cache); backward scales it by the upstream gradient: not at all when that is
+    1, as after loss.backward() (a one-element comparison on the host), else one multiply."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
+        value, lse, grad = loss.cross_entropy_with_grad(logits, targets, ignore_index=ignore_index,
+                                                        label_smoothing=label_smoothing, z_loss=z_loss,
+                                                        softcap=softcap or None, reduction=reduction)
+        ctx.reduction = reduction
+        ctx.save_for_backward(grad)
+        ctx.mark_non_differentiable(lse)
+        return value, lse
+
+    @staticmethod
+    def backward(ctx, g, _):
+        (grad,) = ctx.saved_tensors
+        if ctx.reduction == "none":
+            grad = grad * g.unsqueeze(-1).to(grad.dtype)
+        elif not bool(g == 1):
+            grad = grad * g.to(grad.dtype)
+        return grad, None, None, None, None, None, None
+
+
 def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad):
     """The operator's kernel at the Autograd key: the Function when a gradient is wanted; a plain
     tensor, with no dispatch mode active (a tracer, a FLOP counter), straight to the implementation;
@@ -206,11 +246,13 @@ _autograd_kernel("softmax", _Softmax)
 _autograd_kernel("log_softmax", _LogSoftmax)
 _autograd_kernel("logsumexp", _LogSumExp)
 _autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]))
+_autograd_kernel("cross_entropy", _CrossEntropy)
 _autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
 _autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
 
 softmax, log_softmax, logsumexp, attention = _ops.softmax, _ops.log_softmax, _ops.logsumexp, _ops.attention
 softmax_backward, log_softmax_backward = _ops.softmax_backward, _ops.log_softmax_backward
+cross_entropy = _ops.cross_entropy
 
 
 def differentiable(function: str, x: torch.Tensor, dim, keepdim: bool = False, **options):
@@ -218,7 +260,8 @@ def differentiable(function: str, x: torch.Tensor, dim, keepdim: bool = False, *
     operators take the plain call (variant "auto", no out=, no mask); other options say so."""
     asked = {name: value for name, value in options.items()
              if value is not None and not (name == "variant" and value == "auto")
-             and not (name == "mask_value" and value == float("-inf"))}
+             and not (name == "mask_value" and value == float("-inf"))
+             and not (name == "causal" and value is False) and not (name == "causal_align" and value == "bottom_right")}
     if asked:
         raise TypeError(f"{function}: gradients are computed for the plain call only (variant='auto', no out=, "
                         f"no mask); got {sorted(asked)} with a tensor that requires grad. "

@@ -1,0 +1,1 @@
+"""The cross-entropy family (kernels/cross_entropy/): the loss of a classifier from its logits."""

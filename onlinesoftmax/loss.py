@@ -1,0 +1,135 @@
+"""Cross-entropy from logits, with the LSE computed online and the gradient in the same kernel:
+
+    loss = onlinesoftmax.cross_entropy(logits, targets)                     # torch's F.cross_entropy
+    loss, lse, dlogits = onlinesoftmax.cross_entropy_with_grad(logits, targets)   # and its gradient
+    loss, lse, dlogits = onlinesoftmax.cross_entropy_with_grad(logits, targets, in_place=True)
+
+logits (..., V) with the classes on the last axis (torch's cross_entropy takes them on axis 1 when
+there are more than two), float32, float16 or bfloat16 (float64: the float64 reference); targets of
+logits' shape without the last axis, integers, each in [0, V) or ignore_index. Options as torch's:
+ignore_index (-100), label_smoothing (0), reduction ("mean" over the counted rows, "sum", "none");
+and z_loss (the weight of lse^2 added to each row's loss, PaLM's z-loss) and softcap (logits
+soft-capped as c tanh(x / c) first, Gemma 2's; None for none). The LSE per row (float32) is what the
+z-loss and a later backward need. The gradient is that of the reduced loss (of the sum of the rows
+for "none"), in logits' dtype; in_place=True writes it over the logits and returns them.
+
+NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel cross_entropy_01_rows, torch
+tensors either on torch's current stream (a tensor that needs a gradient goes to the autograd
+operator torch.ops.onlinesoftmax.cross_entropy). Targets are checked on the host (one
+synchronization on the GPU): an out-of-range target is a ValueError naming it, not a device fault.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onlinesoftmax.inputs import check_array, check_length, describe
+from onlinesoftmax.kernels.cross_entropy import rows as kce
+from onlinesoftmax.registry import REGISTRY
+from onlinesoftmax.runtime import torch_bridge
+from onlinesoftmax.runtime.plan import get_runner
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                  softcap=None, reduction: str = "mean", return_lse: bool = False):
+    """The cross-entropy loss of `logits` against `targets` (see the module doc); with return_lse, (loss, lse)."""
+    if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
+        if torch_bridge.wants_operator(logits):
+            from onlinesoftmax import torch_ops
+
+            loss, lse = torch_ops.cross_entropy(logits, targets, ignore_index, float(label_smoothing), float(z_loss),
+                                                float(softcap or 0.0), reduction)
+            return (loss, lse) if return_lse else loss
+        return torch_bridge.call(cross_entropy, logits, targets, ignore_index=ignore_index,
+                                 label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                                 reduction=reduction, return_lse=return_lse)
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError(f"cross_entropy: return_lse must be True or False, got {return_lse!r}")
+    loss, lse, _ = _run("cross_entropy", logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                        grad=False, in_place=False)
+    return (loss, lse) if return_lse else loss
+
+
+def cross_entropy_with_grad(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0,
+                            z_loss: float = 0.0, softcap=None, reduction: str = "mean", in_place: bool = False):
+    """(loss, lse, dlogits): the loss, the LSE per row and the gradient of the loss, one kernel."""
+    if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
+        return torch_bridge.call(cross_entropy_with_grad, logits, targets, ignore_index=ignore_index,
+                                 label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                                 reduction=reduction, in_place=in_place)
+    if not isinstance(in_place, (bool, np.bool_)):
+        raise TypeError(f"cross_entropy_with_grad: in_place must be True or False, got {in_place!r}")
+    return _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
+                reduction, grad=True, in_place=bool(in_place))
+
+
+def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
+    on_gpu = check_array(logits, function, exact=True)
+    if logits.shape[-1] == 0:
+        raise ValueError(f"{function}: the logits need at least one class on their last axis, got shape "
+                         f"{tuple(logits.shape)}")
+    check_length(logits, logits.ndim - 1, function)
+    if type(targets) is not type(logits) or tuple(targets.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(f"{function}: targets must be an array of the logits' kind with shape "
+                         f"{tuple(logits.shape[:-1])} (the logits' without the class axis), got {describe(targets)}")
+    if targets.dtype.kind not in "iu":
+        raise TypeError(f"{function}: targets must be integers (class indices), got {targets.dtype}")
+    for name, value, low, high in (("label_smoothing", label_smoothing, 0.0, 1.0), ("z_loss", z_loss, 0.0, np.inf)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)) \
+                or not low <= float(value) <= high:
+            raise ValueError(f"{function}: {name} must be a number in [{low}, {high}], got {value!r}")
+    if softcap is not None and (isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.floating))
+                                or not 0 < float(softcap) < np.inf):
+        raise ValueError(f"{function}: softcap must be None or a positive number, got {softcap!r}")
+    if isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index, (int, np.integer)):
+        raise TypeError(f"{function}: ignore_index must be an int, got {ignore_index!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{function}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
+    xp = np if not on_gpu else __import__("cupy")
+    flat = targets.reshape(-1)
+    bad = ((flat < 0) | (flat >= logits.shape[-1])) & (flat != ignore_index)
+    if bool(bad.any()):   # one synchronization on the GPU: a wrong target is an error, never a device fault
+        row = int(xp.argmax(bad))
+        raise ValueError(f"{function}: target {int(flat[row])} of row {row} is outside [0, {logits.shape[-1]}) "
+                         f"and is not ignore_index ({ignore_index})")
+    return on_gpu, xp
+
+
+def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place):
+    on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    n_classes = logits.shape[-1]
+    x = logits.reshape(-1, n_classes)
+    if in_place and (not logits.flags.c_contiguous or logits.dtype == np.float64):
+        raise ValueError(f"{function}: in_place=True needs C-contiguous float32, float16 or bfloat16 logits, got "
+                         f"{describe(logits)}{'' if logits.flags.c_contiguous else ' (not contiguous)'}")
+    t = xp.ascontiguousarray(targets.reshape(-1).astype(np.int64, copy=False))
+    counted = (t != ignore_index).sum()
+    options = {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing), "z_loss": float(z_loss),
+               "softcap": float(softcap or 0.0)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = (1.0 / counted.astype(np.float32)).astype(np.float32) if reduction == "mean" else xp.float32(1.0)
+    if logits.dtype == np.float64 or x.shape[0] == 0:   # exactly, in float64
+        rows, lse, dx = kce.reference(x, t, **options)
+        dx = dx * scale if grad else None
+    elif not on_gpu:
+        rows, lse, dx = REGISTRY["cross_entropy_01_rows"].simulate(x, t, scale if grad else None, **options)
+        if grad and in_place:
+            x[...] = dx
+    else:
+        x = x if x.flags.c_contiguous or x.strides[-1] == x.itemsize else xp.ascontiguousarray(x)
+        rows = xp.empty(x.shape[0], np.float32)
+        lse = xp.empty(x.shape[0], np.float32)
+        dx = (x if in_place else xp.empty(x.shape, x.dtype)) if grad else None
+        launch = {"targets": t, "lse": lse, "dx": dx,
+                  "grad_scale": xp.asarray(scale, dtype=np.float32).reshape(1) if grad else None}
+        get_runner(REGISTRY["cross_entropy_01_rows"], x, rows, {**options, **launch})(x, rows, **launch)
+    shape = logits.shape[:-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = rows.reshape(shape) if reduction == "none" else \
+            rows.sum(dtype=rows.dtype) if reduction == "sum" else rows.sum(dtype=rows.dtype) / counted
+    loss = xp.asarray(loss, dtype=np.float32 if logits.dtype != np.float64 else np.float64)   # 0-d, not a scalar
+    lse = lse.reshape(shape)
+    if not grad:
+        return loss, lse, None
+    return loss, lse, logits if in_place else dx.reshape(logits.shape)

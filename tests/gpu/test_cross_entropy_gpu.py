@@ -1,0 +1,143 @@
+"""GPU tier for cross_entropy_01_rows: the loss, the LSE and the gradient of every dtype against the
+float64 truth (gradient_checks.compare_cross_entropy: twice the same-dtype baseline's error plus a
+floor relative to each row), at edge and vocabulary sizes, every option, extreme rows, rows off 16
+bytes, in place and not, poisoned outputs; against torch's F.cross_entropy and its autograd; bad
+targets raise before any launch and leave the context healthy; torch's side stream."""
+import cupy as cp
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.gradient_checks import compare_cross_entropy
+from onlinesoftmax.kernels.cross_entropy import rows as kce
+from onlinesoftmax.runtime.plan import get_runner
+
+pytestmark = pytest.mark.gpu
+
+SIZES = (1, 2, 3, 31, 33, 257, 1000, 4097, 32000, 128256, 262144)
+OPTIONS = [{}, {"label_smoothing": 0.1}, {"z_loss": 1e-4}, {"softcap": 30.0},
+           {"label_smoothing": 0.05, "z_loss": 1e-3, "softcap": 15.0}]
+
+
+def inputs(n_rows, n_cols, dtype, seed=0, scale=4.0, ignore_index=-100):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n_rows, n_cols)) * scale).astype(np.float32)
+    t = rng.integers(0, n_cols, n_rows)
+    t[::4] = ignore_index
+    return checks.from_float32(cp.asarray(x), dtype), cp.asarray(t)
+
+
+def launch(x, t, options, grad=True, scale=0.5, in_place=False):
+    """One launch through the plan the public function uses, into poisoned loss, lse and dx."""
+    rows, lse = checks.poisoned_like(x, "float32", (x.shape[0],)), checks.poisoned_like(x, "float32", (x.shape[0],))
+    dx = (x if in_place else checks.poisoned_like(x)) if grad else None
+    given = {"targets": t, "lse": lse, "dx": dx, "grad_scale": cp.full(1, scale, cp.float32) if grad else None}
+    get_runner(osm.REGISTRY["cross_entropy_01_rows"], x, rows, {**options, **given})(x, rows, **given)
+    cp.cuda.Device().synchronize()
+    return rows, lse, dx
+
+
+def full(options):
+    return {"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": 0.0} | options
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("n_cols", SIZES)
+def test_edge_and_vocabulary_sizes(dtype, n_cols):
+    n_rows = 5 if n_cols > 100000 else 37
+    x, t = inputs(n_rows, n_cols, dtype, seed=n_cols)
+    for options in (OPTIONS[0], OPTIONS[-1]):
+        rows, lse, dx = launch(x, t, full(options))
+        assert checks.unwritten(rows) == 0 and checks.unwritten(dx) == 0
+        passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.5, **full(options))
+        assert passed, f"{options}: {message}"
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "plain")
+def test_every_option_in_place_and_not(dtype, options):
+    x, t = inputs(64, 5003, dtype, seed=len(options))
+    rows, lse, dx = launch(x, t, full(options))
+    passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.5, **full(options))
+    assert passed, message
+    y = x.copy()
+    rows2, lse2, same = launch(y, t, full(options), in_place=True)
+    assert same is y
+    cp.testing.assert_array_equal(rows2, rows)
+    cp.testing.assert_array_equal(y.view(cp.uint8), dx.view(cp.uint8))
+    only_loss, only_lse, none = launch(x, t, full(options), grad=False)
+    assert none is None
+    cp.testing.assert_array_equal(only_loss, rows)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_rows_off_16_bytes_and_strided(dtype):
+    x, t = inputs(20, 1001, dtype, seed=3)
+    for view in (x[:, 1:], x[:, :1000], x[::2, 3:]):
+        tt = t[: view.shape[0]]
+        rows, lse, dx = launch(view, tt, full({}))
+        passed, message = compare_cross_entropy(rows, lse, dx, view, tt, scale=0.5, **full({}))
+        assert passed, message
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_extreme_rows(dtype):
+    """The largest finite logit of the dtype, -inf entries, a row of -inf but the target, a NaN row,
+    an ignored NaN row (loss 0, dx 0), one-hot rows."""
+    big = float(np.finfo(np.float16).max) if dtype == "float16" else 3e38
+    x = np.zeros((7, 300), np.float32)
+    x[0, 5] = big
+    x[1, :100] = -np.inf
+    x[2, :] = -np.inf
+    x[2, 7] = 1.0
+    x[3, 9] = np.nan
+    x[4, 11] = np.nan
+    x[5, :] = -big
+    x[6, 200] = 30.0
+    t = cp.asarray([5, 150, 7, 0, -100, 299, 200])
+    xd = checks.from_float32(cp.asarray(x), dtype)
+    rows, lse, dx = launch(xd, t, full({}))
+    passed, message = compare_cross_entropy(rows, lse, dx, xd, t, scale=1.0, **full({}))
+    assert passed, message
+    assert bool(cp.isnan(rows[3])) and float(rows[4]) == 0 and (checks.as_float64(dx[4]) == 0).all()
+
+
+def test_public_function_matches_torch_and_its_autograd():
+    torch = pytest.importorskip("torch")
+    x, t = inputs(256, 32000, "float32", seed=9)
+    xt = torch.as_tensor(x.copy(), device="cuda").requires_grad_()
+    tt = torch.as_tensor(t, device="cuda")
+    for options in ({}, {"label_smoothing": 0.1}):
+        xt.grad = None
+        want = torch.nn.functional.cross_entropy(xt, tt, **options)
+        want.backward()
+        ours_x = xt.detach().clone().requires_grad_()
+        got = osm.cross_entropy(ours_x, tt, **options)
+        got.backward()
+        assert abs(float(got) - float(want)) <= 1e-5 * abs(float(want))
+        assert float((ours_x.grad - xt.grad).abs().max()) <= 2e-6 * float(xt.grad.abs().max())
+    loss, lse, dx = osm.cross_entropy_with_grad(x, t)   # cupy in, cupy out
+    assert isinstance(dx, cp.ndarray) and lse.shape == (256,)
+
+
+def test_bad_targets_raise_and_the_context_stays_healthy():
+    x, t = inputs(8, 100, "float32")
+    t[3] = 100
+    with pytest.raises(ValueError, match="target 100 of row 3"):
+        osm.cross_entropy(x, t)
+    t[3] = 1
+    passed, message = compare_cross_entropy(*launch(x, t, full({})), x, t, scale=0.5, **full({}))
+    assert passed, message
+
+
+def test_a_side_stream_of_torch():
+    torch = pytest.importorskip("torch")
+    stream = torch.cuda.Stream()
+    x, t = inputs(512, 32000, "bfloat16", seed=4)
+    expected = osm.cross_entropy(x, t, reduction="none")
+    with torch.cuda.stream(stream):
+        for _ in range(20):
+            xt = torch.as_tensor(x.view(cp.uint16)).view(torch.bfloat16) * 1   # written on the side stream
+            got = osm.cross_entropy(xt, torch.as_tensor(t), reduction="none")
+            assert torch.equal(got, torch.as_tensor(expected)), "read before torch wrote it"

@@ -1,0 +1,132 @@
+"""Cross-entropy from logits (onlinesoftmax.cross_entropy, cross_entropy_with_grad; the kernel
+cross_entropy_01_rows through its NumPy model): against torch's F.cross_entropy and the float64
+truth, every option, the grader's wrong answers, bad input, and the autograd operator's gradcheck."""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.gradient_checks import compare_cross_entropy
+from onlinesoftmax.kernels.cross_entropy import rows as kce
+
+OPTIONS = [{}, {"label_smoothing": 0.1}, {"z_loss": 1e-3}, {"softcap": 30.0}, {"ignore_index": 3},
+           {"label_smoothing": 0.2, "z_loss": 1e-4, "softcap": 5.0}]
+
+
+def logits_and_targets(n_rows, n_cols, dtype="float32", seed=0, scale=4.0, ignore_index=-100):
+    rng = np.random.default_rng(seed)
+    x = checks.to_dtype((rng.standard_normal((n_rows, n_cols)) * scale).astype(np.float32), dtype)
+    t = rng.integers(0, n_cols, n_rows)
+    t[::5] = ignore_index                            # ignored rows
+    return x, t
+
+
+def kernel_options(options):
+    return {"ignore_index": options.get("ignore_index", -100), "label_smoothing": options.get("label_smoothing", 0.0),
+            "z_loss": options.get("z_loss", 0.0), "softcap": options.get("softcap", 0.0)}
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "plain")
+def test_the_model_meets_the_float64_truth(dtype, options):
+    x, t = logits_and_targets(13, 257, dtype, seed=len(options), ignore_index=options.get("ignore_index", -100))
+    loss, lse, dx = osm.cross_entropy_with_grad(x, t, reduction="sum", **options)
+    rows = osm.cross_entropy(x, t, reduction="none", **options)
+    passed, message = compare_cross_entropy(rows, lse, dx, x, t, **kernel_options(options))
+    assert passed, message
+    assert dx.dtype == x.dtype and dx.shape == x.shape and lse.dtype == np.float32
+
+
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1}, {"ignore_index": 3}], ids=("plain", "smoothing", "ignore"))
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_as_torch_computes_it(options, reduction):
+    torch = pytest.importorskip("torch")
+    x, t = logits_and_targets(11, 50, seed=2, ignore_index=options.get("ignore_index", -100))
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(xt, torch.tensor(t), reduction=reduction, **options)
+    want.backward(torch.ones_like(want))
+    loss, _, dx = osm.cross_entropy_with_grad(x, t, reduction=reduction, **options)
+    np.testing.assert_allclose(loss, want.detach().numpy(), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(osm.cross_entropy(x, t, reduction=reduction, **options), loss, rtol=0, atol=0)
+
+
+def test_leading_axes_float64_and_in_place():
+    x, t = logits_and_targets(12, 33, seed=4)
+    loss, lse, dx = osm.cross_entropy_with_grad(x.reshape(3, 4, 33), t.reshape(3, 4))
+    assert loss.shape == () and lse.shape == (3, 4) and dx.shape == (3, 4, 33)
+    np.testing.assert_array_equal(dx.reshape(12, 33), osm.cross_entropy_with_grad(x, t)[2])
+    exact = osm.cross_entropy(x.astype(np.float64), t)
+    assert exact.dtype == np.float64 and abs(float(exact) - float(loss)) < 1e-5
+    y = x.copy()
+    _, _, same = osm.cross_entropy_with_grad(y, t, in_place=True)
+    assert same is y and np.array_equal(y, dx.reshape(12, 33))
+    assert np.isnan(osm.cross_entropy(x, np.full(12, -100)))   # nothing counted: 0 / 0, as torch
+
+
+def test_extreme_rows():
+    """Logits of 1e30, -inf entries (a masked vocabulary), a NaN row; softcap keeps 1e30 finite."""
+    x = np.zeros((4, 6), np.float32)
+    x[0, 2] = 1e30
+    x[1, :3] = -np.inf
+    x[2, 4] = np.nan
+    t = np.array([2, 4, 1, 0])
+    rows = osm.cross_entropy(x, t, reduction="none")
+    assert rows[0] == 0 and np.isfinite(rows[1]) and np.isnan(rows[2]) and rows[3] == np.float32(np.log(6))
+    _, _, dx = osm.cross_entropy_with_grad(x, t, reduction="sum")
+    assert (dx[1, :3] == 0).all() and np.isnan(dx[2]).all()
+    capped = osm.cross_entropy(x[:1], t[:1], softcap=10.0, reduction="none")
+    assert np.isfinite(capped).all()
+    passed, message = compare_cross_entropy(rows, kce.reference(x, t)[1].astype(np.float32), dx, x, t)
+    assert passed, message
+
+
+def test_the_grader_rejects_wrong_answers():
+    x, t = logits_and_targets(9, 100, seed=5)
+    options = kernel_options({})
+    rows, lse, dx = kce.simulate(x, t, 1.0, **options)
+    assert compare_cross_entropy(rows, lse, dx, x, t, **options)[0]
+    wrong = {"loss + 1e-4": (rows + 1e-4, lse, dx), "lse of the wrong row": (rows, np.roll(lse, 1), dx),
+             "no one-hot": (rows, lse, np.where(np.arange(100) == t[:, None], 0, dx)),
+             "an all-zero gradient": (rows, lse, np.zeros_like(dx)), "dx * 1.001": (rows, lse, dx * 1.001),
+             "an ignored row's loss": (np.where(t == -100, 1.0, rows), lse, dx),
+             "an unexpected NaN": (rows, lse, np.where(np.arange(100) == 7, np.nan, dx))}
+    for name, answer in wrong.items():
+        assert not compare_cross_entropy(*answer, x, t, **options)[0], name
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"targets": np.array([0, 7])}, ValueError, "target 7 of row 1 is outside"),
+    ({"targets": np.array([0, -1])}, ValueError, "target -1"),
+    ({"targets": np.array([0.0, 1.0])}, TypeError, "integers"),
+    ({"targets": np.array([0, 1, 2])}, ValueError, "targets must be"),
+    ({"label_smoothing": 1.5}, ValueError, "label_smoothing"),
+    ({"z_loss": -1.0}, ValueError, "z_loss"),
+    ({"softcap": 0.0}, ValueError, "softcap"),
+    ({"reduction": "avg"}, ValueError, "reduction"),
+    ({"ignore_index": 1.0}, TypeError, "ignore_index"),
+    ({"logits": np.ones((2, 7), np.int32)}, TypeError, "float32"),
+    ({"logits": np.ones((2, 0), np.float32)}, ValueError, "at least one class"),
+])
+def test_bad_input_is_a_clear_error(kwargs, error, match):
+    arguments = {"logits": np.ones((2, 7), np.float32), "targets": np.array([0, 1])} | kwargs
+    with pytest.raises(error, match=match):
+        osm.cross_entropy(arguments.pop("logits"), arguments.pop("targets"), **arguments)
+
+
+@pytest.mark.parametrize("options", OPTIONS[:5], ids=lambda o: ",".join(o) or "plain")
+@pytest.mark.parametrize("reduction", ("mean", "none"))
+def test_the_operator_gradchecks(options, reduction):
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    x = torch.randn(6, 9, dtype=torch.float64, requires_grad=True)
+    o = kernel_options(options)
+    t = torch.tensor([0, 3, o["ignore_index"], 8, 2, 5])
+
+    def f(x):
+        return torch.ops.onlinesoftmax.cross_entropy(x, t, o["ignore_index"], o["label_smoothing"], o["z_loss"],
+                                                     o["softcap"], reduction)[0]
+    assert torch.autograd.gradcheck(f, (x,))
+    loss = osm.cross_entropy(x, t, reduction=reduction, **options)   # a tensor that needs a gradient: the operator
+    assert loss.requires_grad
