@@ -10,7 +10,6 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax.gradient_checks import compare_cross_entropy
-from onlinesoftmax.kernels.cross_entropy import rows as kce
 from onlinesoftmax.runtime.plan import get_runner
 
 pytestmark = pytest.mark.gpu
