@@ -45,5 +45,6 @@ SUITES = {
     "ncu-dram": Suite("ncu_dram", "DRAM bytes the fast kernels move, from Nsight Compute", quick=False),
     "kernel-exercises": Suite("kernel_exercises", "the CUDA exercises' official solutions, timed"),
     "torch-ops": Suite("torch_ops", "the kernels through PyTorch (operator, public call, direct) and the backward kernels"),
+    "training": Suite("training", "cross-entropy from logits, forward and backward, against torch and Liger"),
     "multi-gpu": Suite("multi_gpu", "the distributed softmax and decode over NCCL (two or more GPUs)"),
 }

@@ -1,0 +1,117 @@
+"""Suite `training`: cross-entropy from logits, forward and backward, against torch in one run.
+
+At SHAPES (tokens x vocabulary, bf16, and fp32 at 32000), each call computes the loss and the gradient
+of the mean loss with respect to the logits, on the same memory:
+  cross_entropy_01_rows             onlinesoftmax.cross_entropy_with_grad(x, t): a fresh gradient buffer
+  cross_entropy_01_rows (in place)  the same with in_place=True: the gradient over the logits
+  cross_entropy_01_rows (autograd)  torch.autograd.grad(onlinesoftmax.cross_entropy(x, t), x): the operator
+  torch.nn.functional.cross_entropy torch.autograd.grad(F.cross_entropy(x, t), x)
+  liger                             Liger-Kernel's cross-entropy (its Triton kernel; where it imports)
+`method` "device" (timer.time_gpu). GB/s counts the ideal traffic of forward and backward (read the
+logits once, write the gradient once: 2 x the logits' bytes) and `fraction_of_copy` divides it by the
+copy bandwidth measured in the same run. Targets: >= 0.85 of the copy and >= 2x torch's
+forward + backward. Ours is checked against the float64 truth (gradient_checks.compare_cross_entropy)
+on a block of rows before it is timed.
+
+    python -m onlinesoftmax.bench training [--quick]   (GPU and torch with CUDA; --quick: printed only)
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import onlinesoftmax as osm
+from onlinesoftmax.gradient_checks import compare_cross_entropy
+from onlinesoftmax.measure import bench, results, timer
+
+SUITE = "training"
+SHAPES = (((4096, 32000), "float32"), ((4096, 32000), "bfloat16"), ((8192, 128256), "bfloat16"),
+          ((8192, 262144), "bfloat16"))
+QUICK = (((1024, 32000), "bfloat16"),)
+
+
+def liger_function():
+    """Liger-Kernel's cross-entropy as a function of (x, t) returning the loss, or None with why not."""
+    try:
+        from liger_kernel.transformers.functional import liger_cross_entropy
+    except Exception as error:   # not installed, or its Triton kernels do not load here
+        return None, f"{type(error).__name__}: {error}"
+    return liger_cross_entropy, None
+
+
+def calls(x, t, xt, tt):
+    import torch
+
+    import onlinesoftmax.torch_ops  # noqa: F401  (registers the operator)
+
+    def autograd(loss_fn):
+        return lambda: torch.autograd.grad(loss_fn(xt, tt), xt)
+    found = {"cross_entropy_01_rows": lambda: osm.cross_entropy_with_grad(x, t),
+             "cross_entropy_01_rows (in place)": lambda: osm.cross_entropy_with_grad(x, t, in_place=True),
+             "cross_entropy_01_rows (autograd)": autograd(osm.cross_entropy),
+             "torch.nn.functional.cross_entropy": autograd(torch.nn.functional.cross_entropy)}
+    liger, why = liger_function()
+    if liger is not None:
+        found["liger"] = autograd(liger)
+    return found, why
+
+
+def rows_for(shapes, copy_GBps: float) -> list[dict]:
+    import cupy
+    import torch
+
+    rows = []
+    for (n_rows, n_cols), dtype in shapes:
+        x = bench.make_rows(n_rows, n_cols, dtype)[0]
+        t = cupy.asarray(np.random.default_rng(n_rows).integers(0, n_cols, n_rows))
+        t[::17] = -100
+        block = slice(0, 64)
+        loss, lse, dx = osm.cross_entropy_with_grad(x[block], t[block], reduction="sum")
+        rows_loss = osm.cross_entropy(x[block], t[block], reduction="none")
+        ok, message = compare_cross_entropy(rows_loss, lse, dx, x[block], t[block], ignore_index=-100)
+        fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype, "bytes": 2 * x.nbytes, "op": "cross_entropy"}
+        if not ok:
+            rows.append({"kernel": "cross_entropy_01_rows", "correct": False, "error": message, **fields})
+            continue
+        keep = x.copy()   # the in-place calls overwrite x: time them last, on a copy
+        xt = bench.torch_view(x.copy()).requires_grad_()
+        tt = torch.as_tensor(t)
+        found, why = calls(keep, t, xt, tt)
+        timed = {}
+        for name, fn in found.items():
+            try:
+                timing = timer.time_gpu(fn, [()])
+            except Exception as error:   # a peer that fails here is recorded, not fatal
+                rows.append({"kernel": name, "correct": None, "error": f"{type(error).__name__}: {error}", **fields})
+                continue
+            GBps = fields["bytes"] / timing["ms"] / 1e6
+            timed[name] = timing["ms"]
+            rows.append({"kernel": name, "method": "device", "correct": True if "cross_entropy_01" in name else None,
+                         **timing, **fields, "GBps": GBps, "fraction_of_copy": GBps / copy_GBps})
+        if why is not None:
+            rows.append({"kernel": "liger", "correct": None, "error": why, **fields})
+        torch_ms = timed.get("torch.nn.functional.cross_entropy")
+        for row in rows:
+            if row.get("n_cols") == n_cols and row.get("dtype") == dtype and "ms" in row and torch_ms:
+                row["vs_torch"] = torch_ms / row["ms"]
+        print(f"cross_entropy {n_rows}x{n_cols} {dtype}: " + "  ".join(
+            f"{name} {ms * 1e3:.0f} us" for name, ms in timed.items()), flush=True)
+        del x, keep, xt, found
+        torch.cuda.empty_cache()
+        cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def measure(shapes=SHAPES) -> dict:
+    copy = timer.copy_bandwidth()
+    rows = [{"kernel": "copy", "bytes_counted": "read + write", **copy}]
+    rows += rows_for(shapes, copy["GBps"])
+    return {"meta": results.gpu_meta(), "rows": rows}
+
+
+if __name__ == "__main__":
+    if "--quick" in sys.argv[1:]:
+        measure(QUICK)
+    else:
+        bench.record(SUITE, measure())
