@@ -369,16 +369,13 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=Fals
     """The masked kernel's options from softmax's mask arguments ({} without a mask)."""
     if isinstance(mask_value, bool) or not isinstance(mask_value, (int, float, np.integer, np.floating)):
         raise TypeError(f"softmax: mask_value must be a number, got {type(mask_value).__name__}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"softmax: causal must be True or False, got {causal!r}")
-    if causal_align not in ("bottom_right", "top_left"):
-        raise ValueError(f"softmax: causal_align must be 'bottom_right' or 'top_left', got {causal_align!r}")
+    from onlinesoftmax import masks
+
+    masks.check(mask, causal, causal_align)
     if mask is None and valid_lengths is None and not causal:
         if mask_value != -np.inf:
             raise ValueError("softmax: mask_value only applies with mask=, valid_lengths= or causal=True")
         return {}
-    from onlinesoftmax.kernels.softmax import masked as softmax_masked
-
     check_array(x, "softmax")
     if normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:
         raise ValueError(f"softmax: masks apply along the last axis, got axis={axis}; "
@@ -390,5 +387,5 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=Fals
             raise ValueError(f"softmax: variant {variant!r} takes no mask or valid_lengths; "
                              f"use variant='auto' or one of: {supporting}")
     rows, _ = as_rows(x, x.ndim - 1)
-    return softmax_masked.prepare(rows, mask, valid_lengths, mask_value, shape=x.shape, causal=bool(causal),
-                                  causal_align=causal_align)
+    return masks.options(rows, mask, valid_lengths, mask_value, shape=x.shape, causal=bool(causal),
+                         causal_align=causal_align)

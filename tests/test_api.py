@@ -347,8 +347,9 @@ FAST_CALLS = {
     "softmax by name": lambda x, out: osm.softmax(x, variant="softmax_08_registers"),
     "softmax by short name": lambda x, out: osm.softmax(x, variant="warp_per_row"),
     "softmax out=": lambda x, out: osm.softmax(x, out=out),
-    "softmax causal": lambda x, out: osm.softmax(x, causal=True),
-    "softmax causal, mask_value=-1e6": lambda x, out: osm.softmax(x, causal=True, mask_value=-1e6),
+    "softmax causal top-left": lambda x, out: osm.softmax(x, causal=True, causal_align="top_left"),
+    "softmax causal top-left, mask_value=-1e6": lambda x, out: osm.softmax(x, causal=True, causal_align="top_left",
+                                                                           mask_value=-1e6),
     "log_softmax": lambda x, out: osm.log_softmax(x),
     "log_softmax out=": lambda x, out: osm.log_softmax(x, out=out),
     "logsumexp": lambda x, out: osm.logsumexp(x),
@@ -362,7 +363,8 @@ def test_a_repeated_call_takes_the_fast_path(fake_gpu, call):
     (_call) must not run again, whatever way the caller wrote the axis, the variant (auto, a name),
     out= or a causal mask (a stored key under the normalized axis once made every axis=-1 call
     miss: 25-40 us per call on the H200). The additive-mask and lengths forms need real cupy
-    arrays: tests/gpu/test_masked_gpu.py checks them."""
+    arrays: tests/gpu/test_masked_gpu.py checks them. (A bottom-right causal mask on a matrix that is
+    not square runs as per-row lengths made at each call: the slow path, onlinesoftmax/masks.py.)"""
     launches, slow_calls = fake_gpu
     x = FakeDeviceArray(np.zeros((3, 50), np.float32))
     out_shape = (3,) if call.startswith("logsumexp") else (3, 50)

@@ -130,3 +130,86 @@ def test_the_operator_gradchecks(options, reduction):
     assert torch.autograd.gradcheck(f, (x,))
     loss = osm.cross_entropy(x, t, reduction=reduction, **options)   # a tensor that needs a gradient: the operator
     assert loss.requires_grad
+
+
+# ---- the kernel's own source on the CPU emulator (onlinesoftmax/runtime/emulator.py) ------------------
+
+@pytest.fixture(scope="module")
+def emulated():
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    variant = osm.REGISTRY["cross_entropy_01_rows"]
+    return variant, emulator.Module(variant.path, list(variant.launched_entries))
+
+
+def emulate(emulated, x, t, options, grad="separate", vectors=None, scale=0.25):
+    """One launch of the kernel's source on x (numpy), into poisoned loss, lse and dx; grad "separate",
+    "in place" or None (no gradient: null dx and grad_scale)."""
+    variant, module = emulated
+    n_rows, n_cols = x.shape
+    vec = kce.VEC[x.dtype.name]
+    rows = checks.poisoned_like(x, "float32", (n_rows,))
+    lse = checks.poisoned_like(x, "float32", (n_rows,))
+    dx = None if grad is None else x if grad == "in place" else checks.poisoned_like(x)
+    if vectors is None:
+        vectors = int(n_cols >= vec and all(a.ctypes.data % 16 == 0 and a.strides[0] % 16 == 0
+                                            for a in (x, *(() if dx is None else (dx,)))))
+    words = (lambda a: a) if x.dtype == np.float32 else (lambda a: None if a is None else a.view(np.uint16))
+    o = kernel_options(options)
+    module.launch(variant.dtype_entry(x.dtype.name), (n_rows,), (kce.block_threads(n_cols, vec),),
+                  (words(x), words(dx), np.ascontiguousarray(t, np.int64), rows, lse,
+                   None if grad is None else np.full(1, scale, np.float32), np.int32(n_cols), np.int64(x.strides[0] // x.itemsize),
+                   np.int64(0 if dx is None else dx.strides[0] // dx.itemsize), np.int32(vectors),
+                   np.int64(o["ignore_index"]), np.float32(o["label_smoothing"]), np.float32(o["z_loss"]),
+                   np.float32(o["softcap"])))
+    return rows, lse, dx
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("n_cols", (1, 7, 33, 300, 1001, 4096))
+def test_the_kernel_source_meets_the_truth(emulated, dtype, n_cols):
+    for options in (OPTIONS[0], OPTIONS[-1]):
+        x, t = logits_and_targets(5, n_cols, dtype, seed=n_cols)
+        rows, lse, dx = emulate(emulated, x, t, options)
+        assert checks.unwritten(rows) == 0 and checks.unwritten(dx) == 0
+        passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.25, **kernel_options(options))
+        assert passed, f"{options}: {message}"
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "plain")
+def test_the_kernel_source_in_place_scalar_and_without_a_gradient(emulated, dtype, options):
+    x, t = logits_and_targets(6, 520, dtype, seed=7, ignore_index=options.get("ignore_index", -100))
+    rows, lse, dx = emulate(emulated, x, t, options)
+    passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.25, **kernel_options(options))
+    assert passed, message
+    scalar = emulate(emulated, x, t, options, vectors=0)
+    np.testing.assert_allclose(scalar[0], rows, rtol=2e-6)
+    y = x.copy()
+    in_place = emulate(emulated, y, t, options, grad="in place")
+    assert np.array_equal(in_place[0], rows) and np.array_equal(y.view(np.uint8), dx.view(np.uint8))
+    alone = emulate(emulated, x, t, options, grad=None)
+    assert np.array_equal(alone[0], rows) and np.array_equal(alone[1], lse)
+    off = np.ascontiguousarray(x[:, 1:])   # rows of 519: every row but the first off 16 bytes, the scalar path
+    t_off = np.where(t == options.get("ignore_index", -100), t, np.minimum(t, off.shape[1] - 1))
+    passed, message = compare_cross_entropy(*emulate(emulated, off, t_off, options), off, t_off, scale=0.25,
+                                            **kernel_options(options))
+    assert passed, message
+
+
+def test_the_kernel_source_on_extreme_rows(emulated):
+    x = np.zeros((6, 300), np.float32)
+    x[0, 5] = 3e38
+    x[1, :100] = -np.inf
+    x[2, :] = -np.inf
+    x[2, 7] = 1.0
+    x[3, 9] = np.nan
+    x[4, 11] = np.nan
+    x[5, 200] = 30.0
+    t = np.array([5, 150, 7, 0, -100, 200])
+    rows, lse, dx = emulate(emulated, x, t, {}, scale=1.0)
+    passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=1.0)
+    assert passed, message
+    assert np.isnan(rows[3]) and rows[4] == 0 and (dx[4] == 0).all() and np.isnan(dx[3]).all()

@@ -12,6 +12,7 @@ import scipy.special
 import pytest
 
 import onlinesoftmax as osm
+from onlinesoftmax import masks
 from onlinesoftmax.registry import DTYPE_TAGS
 from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels.softmax import masked as km
@@ -49,8 +50,8 @@ def mask_cases(x, seed=0):
 
 
 def options_of(x, kwargs):
-    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
-                   causal=kwargs.get("causal", False))
+    return masks.options(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
+                         causal=kwargs.get("causal", False))
 
 
 def masked_compare(y, x, options):
@@ -137,7 +138,7 @@ def test_the_masked_models_follow_their_unmasked_kernels_and_the_default_dispatc
     for dtype in DTYPES:
         xd = checks.to_dtype(x, dtype)
         np.testing.assert_array_equal(osm.softmax(xd, causal=True).view(np.uint8),
-                                      osm.api.run(registers_masked, xd, **prepare(xd, causal=True)).view(np.uint8))
+                                      osm.api.run(registers_masked, xd, **masks.options(xd, causal=True)).view(np.uint8))
     long = checks.random_rows(np, 2, registers_masked.max_cols + 1, seed=2)
     np.testing.assert_array_equal(osm.softmax(long, valid_lengths=np.array([5, 40000])),
                                   osm.api.run(VARIANT, long, **prepare(long, valid_lengths=np.array([5, 40000]))))
@@ -186,9 +187,9 @@ def test_plan_builder_picks_the_entry_of_the_dtype(dtype, monkeypatch):
     runner = VARIANT.plan(VARIANT, x, y, **options)
     assert built[-1].entry == f"{MASKED}_{DTYPE_TAGS[dtype]}"
     launch = launches[-1]
-    assert launch["grid"] == (4,) and launch["block"] == (64,) and len(launch["types"]) == 12
+    assert launch["grid"] == (4,) and launch["block"] == (64,) and len(launch["types"]) == 11
     assert (launch["fixed"][6], launch["fixed"][7]) == (8, 1), "one mask row of 8, used by every row (row i mod 1)"
-    assert launch["fixed"][2] == 8 and launch["fixed"][9] == 0 and launch["fixed"][11] == np.float32(-1e6)
+    assert launch["fixed"][2] == 8 and launch["fixed"][9] == 0 and launch["fixed"][10] == np.float32(-1e6)
     mask, lengths = Addressed(options["mask"]), Addressed(options["valid_lengths"])
     runner(Addressed(x), Addressed(y), mask=mask, valid_lengths=lengths)
     runner(Addressed(x), Addressed(y))
@@ -224,7 +225,7 @@ def test_prepared_options_make_a_plan_key():
 
     x = np.ones((4, 8), np.float32)
     for mask_value in (-np.inf, -1e6, -FLT_MAX, 0.1):
-        options = prepare(x, None, None, mask_value, causal=True)
+        options = prepare(x, "causal", None, mask_value)
         assert type(options["fill"]) is float and options["fill"] == float(np.float32(mask_value))
         hash(options_key(options))
 
@@ -233,7 +234,7 @@ def test_prepared_options_make_a_plan_key():
 def test_the_checker_rejects_wrong_answers(dtype):
     """An off-by-one causal mask, and one probability a few ulps off, fail in every dtype."""
     x = checks.random_rows(np, 6, 10, dtype, seed=3)
-    options = prepare(x, causal=True)
+    options = prepare(x, "causal")   # the kernels' own causal limit: row i keeps j <= i
     off_by_one = osm.api.run(VARIANT, x, **prepare(x, valid_lengths=np.minimum(np.arange(6) + 2, 10)))
     assert not masked_compare(off_by_one, x, options)[0]
     y = checks.as_float64(osm.api.run(VARIANT, x, **options))

@@ -3,11 +3,11 @@
 // Changed from softmax_02_online: each logit is formed on the fly as
 //               v_j = fill                   if j >= limit(i)      (causal / padding)
 //               v_j = x_ij + mask_ij          otherwise             (additive mask, optional)
-//               where limit(i) = min(N, q(i) + 1 + causal_offset if causal, valid_lengths[i]
-//               if given), q(i) = i mod causal_rows: rows come in (causal_rows, N) matrices (a
-//               score tensor (..., q, N) has causal_rows = q; a 2-D x has causal_rows = its
-//               rows). causal_offset N - q aligns the diagonal bottom-right (attention's
-//               causal=True), 0 top-left (torch's is_causal): row_limit.cuh. The additive
+//               where limit(i) = min(N, q(i) + 1 if causal, valid_lengths[i] if given),
+//               q(i) = i mod causal_rows: rows come in (causal_rows, N) matrices (a score
+//               tensor (..., q, N) has causal_rows = q; a 2-D x has causal_rows = its rows).
+//               Causal is top-left aligned like torch's is_causal: row q keeps columns
+//               j <= q, i.e. ones(q, N).tril(0), for q <= N and q > N alike. The additive
 //               mask has mask_rows rows used in turn: row i reads mask row i mod mask_rows
 //               (1: one row for all; q: a (q, N) mask over (..., q, N); n_rows: one each).
 //               Columns past the limit are never loaded; `fill` stands in for them.
@@ -34,13 +34,12 @@
 //               and `fill` float32 for every dtype; 1 <= n_cols <= 2^31 - 2^16; rows may be
 //               strided (unit column stride), scalar accesses (any alignment);
 //               mask == nullptr: no additive mask; valid_lengths == nullptr: no padding;
-//               causal_rows == 0: no causal mask (causal_offset any int); mask_rows >= 1 divides nothing (any value);
+//               causal_rows == 0: no causal mask; mask_rows >= 1 divides nothing (any value);
 //               any valid_lengths[i] (>= N keeps the row, <= 0 removes it; never read on the
 //               host, so no synchronization). With fill = -inf a fully
 //               masked row gives NaN (0/0), as torch.softmax does; with a finite fill
 //               (-1e6, -FLT_MAX) it gives the uniform distribution 1/N.
 #include "online_rows.cuh"
-#include "row_limit.cuh"
 #include "thread_fold.cuh"
 
 // The logit column j of one row sees, after masking (in fp32, whatever x's dtype).
@@ -60,7 +59,7 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
                                                    const float* __restrict__ mask,
                                                    long long mask_row_stride, int mask_rows,
                                                    const int* __restrict__ valid_lengths,
-                                                   int causal_rows, int causal_offset, float fill) {
+                                                   int causal_rows, float fill) {
     __shared__ OnlineState scratch[32];
     const long long row = blockIdx.x;
     const typename Row::Elem* row_x = x + row * x_row_stride;
@@ -68,7 +67,12 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
     // a mask of mask_rows rows repeats over the rows (1: one row for all; (q, N) over (..., q, N))
     const float* row_mask = mask != nullptr ? mask + (row % mask_rows) * mask_row_stride : nullptr;
 
-    const int limit = row_limit(row, n_cols, valid_lengths, causal_rows, causal_offset);  // [limit, N) masked
+    int limit = n_cols;  // columns [limit, N) are masked
+    if (causal_rows > 0) {  // row i of each (causal_rows, N) matrix keeps columns j <= i
+        const long long query = row % causal_rows;
+        if (query + 1 < limit) limit = static_cast<int>(query + 1);
+    }
+    if (valid_lengths != nullptr && valid_lengths[row] < limit) limit = valid_lengths[row];
 
     const OnlineState s = thread_fold(  // pass 1: statistics of the masked row
         n_cols, online_identity(),
@@ -86,10 +90,9 @@ __device__ __forceinline__ void masked_softmax_row(const typename Row::Elem* __r
     extern "C" __global__ void softmax_03_online_masked_##TAG(                                      \
         const ROW::Elem* __restrict__ x, ROW::Elem* __restrict__ y, int n_cols, long long x_row_stride, \
         long long y_row_stride, const float* __restrict__ mask, long long mask_row_stride,         \
-        int mask_rows, const int* __restrict__ valid_lengths, int causal_rows, int causal_offset,  \
-        float fill) {                                                                               \
+        int mask_rows, const int* __restrict__ valid_lengths, int causal_rows, float fill) {       \
         masked_softmax_row<ROW>(x, y, n_cols, x_row_stride, y_row_stride, mask, mask_row_stride,    \
-                                mask_rows, valid_lengths, causal_rows, causal_offset, fill);        \
+                                mask_rows, valid_lengths, causal_rows, fill);                       \
     }
 
 SOFTMAX_03(f32, F32Row) SOFTMAX_03(f16, F16Row) SOFTMAX_03(bf16, BF16Row)

@@ -3,9 +3,9 @@
 // Changed from softmax_07 / 08: each logit is formed as it arrives in registers,
 //               v_j = fill            if j >= limit(i)   (causal / padding),
 //               v_j = x_ij + mask_ij  otherwise          (additive mask, optional),
-//               with limit(i) (row_limit.cuh: causal aligned bottom-right or top-left by
-//               causal_offset, padding by valid_lengths) and mask_rows exactly as in
-//               softmax_03_online_masked (a mask of mask_rows rows used in turn). Then the one-pass register softmax of softmax_07 / 08 runs on v: x and the
+//               with limit(i), causal_rows and mask_rows exactly as in softmax_03_online_masked
+//               (causal top-left aligned like torch's is_causal; a mask of mask_rows rows used
+//               in turn). Then the one-pass register softmax of softmax_07 / 08 runs on v: x and the
 //               mask are each read once, y written once. A vector wholly past the limit is not
 //               loaded (a causal mask on a square matrix reads about half of x); one that
 //               straddles it is loaded and its elements past the limit replaced by `fill`.
@@ -26,10 +26,8 @@
 //               dtype), the mask and `fill` float32; V > 1 needs x's and y's rows on 16 bytes,
 //               n_cols % V == 0 and the mask's rows on 16 bytes (the launcher checks and
 //               falls back to V = 1, any alignment). mask == nullptr: no additive mask;
-//               valid_lengths == nullptr: no padding; causal_rows == 0: no causal mask
-//               (causal_offset: row_limit.cuh).
+//               valid_lengths == nullptr: no padding; causal_rows == 0: no causal mask.
 #include "register_configs.cuh"
-#include "row_limit.cuh"
 #include "row_registers.cuh"
 
 // v[0..V) of one vector at column col: add the mask, then `fill` at and past the limit.
@@ -49,6 +47,18 @@ __device__ __forceinline__ void mask_vector(float* v, const float* row_mask, int
 #pragma unroll
     for (int j = 0; j < V; ++j)
         if (col + j >= limit) v[j] = fill;
+}
+
+// Columns [limit, N) of row `row` are masked: causal (row q of each causal_rows x N matrix keeps
+// j <= q) and padding (j < valid_lengths[row]).
+__device__ __forceinline__ int row_limit(long long row, int n_cols, const int* valid_lengths, int causal_rows) {
+    int limit = n_cols;
+    if (causal_rows > 0) {
+        const long long query = row % causal_rows;
+        if (query + 1 < limit) limit = static_cast<int>(query + 1);
+    }
+    if (valid_lengths != nullptr && valid_lengths[row] < limit) limit = valid_lengths[row];
+    return limit;
 }
 
 // One vector of a row into registers: x + mask, `fill` past the limit, -inf past N (padding, not a
@@ -86,7 +96,7 @@ __device__ __forceinline__ void store_scaled(T* row_y, const float* v, float sca
 
 #define MASK_PARAMS                                                                                  \
     const float *__restrict__ mask, long long mask_row_stride, int mask_rows,                        \
-        const int *__restrict__ valid_lengths, int causal_rows, int causal_offset, float fill
+        const int *__restrict__ valid_lengths, int causal_rows, float fill
 
 // Rows up to 32K: a block of THREADS threads per row (softmax_08's layout and block reduction).
 template <typename T, int V, int NV, int THREADS>
@@ -96,7 +106,7 @@ __device__ __forceinline__ void block_per_row_registers_masked(
     __shared__ OnlineState scratch[32];
     const long long row = blockIdx.x;
     const float* row_mask = mask != nullptr ? mask + (row % mask_rows) * mask_row_stride : nullptr;
-    const int limit = row_limit(row, n_cols, valid_lengths, causal_rows, causal_offset);
+    const int limit = row_limit(row, n_cols, valid_lengths, causal_rows);
     const int lane = static_cast<int>(threadIdx.x);
     float v[V * NV];
 #pragma unroll
@@ -118,7 +128,7 @@ __device__ __forceinline__ void group_per_row_registers_masked(
     const bool active = row < n_rows;
     const long long r = active ? row : 0;
     const float* row_mask = mask != nullptr ? mask + (r % mask_rows) * mask_row_stride : nullptr;
-    const int limit = active ? row_limit(r, n_cols, valid_lengths, causal_rows, causal_offset) : 0;
+    const int limit = active ? row_limit(r, n_cols, valid_lengths, causal_rows) : 0;
     const int cols = active ? n_cols : 0;  // an inactive group holds padding only
     float v[V * NV];
 #pragma unroll
@@ -136,7 +146,7 @@ __device__ __forceinline__ void group_per_row_registers_masked(
             long long y_row_stride, MASK_PARAMS) {                                                   \
         block_per_row_registers_masked<T, V, NV, THREADS>(x, y, n_cols, x_row_stride, y_row_stride,  \
                                                           mask, mask_row_stride, mask_rows,          \
-                                                          valid_lengths, causal_rows, causal_offset, fill); \
+                                                          valid_lengths, causal_rows, fill);         \
     }
 
 #define SOFTMAX_14_G(TAG, T, V, NV, G)                                                              \
@@ -145,7 +155,7 @@ __device__ __forceinline__ void group_per_row_registers_masked(
         long long y_row_stride, MASK_PARAMS) {                                                       \
         group_per_row_registers_masked<T, V, NV, G>(x, y, n_rows, n_cols, x_row_stride, y_row_stride, \
                                                     mask, mask_row_stride, mask_rows, valid_lengths,  \
-                                                    causal_rows, causal_offset, fill);                \
+                                                    causal_rows, fill);                               \
     }
 
 // The builds of softmax_07 and softmax_08 (register_configs.cuh).

@@ -56,8 +56,8 @@ def measure() -> dict:
     unguarded = dataclasses.replace(softmax_masked.MASKED, name="softmax_03_online_masked_unguarded",
                                     defines=("ONLINE_SOFTMAX_GUARDS=0",))
     x = cupy.asarray(host)
-    options = softmax_masked.prepare(x, causal=True)
-    ref = softmax_masked.reference_masked(host, **softmax_masked.prepare(host, causal=True))
+    options = softmax_masked.prepare(x, "causal")
+    ref = softmax_masked.reference_masked(host, **softmax_masked.prepare(host, "causal"))
     for variant, guards in ((softmax_masked.MASKED, True), (unguarded, False)):
         gpu = api.run(variant, x, out=checks.poisoned_like(x), **options).get()
         model = softmax_masked.simulate_masked(host, causal=True, guards=guards)

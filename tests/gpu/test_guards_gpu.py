@@ -83,7 +83,7 @@ def test_causal_mask_unguarded_gives_nan_rows_exactly_where_the_model_does():
     for n in (300, 600):   # 128 and 256 threads per row: rows i < T - 1 leave idle threads at -inf
         host = checks.random_rows(np, n, n, seed=6)
         x = cp.asarray(host)
-        options = softmax_masked.prepare(x, causal=True)
+        options = softmax_masked.prepare(x, "causal")
         gpu = run_checked(MASKED_UNGUARDED, x, **options)
         model = simulate_masked(host, causal=True, guards=False)
         assert np.array_equal(np.isnan(gpu), np.isnan(model))
@@ -91,7 +91,7 @@ def test_causal_mask_unguarded_gives_nan_rows_exactly_where_the_model_does():
         assert np.isnan(gpu[:threads - 1]).all() and not np.isnan(gpu[threads - 1:]).any()
     guarded = run_checked("softmax_03_online_masked", x, **options)
     assert not np.isnan(guarded).any()
-    sentinel = softmax_masked.prepare(x, causal=True, mask_value=-1e6)
+    sentinel = softmax_masked.prepare(x, "causal", mask_value=-1e6)
     assert not np.isnan(run_checked(MASKED_UNGUARDED, x, **sentinel)).any()
 
 

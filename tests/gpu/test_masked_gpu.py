@@ -14,7 +14,7 @@ import cupy as cp
 import pytest
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks, reference
+from onlinesoftmax import checks, masks, reference
 from onlinesoftmax.kernels.softmax.masked import FLT_MAX, effective_logits, prepare, reference_masked
 from onlinesoftmax.runtime.loader import get_kernel, resources_from_device
 from onlinesoftmax.runtime.plan import get_runner
@@ -74,8 +74,8 @@ def rows_of(x):
 
 
 def options_of(x, kwargs):
-    return prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
-                   causal=kwargs.get("causal", False))
+    return masks.options(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
+                         causal=kwargs.get("causal", False), causal_align=kwargs.get("causal_align", "bottom_right"))
 
 
 def launch(x, out=None, variant=MASKED, **kwargs):
@@ -155,9 +155,10 @@ def test_rows_of_a_million(kind, n_cols, dtype):
 @pytest.mark.parametrize("shape", [(8, 3), (300, 100), (3, 8), (100, 300), (257, 257)])
 @pytest.mark.parametrize("variant", MASKED_VARIANTS)
 def test_causal_is_torch_is_causal(variant, shape, dtype):
-    """Row i keeps columns j <= i (ones(L, S).tril(0)) for tall, wide and square matrices."""
+    """causal_align="top_left": row i keeps columns j <= i (ones(L, S).tril(0)) for tall, wide and square
+    matrices; the default, bottom-right, is tested through every kind of the edge matrix."""
     x = rows_on_gpu(*shape, 5, dtype)
-    y = run_and_check(x, variant=variant, causal=True)
+    y = run_and_check(x, variant=variant, causal=True, causal_align="top_left")
     y64 = checks.as_float64(y)
     keep = cp.tril(cp.ones(shape, dtype=bool))
     assert bool((y64[~keep] == 0).all()) and bool(cp.allclose(y64.sum(axis=1), 1.0, rtol=max(1e-5, checks.EPS[dtype])))
@@ -289,8 +290,8 @@ def test_repeated_masked_calls_take_the_fast_path_and_read_the_new_mask(dtype, m
             out = checks.poisoned_like(x)
             assert osm.softmax(x, out=out, **kwargs) is out
             y = out
-            options = prepare(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
-                   causal=kwargs.get("causal", False))
+            options = masks.options(x, kwargs.get("mask"), kwargs.get("valid_lengths"), kwargs.get("mask_value", -np.inf),
+                         causal=kwargs.get("causal", False), causal_align=kwargs.get("causal_align", "bottom_right"))
             expected = reference_masked(x.get() if dtype == "float32" else checks.as_float64(x).get(),
                                         **{k: (v.get() if hasattr(v, "get") else v) for k, v in options.items()})
             got = checks.as_float64(y).get()
@@ -330,7 +331,7 @@ def test_bad_input_then_the_context_is_healthy():
     with pytest.raises(TypeError):
         osm.softmax(x.astype(cp.float64), causal=True)
     with pytest.raises(TypeError):   # y in another dtype than x
-        VARIANT.plan(VARIANT, x.astype(cp.float16), x, **prepare(x, causal=True))
+        VARIANT.plan(VARIANT, x.astype(cp.float16), x, **prepare(x, "causal"))
     for dtype in DTYPES:
         run_and_check(rows_on_gpu(4, 8, 1, dtype), causal=True)
 

@@ -1,11 +1,8 @@
 """Launcher module of the masked online softmax, softmax_03_online_masked (fp32, fp16, bf16).
 
 Masks are fused into the kernel: an additive mask (rows x N, or one row of N
-broadcast), a causal mask and padding (row i keeps columns j < valid_lengths[i]).
-Causal rows come in (q, N) matrices; row i of one keeps columns j <= i + causal_offset,
-where causal_offset = N - q aligns the diagonal bottom-right, as attention's causal=True
-and FlashAttention do (the last row sees every column), and 0 aligns it top-left, as
-torch's `is_causal` (`causal_offset`; both are the same on a square matrix).
+broadcast), a causal mask (row i keeps columns j <= i, top-left aligned like
+torch's `is_causal`) and padding (row i keeps columns j < valid_lengths[i]).
 Columns removed by causal/padding take the value `mask_value` (default -inf).
 
 `prepare` validates the mask arguments once and turns them into the keyword
@@ -32,7 +29,6 @@ from onlinesoftmax.runtime.loader import get_kernel
 
 POINTER, INT, LONG, FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
 
-CAUSAL_ALIGNS = ("bottom_right", "top_left")
 MASK_KINDS = ("none", "causal", "padding", "additive (rows x N)", "additive (N)")  # example_mask
 FLT_MAX = float(np.finfo(np.float32).max)
 MIN_THREADS = 64
@@ -57,14 +53,13 @@ def _as_module_of(x, a):
     return cupy.asarray(a)
 
 
-def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf, shape=None, causal=False,
-            causal_align="bottom_right") -> dict:
+def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf, shape=None) -> dict:
     """Validate mask arguments for the rows `x` (rows, N); return the kernel/model options.
 
     `shape` is the caller's shape when x is its rows (a score tensor (..., q, N) has rows of
-    (q, N) matrices); default x's own. mask: None or an additive float array of shape (N,), (q, N),
-    the caller's shape, or (rows, N). causal: row i of each (q, N) matrix keeps columns
-    j <= i + N - q (causal_align "bottom_right") or j <= i ("top_left"). valid_lengths: None or integers of the caller's shape without its last axis (one
+    (q, N) matrices); default x's own. mask: None, "causal" (row i of each (q, N) matrix keeps
+    columns j <= i), or an additive float array of shape (N,), (q, N), the caller's shape, or
+    (rows, N). valid_lengths: None or integers of the caller's shape without its last axis (one
     per row): row i keeps columns j < valid_lengths[i], so a length >= N keeps the whole row and a
     length <= 0 removes it all. The lengths are never read on the host (no synchronization): a
     cupy int32 array goes to the kernel as it is, on every call. mask_value: what causal / padding put in place of a removed logit
@@ -73,18 +68,12 @@ def prepare(x, mask=None, valid_lengths=None, mask_value=-np.inf, shape=None, ca
     n_rows, n_cols = x.shape
     shape = tuple(x.shape) if shape is None else tuple(shape)
     query_rows = shape[-2] if len(shape) >= 2 else 1
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    if causal_align not in CAUSAL_ALIGNS:
-        raise ValueError(f"causal_align must be one of {', '.join(map(repr, CAUSAL_ALIGNS))}, got {causal_align!r}")
-    options = {"mask": None, "causal": bool(causal), "causal_rows": query_rows,
-               "causal_offset": causal_offset(causal_align, query_rows, n_cols), "valid_lengths": None,
-               "fill": -np.inf}
+    options = {"mask": None, "causal": False, "causal_rows": query_rows, "valid_lengths": None, "fill": -np.inf}
     if isinstance(mask, str):
-        hint = (f"; for a causal mask pass causal=True (aligned bottom-right, as attention(causal=True); "
-                f"causal_align='top_left' for torch's is_causal)" if mask == "causal" else "")
-        raise ValueError(f"mask must be None or an additive float array, got {mask!r}{hint}")
-    if mask is not None:
+        if mask != "causal":
+            raise ValueError(f'mask must be None, "causal" or an additive float array, got {mask!r}')
+        options["causal"] = True
+    elif mask is not None:
         if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
             raise TypeError(f"an additive mask must be a numpy or cupy array, got {type(mask).__name__}")
         if mask.dtype.kind != "f":
@@ -131,7 +120,7 @@ def example_mask(kind: str, n_rows: int, n_cols: int, xp=np, seed: int = 0) -> t
     if kind == "none":
         return {}, 0
     if kind == "causal":
-        return {"causal": True}, 0
+        return {"mask": "causal"}, 0
     if kind == "padding":
         return {"valid_lengths": rng.integers(n_cols // 2, n_cols + 1, size=n_rows)}, 0
     if kind == "additive (rows x N)":
@@ -143,18 +132,11 @@ def example_mask(kind: str, n_rows: int, n_cols: int, xp=np, seed: int = 0) -> t
     raise ValueError(f"unknown mask kind {kind!r}; known: {', '.join(MASK_KINDS)}")
 
 
-def causal_offset(align: str, causal_rows: int, n_cols: int) -> int:
-    """How many columns past its own index row i of a (causal_rows, N) matrix keeps: N - causal_rows
-    for "bottom_right", 0 for "top_left"."""
-    return n_cols - causal_rows if align == "bottom_right" else 0
-
-
 def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, dtype=np.float32,
-                     causal_rows=None, causal_offset=None):
+                     causal_rows=None):
     """The logits the kernel sees after masking: x + mask, then `fill` past each row's limit.
     A mask of fewer rows than x repeats over them (row i uses mask row i mod its rows); causal
-    rows come in (causal_rows, N) matrices (default: all rows are one matrix), row i keeping
-    columns j <= i + causal_offset (default N - causal_rows: bottom-right).
+    rows come in (causal_rows, N) matrices (default: all rows are one matrix).
 
     In float32 (the default) this is exactly what the kernel computes; with
     dtype=float64 it is the input of the float64 reference. numpy or cupy.
@@ -168,9 +150,7 @@ def effective_logits(x, mask=None, causal=False, valid_lengths=None, fill=-np.in
             v = (v + mask[xp.arange(n_rows) % mask.shape[0]]).astype(dtype)
     limit = xp.full(n_rows, n_cols, dtype=xp.int64)
     if causal:
-        q = causal_rows or n_rows
-        offset = n_cols - q if causal_offset is None else causal_offset
-        limit = xp.minimum(limit, xp.maximum(xp.arange(n_rows) % q + 1 + offset, 0))
+        limit = xp.minimum(limit, xp.arange(n_rows) % (causal_rows or n_rows) + 1)
     if valid_lengths is not None:
         limit = xp.minimum(limit, xp.asarray(valid_lengths, dtype=xp.int64))
     removed = xp.arange(n_cols)[None, :] >= limit[:, None]
@@ -186,14 +166,14 @@ def reference_masked(x, **options):
 
 
 def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, guards=True,
-                    causal_rows=None, causal_offset=None, sequential=False) -> np.ndarray:
+                    causal_rows=None, sequential=False) -> np.ndarray:
     """NumPy model of softmax_03_online_masked: same masking, same thread schedule (block_threads,
     each thread's columns folded in chunks merged pairwise; `sequential`: one running state, the
     -DTHREAD_FOLD_SEQUENTIAL=1 build).
 
     x float32, float16 or bfloat16 (ml_dtypes): the logits are formed in float32 (x widened
     exactly), the result computed in float32 and rounded once to x's dtype."""
-    v = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows, causal_offset=causal_offset)
+    v = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
     m, l = sim.online_row_state(v, block_threads(v.shape[1]), guards, chunked=not sequential)
     with np.errstate(all="ignore"):
         inv_l = np.float32(1) / l
@@ -202,7 +182,7 @@ def simulate_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf
 
 
 def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf,
-                causal_rows=None, causal_offset=None):
+                causal_rows=None):
     """Runner on 2-D cupy arrays; options as returned by `prepare` (None = nullptr). The mask and
     the lengths are passed on every call; their layout is part of the plan. The entry follows
     x's dtype; y must have x's dtype, the mask must be float32."""
@@ -215,27 +195,17 @@ def plan_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=N
     kernel = get_kernel(variant.path, entry, variant.defines)
     mask_stride = 0 if mask is None else mask.strides[0] // mask.itemsize
     mask_rows = 1 if mask is None else mask.shape[0]
-    rows, offset = _causal_arguments(x.shape, causal, causal_rows, causal_offset)
-    # x, y, n_cols, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows,
-    # causal_offset, fill
+    # x, y, n_cols, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows, fill
     launch = driver.prepare_launch(
         kernel, geometry.grid, geometry.block, geometry.shared_bytes, 1,
-        (POINTER, POINTER, INT, LONG, LONG, POINTER, LONG, INT, POINTER, INT, INT, FLOAT),
+        (POINTER, POINTER, INT, LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT),
         fixed={2: x.shape[1], 3: x.strides[0] // x.itemsize, 4: y.strides[0] // y.itemsize, 6: mask_stride,
-               7: mask_rows, 9: rows, 10: offset, 11: float(np.float32(fill))})
+               7: mask_rows, 9: (causal_rows or x.shape[0]) if causal else 0, 10: float(np.float32(fill))})
 
     def run(x, y, mask=None, valid_lengths=None, **_):
         launch(x.data.ptr, y.data.ptr, None if mask is None else mask.data.ptr,
                None if valid_lengths is None else valid_lengths.data.ptr)
     return run
-
-
-def _causal_arguments(shape, causal: bool, causal_rows, causal_offset) -> tuple[int, int]:
-    """The kernels' causal_rows and causal_offset (row_limit.cuh): (0, 0) without a causal mask."""
-    if not causal:
-        return 0, 0
-    rows = causal_rows or shape[0]
-    return rows, shape[1] - rows if causal_offset is None else causal_offset
 
 
 MASKED = register(Variant(
@@ -253,7 +223,7 @@ sequential_build(MASKED, lambda x, **options: simulate_masked(x, sequential=True
 # ---- softmax_14_registers_masked: the row in registers (softmax_08), the same masks ----------
 
 def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fill=-np.inf, causal_rows=None,
-                              causal_offset=None, vec=None) -> np.ndarray:
+                              vec=None) -> np.ndarray:
     """NumPy model of softmax_14_registers_masked: the masked logits in float32 (x widened exactly, the
     float32 mask added, `fill` past each row's limit), then the model of softmax_07 (rows up to 1024)
     or softmax_08 on them (their partition and reduction; the exponent with the subtraction first in
@@ -264,8 +234,7 @@ def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fi
     v = vec or models.vector_width(dtype)
     if v > 1 and x.shape[1] % v:
         v = 1
-    logits = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows,
-                              causal_offset=causal_offset)
+    logits = effective_logits(x, mask, causal, valid_lengths, fill, causal_rows=causal_rows)
     if x.shape[1] <= MAX_COLS_07:
         nv, g = models.config_07(x.shape[1], dtype, v)
         return models.registers_model(logits, dtype, v, nv, g, lambda s: models.group_butterfly(s, g))
@@ -275,7 +244,7 @@ def simulate_registers_masked(x, mask=None, causal=False, valid_lengths=None, fi
 
 
 def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid_lengths=None, fill=-np.inf,
-                          causal_rows=None, causal_offset=None, vec=None):
+                          causal_rows=None, vec=None):
     """Runner of softmax_14 on 2-D cupy arrays (options as `prepare` makes them). The 16-byte build
     needs x's and y's rows on 16 bytes with N % V == 0 and the mask's rows on 16 bytes; else V = 1."""
     from onlinesoftmax.kernels.softmax import fast
@@ -297,12 +266,12 @@ def plan_registers_masked(variant: Variant, x, y, mask=None, causal=False, valid
         nv, t = fast.config_08(n_cols, dtype, v)
         suffix, grid, block, sizes = f"_n{nv}_t{t}", (n_rows,), (t,), (n_cols,)
     kernel = get_kernel(variant.path, fast.entry(variant.name, dtype, v, suffix))
-    # x, y, sizes, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows,
-    # causal_offset, fill; the four pointers change from call to call, the rest is fixed here
-    types = (POINTER, POINTER, *[INT] * len(sizes), LONG, LONG, POINTER, LONG, INT, POINTER, INT, INT, FLOAT)
+    # x, y, sizes, x_stride, y_stride, mask, mask_stride, mask_rows, valid_lengths, causal_rows, fill;
+    # the four pointers change from call to call, the rest is fixed here
+    types = (POINTER, POINTER, *[INT] * len(sizes), LONG, LONG, POINTER, LONG, INT, POINTER, INT, FLOAT)
     values = (None, None, *sizes, x.strides[0] // x.itemsize, y.strides[0] // y.itemsize,
               None, 0 if mask is None else mask.strides[0] // mask.itemsize, 1 if mask is None else mask.shape[0],
-              None, *_causal_arguments(x.shape, causal, causal_rows, causal_offset), float(np.float32(fill)))
+              None, (causal_rows or n_rows) if causal else 0, float(np.float32(fill)))
     launch = driver.prepare_launch(kernel, grid, block, 0, 1, types,
                                    fixed={i: value for i, value in enumerate(values) if types[i] is not POINTER})
 
