@@ -46,7 +46,7 @@ from onlinesoftmax.runtime.loader import reload
 from onlinesoftmax.runtime import torch_bridge as _torch_bridge
 
 def _autograd(function, x, axis, *args, **options):
-    """A tensor that requires a gradient, given to softmax, log_softmax or logsumexp: the operator."""
+    """A tensor that requires a gradient, given to softmax, log_softmax, logsumexp or cross_entropy: the operator."""
     from onlinesoftmax import torch_ops
     return torch_ops.differentiable(function, x, axis, *args, **options)
 

@@ -35,11 +35,10 @@ def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing:
                   softcap=None, reduction: str = "mean", return_lse: bool = False):
     """The cross-entropy loss of `logits` against `targets` (see the module doc); with return_lse, (loss, lse)."""
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
-        if torch_bridge.wants_operator(logits):
-            from onlinesoftmax import torch_ops
-
-            loss, lse = torch_ops.cross_entropy(logits, targets, ignore_index, float(label_smoothing), float(z_loss),
-                                                float(softcap or 0.0), reduction)
+        if torch_bridge.wants_operator(logits):   # the operator torch.ops.onlinesoftmax.cross_entropy
+            loss, lse = torch_bridge.autograd("cross_entropy", logits, targets, ignore_index=ignore_index,
+                                              label_smoothing=float(label_smoothing), z_loss=float(z_loss),
+                                              softcap=float(softcap or 0.0), reduction=reduction)
             return (loss, lse) if return_lse else loss
         return torch_bridge.call(cross_entropy, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,

@@ -249,6 +249,22 @@ def backward(cp, osm, checks):
                 function(y[:, 1:], dy[:, 1:])       # rows off 16 bytes: element by element
 
 
+@family("cross_entropy", "cross_entropy_01_rows: every option, in place and not, rows aligned and not, no gradient",
+        ("cross_entropy_01_rows",))
+def cross_entropy(cp, osm, checks):
+    if not wanted("cross_entropy_01_rows"):
+        return
+    for dtype in checks.DTYPES:
+        for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000)):
+            x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
+            t = cp.arange(n_rows, dtype=cp.int64) % n_cols
+            t[::3] = -100
+            for rows in (x[:, :n_cols], x[:, 1:]):   # the second off 16 bytes: element by element
+                osm.cross_entropy(rows, t)
+                osm.cross_entropy_with_grad(rows, t, label_smoothing=0.1, z_loss=1e-4, softcap=30.0)
+            osm.cross_entropy_with_grad(cp.ascontiguousarray(x[:, :n_cols]), t, in_place=True)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in FAMILIES:
         print("usage: python3 scripts/sanitize.py FAMILY\nfamilies:\n" +

@@ -213,3 +213,27 @@ def test_the_kernel_source_on_extreme_rows(emulated):
     passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=1.0)
     assert passed, message
     assert np.isnan(rows[3]) and rows[4] == 0 and (dx[4] == 0).all() and np.isnan(dx[3]).all()
+
+
+def test_the_exercise_grader_passes_the_solution_and_rejects_wrong_ones():
+    from onlinesoftmax.book.exercises import exercises_loss as el
+
+    assert el.check_cross_entropy_grad(el.solution, quiet=True)
+    wrong = {"smoothing forgotten": lambda x, t, eps: el.solution(x, t, 0.0),
+             "no maximum subtracted (overflows)": lambda x, t, eps: _unshifted(x, t, eps),
+             "the one-hot with the wrong sign": lambda x, t, eps: el.solution(x, t, eps) + 2 * _one_hot(x, t, eps),
+             "the untouched stub": lambda x, t, eps: None}
+    for name, fn in wrong.items():
+        assert not el.check_cross_entropy_grad(fn, quiet=True), name
+
+
+def _one_hot(x, t, eps):
+    hot = np.zeros(np.shape(x), np.float32)
+    hot[np.arange(len(t)), t] = 1 - eps
+    return hot
+
+
+def _unshifted(x, t, eps):
+    with np.errstate(all="ignore"):
+        p = np.exp(np.asarray(x, np.float32))
+        return (p / p.sum(axis=1, keepdims=True) - np.float32(eps / np.shape(x)[1]) - _one_hot(x, t, eps)).astype(np.float32)

@@ -52,6 +52,7 @@ PALETTE = {
     "attention_05_pipelined": "#7b4173",
     "attention_06_decode_mma": "#e6550d",
     "attention_07_fragment_reuse": "#00a087",
+    "cross_entropy_01_rows": "#3182bd",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

@@ -1,0 +1,77 @@
+"""The tiles of the blocked attention forward, drawn from the kernel's own constants.
+
+`kernel_tiles()` reads BLOCK_Q and BLOCK_K from kernels/attention/attention_01_blocked.cu (its
+#defines), so that a figure cannot drift from the kernel; `visited_tiles` is the kernel's loop
+bound per query tile (the first key no row of the tile can see, causal aligned bottom-right);
+`tile_figure` draws the score matrix of one (batch, head) cut into those tiles: the query tile one
+thread block owns, the key/value tiles that stream past it in order, the tiles a causal kernel never
+loads, and where each piece of state lives. tests/test_attention_tiles.py checks the three against
+the launcher (onlinesoftmax/kernels/attention/blocked.py).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from onlinesoftmax.runtime.loader import KERNELS_DIR
+
+SOURCE = KERNELS_DIR / "attention" / "attention_01_blocked.cu"
+
+
+def kernel_tiles(source=SOURCE) -> dict:
+    """{"BLOCK_Q": rows of a query tile, "BLOCK_K": keys of a key/value tile}, from the kernel source."""
+    text = source.read_text()
+    return {name: int(re.search(rf"^#define {name} (\d+)", text, re.M).group(1)) for name in ("BLOCK_Q", "BLOCK_K")}
+
+
+def visited_tiles(n_q: int, n_k: int, causal: bool, block_q: int, block_k: int) -> list[int]:
+    """Key tiles each query tile loads: all of them, or (causal, bottom-right) up to the first key its
+    last row cannot see."""
+    counts = []
+    for q0 in range(0, n_q, block_q):
+        last_row = min(q0 + block_q, n_q) - 1
+        kv_end = min(n_k, last_row + 1 + n_k - n_q) if causal else n_k
+        counts.append(math.ceil(max(kv_end, 0) / block_k))
+    return counts
+
+
+def tile_figure(n_q: int = 256, n_k: int = 384, causal: bool = True, owner: int = 2, tiles: dict | None = None):
+    """The score matrix (n_q x n_k) cut into the kernel's tiles; query tile `owner` is the one block
+    drawn in detail. Returns (figure, what was drawn: the tile sizes, the visited counts)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    tiles = tiles or kernel_tiles()
+    bq, bk = tiles["BLOCK_Q"], tiles["BLOCK_K"]
+    visited = visited_tiles(n_q, n_k, causal, bq, bk)
+    fig, ax = plt.subplots(figsize=(8.6, 4.2))
+    for i, count in enumerate(visited):
+        for j in range(math.ceil(n_k / bk)):
+            x0, y0 = j * bk, i * bq
+            w, h = min(bk, n_k - x0), min(bq, n_q - y0)
+            loaded = j < count
+            mine = i == owner
+            face = ("#3182bd" if mine else "#9ecae1") if loaded else "white"
+            ax.add_patch(Rectangle((x0, y0), w, h, facecolor=face, edgecolor="#636363", lw=0.6,
+                                  hatch=None if loaded else "////"))
+            if mine and loaded:
+                ax.text(x0 + w / 2, y0 + h / 2, f"K{j}, V{j}\nstep {j + 1}", ha="center", va="center", fontsize=7,
+                        color="white")
+    if causal:   # the visible region's edge: row i sees keys j <= i + n_k - n_q
+        ax.plot([n_k - n_q, n_k], [0, n_q], color="#e6550d", lw=1.2, label="last visible key of each row")
+    ax.set_xlim(0, n_k)
+    ax.set_ylim(n_q, 0)
+    ax.set_aspect("equal")
+    ax.set_xlabel(f"keys (tiles of BLOCK_K = {bk}, streamed through shared memory)")
+    ax.set_ylabel(f"queries (tiles of BLOCK_Q = {bq})")
+    y_owner = owner * bq + min(bq, n_q - owner * bq) / 2
+    ax.annotate(f"one thread block: query tile {owner}\nQ tile in shared memory;\nm, l and O of its {bq} rows\n"
+                "in registers (4 rows per thread)", xy=(n_k, y_owner), xytext=(n_k * 1.04, y_owner),
+                fontsize=7.5, va="center", annotation_clip=False, arrowprops={"arrowstyle": "-", "lw": 0.6})
+    ax.plot([], [], marker="s", ls="", color="#9ecae1", label="tile loaded by its query tile's block")
+    ax.plot([], [], marker="s", ls="", color="white", markeredgecolor="#636363", label="never loaded (causal)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=7.5, frameon=False)
+    ax.set_title(f"{'causal' if causal else 'full'} attention, n_q = {n_q}, n_k = {n_k}: "
+                 f"{sum(visited)} of {len(visited) * math.ceil(n_k / bk)} tiles loaded", fontsize=9)
+    fig.tight_layout()
+    return fig, {"BLOCK_Q": bq, "BLOCK_K": bk, "visited": visited}

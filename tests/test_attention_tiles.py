@@ -1,0 +1,40 @@
+"""The tile figure of chapter 08 is drawn from the kernel's own constants: BLOCK_Q and BLOCK_K read
+from attention_01_blocked.cu equal the launcher's, and the tiles drawn as loaded are the ones the
+kernel's loop visits (its NumPy model's loop bound). A changed #define fails here."""
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+
+from onlinesoftmax.book.readings import attention_tiles as at
+from onlinesoftmax.kernels.attention import blocked as ab
+
+matplotlib.use("Agg")
+
+
+def test_the_tiles_are_the_kernels():
+    assert at.kernel_tiles() == {"BLOCK_Q": ab.BLOCK_Q, "BLOCK_K": ab.BLOCK_K}
+
+
+def test_a_changed_define_is_seen(tmp_path):
+    source = tmp_path / "attention_01_blocked.cu"
+    source.write_text(at.SOURCE.read_text().replace("#define BLOCK_K 64", "#define BLOCK_K 32"))
+    assert at.kernel_tiles(source)["BLOCK_K"] == 32 != ab.BLOCK_K
+
+
+@pytest.mark.parametrize("n_q, n_k", [(256, 384), (200, 200), (64, 1000), (300, 100)])
+def test_the_drawn_tiles_are_the_loops(n_q, n_k):
+    """Every key tile drawn as loaded holds a key some row of its query tile sees, and every key some
+    row sees lies in a loaded tile (bottom-right causal): the kernel's loop bound, tile by tile."""
+    import matplotlib.pyplot as plt
+
+    fig, drawn = at.tile_figure(n_q=n_q, n_k=n_k, causal=True, owner=0)
+    plt.close(fig)
+    rows = np.arange(n_q)
+    sees = np.arange(n_k)[None, :] <= rows[:, None] + n_k - n_q
+    for i, count in enumerate(drawn["visited"]):
+        band = sees[i * ab.BLOCK_Q:(i + 1) * ab.BLOCK_Q]
+        needed = math.ceil((np.flatnonzero(band.any(axis=0)).max(initial=-1) + 1) / ab.BLOCK_K)
+        assert count == needed, (i, count, needed)
+    assert at.visited_tiles(n_q, n_k, False, ab.BLOCK_Q, ab.BLOCK_K) == [math.ceil(n_k / ab.BLOCK_K)] * len(drawn["visited"])
