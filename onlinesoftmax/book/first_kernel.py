@@ -1,0 +1,110 @@
+"""The primer's first kernels, written in the page: run, inspected and graded.
+
+    where = first_kernel.run(SOURCE, "vector_add", grid=(4,), block=(256,), args=(a, b, c, np.int32(n)))
+
+`run` launches the entry `entry` of the CUDA text `source` on numpy arrays (updated in place, as
+a GPU would leave them): on a GPU through CuPy (the arrays copied there and back), without one on
+the book's CPU emulator (onlinesoftmax/runtime/emulator.py), which checks every access: a read past
+an array, a race in shared memory or a barrier some threads never reach stops the launch with an
+error naming it. `ptx` and `sass` are what nvcc makes of the text, `registers` what ptxas
+allocates per thread. `check_row_sum` grades the page's warm-up.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from onlinesoftmax.runtime import device, disasm, emulator, loader
+
+
+def _file(source: str, tmp: str) -> Path:
+    path = Path(tmp) / "first_kernel.cu"
+    path.write_text(source)
+    return path
+
+
+def run(source: str, entry: str, grid, block, args, shared_bytes: int = 0, on: str | None = None) -> str:
+    """Launch `entry` of `source` over grid x block threads; numpy array arguments are read and written
+    in place. on: "gpu", "emulator" or None (the GPU when there is one). Returns where it ran."""
+    on = on or ("gpu" if device.has_gpu() else "emulator")
+    if on == "gpu":
+        import cupy
+
+        kernel = cupy.RawKernel(source, entry)
+        on_device = [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+        kernel(tuple(grid), tuple(block), tuple(on_device), shared_mem=shared_bytes)
+        cupy.cuda.Device().synchronize()
+        for host, there in zip(args, on_device):
+            if isinstance(host, np.ndarray):
+                host[...] = there.get()
+        return "a GPU (CuPy)"
+    module = emulator.Module(Path("first_kernel.cu"), [entry], source=source)
+    module.launch(entry, tuple(grid), tuple(block), tuple(args), shared_bytes)
+    return "the CPU emulator"
+
+
+def ptx(source: str, entry: str) -> str:
+    """The PTX nvcc makes of `entry` (sm_90a), from its .entry line to its closing brace."""
+    if not loader.nvcc_available():
+        raise disasm.ToolMissing("nvcc not found: the PTX needs the CUDA toolkit's nvcc on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "kernel.ptx"
+        done = subprocess.run(["nvcc", loader.NVCC_ARCH, "--ptx", "-o", str(target), str(_file(source, tmp))],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise loader.KernelCompileError(done.stderr)
+        text = target.read_text()
+    start = text.index(".entry " + entry) if (".entry " + entry) in text else text.index(".entry")
+    return text[start:text.index("\n}", start) + 2]
+
+
+def sass(source: str, entry: str) -> str:
+    """The machine code (SASS, sm_90a) of `entry`, one instruction a line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        text = disasm.sass(_file(source, tmp), entry)
+    return "\n".join(f"{address}  {instruction}" for address, instruction in disasm.instructions(text, ("",))
+                     if instruction != "NOP")
+
+
+def registers(source: str, entry: str) -> int:
+    """The 32-bit registers ptxas gives each thread of `entry`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        usage = disasm.resource_usage(disasm.cubin(_file(source, tmp)))
+    return usage[next(name for name in usage if entry in name)]["REG"]
+
+
+# ---- the warm-up: a row sum -------------------------------------------------------------------------
+
+ROW_SUM_CASES = ((1, 1), (3, 31), (3, 33), (2, 256), (4, 1000), (1, 4097))
+
+
+def check_row_sum(source: str, entry: str = "row_sum", threads: int = 256, on: str | None = None) -> bool:
+    """Grade a kernel row_sum(const float* x, float* out, int n_cols): one block of `threads` per row,
+    out[row] = the row's sum. Prints "passed" or the first wrong case; returns True or False."""
+    rng = np.random.default_rng(17)
+    for n_rows, n_cols in ROW_SUM_CASES:
+        x = rng.standard_normal((n_rows, n_cols)).astype(np.float32)
+        out = np.full(n_rows, np.nan, np.float32)          # poisoned: an unwritten row fails
+        try:
+            run(source, entry, (n_rows,), (threads,), (x, out, np.int32(n_cols)), on=on)
+        except Exception as error:   # a compile error, or what the emulator stopped the launch for
+            print(f"row_sum: FAILED on {n_rows} rows of {n_cols}: {type(error).__name__}: {error}")
+            return False
+        want = x.astype(np.float64).sum(axis=1)
+        tolerance = 4 * np.finfo(np.float32).eps * np.abs(x).astype(np.float64).sum(axis=1) + 1e-30
+        wrong = ~(np.abs(out - want) <= tolerance)
+        if wrong.any():
+            row = int(np.flatnonzero(wrong)[0])
+            print(f"row_sum: FAILED on {n_rows} rows of {n_cols}: out[{row}] is {out[row]!r}, expected {want[row]:.7g}")
+            return False
+    print("row_sum: passed")
+    return True
+
+
+def entries(source: str) -> list[str]:
+    """The extern "C" __global__ functions of a source text."""
+    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)', source)
