@@ -66,7 +66,7 @@ def _logsumexp(x, dim, keepdim):
     return api.logsumexp(x, dim, keepdims=keepdim).contiguous()
 
 
-def _attention(q, k, v, causal, scale, causal_align):
+def _attention(q, k, v, causal, scale, causal_align="bottom_right"):
     return attention_api.attention(q, k, v, causal=causal, scale=scale, causal_align=causal_align)
 
 
