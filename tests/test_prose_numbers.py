@@ -41,7 +41,8 @@ MEASURED = re.compile(
 
 def pages() -> list[Path]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]] + [entry["file"] for entry in toc.get("chapters", [])]
+    files = [toc["root"]] + [entry["file"] for entry in toc.get("chapters", [])] + \
+        [section["file"] for entry in toc.get("chapters", []) for section in entry.get("sections", [])]
     return [ROOT / f"{name}.md" for name in files]
 
 
