@@ -21,6 +21,14 @@ import numpy as np
 from onlinesoftmax.runtime import device, disasm, emulator, loader
 
 
+PRIMER_KERNELS = loader.REPO_ROOT / "exercises" / "primer"
+
+
+def source(name: str) -> str:
+    """The text of the page's kernel `name` (exercises/primer/<name>.cu)."""
+    return (PRIMER_KERNELS / f"{name}.cu").read_text()
+
+
 def _file(source: str, tmp: str) -> Path:
     path = Path(tmp) / "first_kernel.cu"
     path.write_text(source)
