@@ -13,13 +13,15 @@ import re
 READING_WPM = 200            # words a minute for technical prose with formulas
 
 
-def prose(text: str) -> str:
-    lines, out = text.splitlines(), []
+def prose_lines(text: str):
+    """(line number, text) of the prose: no front matter, code fences, $$ blocks, directive options
+    or HTML comments. tests/test_prose_numbers.py reads pages with it too."""
+    lines = text.splitlines()
     start = 0
     if lines and lines[0].strip() == "---":
         start = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), -1) + 1
     in_code = in_math = False
-    for line in lines[start:]:
+    for number, line in enumerate(lines[start:], start + 1):
         stripped = line.strip()
         if stripped.startswith(("```", "~~~")):
             in_code = not in_code
@@ -30,10 +32,13 @@ def prose(text: str) -> str:
             if stripped.count("$$") == 1:
                 in_math = not in_math
             continue
-        if in_math or re.match(r"^:[\w-]+:", stripped):
+        if in_math or re.match(r"^:[\w-]+:", stripped) or stripped.startswith("<!--"):
             continue
-        out.append(line)
-    return "\n".join(out)
+        yield number, line
+
+
+def prose(text: str) -> str:
+    return "\n".join(line for _, line in prose_lines(text))
 
 
 def minutes(text: str) -> int:

@@ -9,12 +9,15 @@ ALLOWED lists the few typed exceptions, each a definition or a source's own figu
 page labels as such.
 """
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "_ext"))
+from reading_time import prose_lines  # noqa: E402  (the book's one reading of a page's prose)
 ALLOWED = (
     r"0x[0-9A-Fa-f]+",                       # bit patterns
     r"\bsm_\d+a?\b", r"\bcompute capability \d\.\d\b", r"\bcc \d\.\d\b",
@@ -44,29 +47,6 @@ def pages() -> list[Path]:
     files = [toc["root"]] + [entry["file"] for entry in toc.get("chapters", [])] + \
         [section["file"] for entry in toc.get("chapters", []) for section in entry.get("sections", [])]
     return [ROOT / f"{name}.md" for name in files]
-
-
-def prose_lines(text: str):
-    """(line number, text) of prose: no front matter, code fences, $$ blocks, directive options."""
-    in_code = in_math = False
-    lines = text.splitlines()
-    start = 0
-    if lines and lines[0].strip() == "---":
-        start = next(i for i in range(1, len(lines)) if lines[i].strip() == "---") + 1
-    for number, line in enumerate(lines[start:], start + 1):
-        stripped = line.strip()
-        if stripped.startswith(("```", "~~~")):
-            in_code = not in_code
-            continue
-        if in_code:
-            continue
-        if stripped.startswith("$$") or stripped.endswith("$$"):
-            if stripped.count("$$") == 1:
-                in_math = not in_math
-            continue
-        if in_math or re.match(r"^:[\w-]+:", stripped) or stripped.startswith("<!--"):
-            continue
-        yield number, line
 
 
 def typed_measurements(text: str, page: str = "") -> list[tuple[int, str, str]]:
