@@ -25,6 +25,7 @@ so `torch.autograd.gradcheck` runs on a machine without a GPU. `onlinesoftmax.so
 `log_softmax` and `logsumexp` called on a tensor that requires a gradient go through these operators.
 """
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from onlinesoftmax import api, attention_api, loss
 from onlinesoftmax import backward as kernels_backward
@@ -32,6 +33,7 @@ from onlinesoftmax import backward as kernels_backward
 _lib = torch.library.Library("onlinesoftmax", "DEF")
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_functorch_level = torch._C._functorch.maybe_current_level   # None unless a torch.func transform is active
 _modes = torch._C._len_torch_dispatch_stack      # Python dispatch modes active (make_fx, FlopCounterMode, ...)
 
 
@@ -119,11 +121,13 @@ def _from_the_output(forward, backward):
 
     class FromTheOutput(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, dim):
-            y = forward(x, dim)
-            ctx.dim = dim
+        def forward(x, dim):
+            return forward(x, dim)
+
+        @staticmethod
+        def setup_context(ctx, inputs, y):
+            ctx.dim = inputs[1]
             ctx.save_for_backward(y)
-            return y
 
         @staticmethod
         def backward(ctx, dy):
@@ -140,10 +144,13 @@ class _LogSumExp(torch.autograd.Function):
     """d lse / dx = softmax(x): dx = softmax(x) * dlse, dlse broadcast along dim."""
 
     @staticmethod
-    def forward(ctx, x, dim, keepdim):
-        ctx.dim, ctx.keepdim = dim, keepdim
-        ctx.save_for_backward(x)
+    def forward(x, dim, keepdim):
         return _ops.logsumexp(x, dim, keepdim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, _):
+        x, ctx.dim, ctx.keepdim = inputs
+        ctx.save_for_backward(x)
 
     @staticmethod
     def backward(ctx, dlse):
@@ -158,10 +165,13 @@ class _SoftmaxBackward(torch.autograd.Function):
     d/d(dy) of <g, dx> is y (g - sum g y) (the same kernel); d/dy is g (dy - s) - (sum g y) dy."""
 
     @staticmethod
-    def forward(ctx, y, dy, dim):
-        ctx.dim = dim
-        ctx.save_for_backward(y, dy)
+    def forward(y, dy, dim):
         return _ops.softmax_backward(y, dy, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, _):
+        y, dy, ctx.dim = inputs
+        ctx.save_for_backward(y, dy)
 
     @staticmethod
     def backward(ctx, g):
@@ -176,10 +186,13 @@ class _LogSoftmaxBackward(torch.autograd.Function):
     d/dz is -g e^z S."""
 
     @staticmethod
-    def forward(ctx, z, dy, dim):
-        ctx.dim = dim
-        ctx.save_for_backward(z, dy)
+    def forward(z, dy, dim):
         return _ops.log_softmax_backward(z, dy, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, _):
+        z, dy, ctx.dim = inputs
+        ctx.save_for_backward(z, dy)
 
     @staticmethod
     def backward(ctx, g):
@@ -190,8 +203,12 @@ class _LogSoftmaxBackward(torch.autograd.Function):
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, causal_align="bottom_right"):
+    def forward(q, k, v, causal, scale, causal_align="bottom_right"):
         return _ops.attention(q, k, v, causal, scale, causal_align)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     def backward(ctx, dout):
@@ -202,20 +219,22 @@ class _Attention(torch.autograd.Function):
 class _CrossEntropy(torch.autograd.Function):
     """The forward kernel writes the gradient of the loss as it computes it (the logits are read for
     it while they are in cache); backward scales it by the upstream gradient: not at all when that is
-    1, as after loss.backward() (a one-element comparison on the host), else one multiply."""
+    1, as after loss.backward() (a one-element comparison on the host), else one multiply. The gradient
+    is the Function's third output (saved, never returned by the operator)."""
 
     @staticmethod
-    def forward(ctx, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
-        value, lse, grad = loss.cross_entropy_with_grad(logits, targets, ignore_index=ignore_index,
-                                                        label_smoothing=label_smoothing, z_loss=z_loss,
-                                                        softcap=softcap or None, reduction=reduction)
-        ctx.reduction = reduction
-        ctx.save_for_backward(grad)
-        ctx.mark_non_differentiable(lse)
-        return value, lse
+    def forward(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
+        return loss.cross_entropy_with_grad(logits, targets, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                            z_loss=z_loss, softcap=softcap or None, reduction=reduction)
 
     @staticmethod
-    def backward(ctx, g, _):
+    def setup_context(ctx, inputs, outputs):
+        ctx.reduction = inputs[6]
+        ctx.save_for_backward(outputs[2])
+        ctx.mark_non_differentiable(outputs[1], outputs[2])
+
+    @staticmethod
+    def backward(ctx, g, *_):
         (grad,) = ctx.saved_tensors
         if ctx.reduction == "none":
             grad = grad * g.unsqueeze(-1).to(grad.dtype)
@@ -224,7 +243,16 @@ class _CrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None, None, None
 
 
-def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad):
+def _refuse_tangents(name: str, args) -> None:
+    """Forward-mode AD (torch.func.jvp, forward_ad.make_dual) has no rule here: a dual tensor is an error,
+    never a result whose tangent was silently dropped."""
+    for a in args:
+        if isinstance(a, _Tensor) and _forward_ad.unpack_dual(a).tangent is not None:
+            raise NotImplementedError(f"onlinesoftmax::{name} has no forward-mode AD rule (jvp): use "
+                                      f"reverse mode (backward, torch.func.vjp or grad), or torch's own {name}")
+
+
+def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad, outputs=None):
     """The operator's kernel at the Autograd key: the Function when a gradient is wanted; a plain
     tensor, with no dispatch mode active (a tracer, a FLOP counter), straight to the implementation;
     anything else (torch.compile's fake and functional tensors, a mode) below autograd, to the
@@ -232,9 +260,15 @@ def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].re
     implementation, op = OPERATORS[name][1], getattr(_ops, name).default
 
     def kernel(*args):
+        if _forward_ad.__dict__["_current_level"] >= 0:   # inside forward_ad.dual_level(): a tangent would be lost
+            _refuse_tangents(name, args)
+        if _functorch_level() is not None and not torch.compiler.is_compiling():
+            raise NotImplementedError(f"onlinesoftmax::{name} does not run under torch.func transforms (grad, vmap, "
+                                      "jacrev, jvp): use torch.autograd (loss.backward(), torch.autograd.grad)")
         wanted = _grad_enabled() and differentiable(args)
         if wanted:
-            return function.apply(*args)
+            result = function.apply(*args)
+            return result if outputs is None else result[:outputs]
         if type(args[0]) is _Tensor and not _modes():
             return implementation(*args)
         with torch._C._AutoDispatchBelowAutograd():
@@ -246,7 +280,7 @@ _autograd_kernel("softmax", _Softmax)
 _autograd_kernel("log_softmax", _LogSoftmax)
 _autograd_kernel("logsumexp", _LogSumExp)
 _autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]))
-_autograd_kernel("cross_entropy", _CrossEntropy)
+_autograd_kernel("cross_entropy", _CrossEntropy, outputs=2)
 _autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
 _autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
 

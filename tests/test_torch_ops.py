@@ -230,3 +230,22 @@ def test_dispatch_modes_see_the_operators():
 
     graph = make_fx(lambda a: OPS.softmax(a, -1) * 2)(torch.randn(2, 5)).graph
     assert any("onlinesoftmax.softmax" in str(node.target) for node in graph.nodes), graph
+
+
+def test_forward_mode_and_torch_func_are_errors_or_right():
+    """A tangent is never dropped: forward-mode AD (forward_ad, torch.func.jvp) and torch.func.grad raise
+    NotImplementedError naming the operator; vmap runs torch's per-slice fallback, which is right."""
+    import torch.autograd.forward_ad as forward_ad
+
+    x = torch.randn(3, 5, dtype=torch.float64)
+    tangent = torch.randn(3, 5, dtype=torch.float64)
+    with forward_ad.dual_level():
+        with pytest.raises(NotImplementedError, match="onlinesoftmax::softmax has no forward-mode AD rule"):
+            torch.ops.onlinesoftmax.softmax(forward_ad.make_dual(x, tangent), -1)
+        assert torch.equal(torch.ops.onlinesoftmax.softmax(x, -1), torch.ops.onlinesoftmax.softmax(x, -1))
+    with pytest.raises(NotImplementedError, match="forward-mode"):
+        torch.func.jvp(lambda a: osm.log_softmax(a), (x,), (tangent,))
+    with pytest.raises(NotImplementedError, match="torch.func transforms"):
+        torch.func.grad(lambda a: osm.logsumexp(a, -1).sum())(x)
+    batched = torch.func.vmap(lambda a: osm.softmax(a))(x)
+    torch.testing.assert_close(batched, torch.softmax(x, -1))

@@ -39,11 +39,19 @@ def stream_address_function():
 
 
 def wants_operator(x) -> bool:
-    """A tensor that requires a gradient (grad mode on), or any tensor while torch.compile traces:
-    softmax, log_softmax and logsumexp then go through their operators (`autograd` above)."""
+    """A tensor that requires a gradient (grad mode on), or any tensor while torch.compile traces or a
+    torch.func transform (vmap, grad, jvp) is active: softmax, log_softmax, logsumexp and cross_entropy
+    then go through their operators (`autograd` above), whose rules those transforms call."""
     import torch
 
-    return (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling()
+    return (x.requires_grad and torch.is_grad_enabled()) or transforming()
+
+
+def transforming() -> bool:
+    """torch.compile is tracing, or a torch.func transform is active (its tensors have no storage)."""
+    import torch
+
+    return torch.compiler.is_compiling() or torch._C._functorch.maybe_current_level() is not None
 
 
 def external_stream(device_index: int, address: int):
