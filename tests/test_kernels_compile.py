@@ -49,6 +49,7 @@ PTXAS_FUNCTION = re.compile(r"Compiling entry function '([^']+)'|Function proper
 PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 COMPILE_TIMEOUT_S = 300
 COMPILE_WORKERS = 2   # CI has 2 cores
+PREFETCH = 2          # builds queued ahead of the test that waits (CompileFarm)
 
 # The arch the nvcc build (NVCC_ARCH) targets, and the others every kernel is built for.
 NVCC_TARGET = re.search(r"code=(sm_\w+)", NVCC_ARCH).group(1)          # sm_90a
@@ -186,10 +187,15 @@ def nvrtc_local_memory(path: Path, define_flags: tuple[str, ...]) -> dict:
 
 
 class CompileFarm:
-    """Builds keyed by (kind, name, arch) on a thread pool: submitted once, awaited by the tests."""
+    """Builds keyed by (kind, name, arch) on a thread pool: submitted once, awaited by the tests. A
+    test's build is submitted when it asks for it, with the builds of the next PREFETCH tests in run
+    order, so that the pool works ahead of the tests. Not every build up front: under pytest-xdist
+    each worker collects every test but runs only some, and would build the others' kernels too."""
 
-    def __init__(self, pool: ThreadPoolExecutor):
+    def __init__(self, pool: ThreadPoolExecutor, order=()):
         self.pool, self.jobs = pool, {}
+        self.order = list(order)                        # (key, function, *args) of each test, in run order
+        self.position = {job[0]: i for i, job in reversed(list(enumerate(self.order)))}
 
     def submit(self, key, function, *args):
         if key not in self.jobs:
@@ -197,7 +203,12 @@ class CompileFarm:
         return self.jobs[key]
 
     def result(self, key, function, *args):
-        return self.submit(key, function, *args).result()
+        future = self.submit(key, function, *args)
+        start = self.position.get(key)
+        if start is not None:
+            for job in self.order[start + 1:start + 1 + PREFETCH]:
+                self.submit(*job)
+        return future.result()
 
 
 def _job(item, nvcc: str | None):
@@ -218,15 +229,11 @@ def _job(item, nvcc: str | None):
 
 @pytest.fixture(scope="module")
 def farm(request):
-    """Every build the selected tests of this module need, queued in run order on COMPILE_WORKERS threads."""
+    """The builds of this module's tests, made on COMPILE_WORKERS threads as the tests ask (CompileFarm)."""
     nvcc = find_nvcc()
     with ThreadPoolExecutor(COMPILE_WORKERS, thread_name_prefix="compile") as pool:
-        farm = CompileFarm(pool)
-        for item in request.session.items:
-            job = _job(item, nvcc)
-            if job is not None:
-                farm.submit(*job)
-        yield farm
+        jobs = [job for job in (_job(item, nvcc) for item in request.session.items) if job is not None]
+        yield CompileFarm(pool, jobs)
         pool.shutdown(wait=True, cancel_futures=True)   # a run stopped early (-x) waits for no queued build
 
 
