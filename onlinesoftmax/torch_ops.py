@@ -160,45 +160,43 @@ class _LogSumExp(torch.autograd.Function):
         return (_ops.softmax(x, ctx.dim) * dlse).to(x.dtype), None, None
 
 
-class _SoftmaxBackward(torch.autograd.Function):
-    """dx = y (dy - s), s = sum y dy, differentiated again (a gradient of a gradient, in torch's ops):
-    d/d(dy) of <g, dx> is y (g - sum g y) (the same kernel); d/dy is g (dy - s) - (sum g y) dy."""
+def _second_derivative(operator, rule):
+    """An autograd rule for a backward operator (y, dy, dim) -> dx, differentiated again in torch's ops:
+    rule(y, dy, g, dim) -> (d/dy, d/d(dy)) of <g, dx>."""
 
-    @staticmethod
-    def forward(y, dy, dim):
-        return _ops.softmax_backward(y, dy, dim)
+    class GradientOfGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(y, dy, dim):
+            return operator(y, dy, dim)
 
-    @staticmethod
-    def setup_context(ctx, inputs, _):
-        y, dy, ctx.dim = inputs
-        ctx.save_for_backward(y, dy)
+        @staticmethod
+        def setup_context(ctx, inputs, _):
+            y, dy, ctx.dim = inputs
+            ctx.save_for_backward(y, dy)
 
-    @staticmethod
-    def backward(ctx, g):
-        y, dy = ctx.saved_tensors
-        gy = (g * y).sum(ctx.dim, keepdim=True)
-        s = (y * dy).sum(ctx.dim, keepdim=True)
-        return g * (dy - s) - gy * dy, _ops.softmax_backward(y, g, ctx.dim), None
+        @staticmethod
+        def backward(ctx, g):
+            y, dy = ctx.saved_tensors
+            return (*rule(y, dy, g, ctx.dim), None)
+    return GradientOfGradient
 
 
-class _LogSoftmaxBackward(torch.autograd.Function):
-    """dx = dy - e^z S, S = sum dy, differentiated again: d/d(dy) of <g, dx> is g - sum(g e^z);
-    d/dz is -g e^z S."""
+def _softmax_second(y, dy, g, dim):
+    """dx = y (dy - s), s = sum y dy: d/dy of <g, dx> is g (dy - s) - (sum g y) dy; d/d(dy) is
+    y (g - sum g y), the same kernel."""
+    gy = (g * y).sum(dim, keepdim=True)
+    s = (y * dy).sum(dim, keepdim=True)
+    return g * (dy - s) - gy * dy, _ops.softmax_backward(y, g, dim)
 
-    @staticmethod
-    def forward(z, dy, dim):
-        return _ops.log_softmax_backward(z, dy, dim)
 
-    @staticmethod
-    def setup_context(ctx, inputs, _):
-        z, dy, ctx.dim = inputs
-        ctx.save_for_backward(z, dy)
+def _log_softmax_second(z, dy, g, dim):
+    """dx = dy - e^z S, S = sum dy: d/dz of <g, dx> is -g e^z S; d/d(dy) is g - sum(g e^z)."""
+    p = z.exp()
+    return -g * p * dy.sum(dim, keepdim=True), g - (g * p).sum(dim, keepdim=True)
 
-    @staticmethod
-    def backward(ctx, g):
-        z, dy = ctx.saved_tensors
-        p = z.exp()
-        return -g * p * dy.sum(ctx.dim, keepdim=True), g - (g * p).sum(ctx.dim, keepdim=True), None
+
+_SoftmaxBackward = _second_derivative(_ops.softmax_backward, _softmax_second)
+_LogSoftmaxBackward = _second_derivative(_ops.log_softmax_backward, _log_softmax_second)
 
 
 class _Attention(torch.autograd.Function):
