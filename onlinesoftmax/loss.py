@@ -108,9 +108,10 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
                "softcap": float(softcap or 0.0)}
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = (1.0 / counted.astype(np.float32)).astype(np.float32) if reduction == "mean" else xp.float32(1.0)
-    if logits.dtype == np.float64 or x.shape[0] == 0:   # exactly, in float64
+    if logits.dtype == np.float64 or x.shape[0] == 0:   # exactly, in float64 (no rows: empty results)
         rows, lse, dx = kce.reference(x, t, **options)
-        dx = dx * scale if grad else None
+        dx = (dx * scale).astype(logits.dtype, copy=False) if grad else None
+        lse = lse.astype(np.float32 if logits.dtype != np.float64 else np.float64, copy=False)
     elif not on_gpu:
         rows, lse, dx = REGISTRY["cross_entropy_01_rows"].simulate(x, t, scale if grad else None, **options)
         if grad and in_place:

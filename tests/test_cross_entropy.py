@@ -62,6 +62,9 @@ def test_leading_axes_float64_and_in_place():
     _, _, same = osm.cross_entropy_with_grad(y, t, in_place=True)
     assert same is y and np.array_equal(y, dx.reshape(12, 33))
     assert np.isnan(osm.cross_entropy(x, np.full(12, -100)))   # nothing counted: 0 / 0, as torch
+    loss, lse, dx = osm.cross_entropy_with_grad(np.ones((0, 5), np.float16), np.ones(0, np.int64), reduction="sum")
+    assert float(loss) == 0 and lse.shape == (0,) and lse.dtype == np.float32 and dx.shape == (0, 5) \
+        and dx.dtype == np.float16
 
 
 def test_extreme_rows():

@@ -56,6 +56,12 @@ def _big_slot(paths):
 
 
 def _free_cached_memory():
+    """Best effort: a test that left the context unusable fails by itself, not in this teardown."""
+    with contextlib.suppress(Exception):
+        _free_pools()
+
+
+def _free_pools():
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         cupy.cuda.Device().synchronize()
