@@ -43,6 +43,7 @@ import numpy as np
 from onlinesoftmax import api
 from onlinesoftmax.kernels.attention import blocked as kernels
 from onlinesoftmax.kernels.dispatch import Choice
+from onlinesoftmax.reference import array_module
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
 from onlinesoftmax.kernels.attention import mma as attention_mma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
@@ -218,7 +219,7 @@ def _top_left(q, k, v, causal, scale, return_lse, variant, align):
         return attention(q, k, v, causal=causal, **same)
     if n_q < n_k:
         return attention(q, k[:, :, :n_q], v[:, :, :n_q], causal=True, **same)
-    xp = np if isinstance(q, np.ndarray) else __import__("cupy")
+    xp = array_module(q)
     same["return_lse"] = True
     head = attention(q[:, :, :n_k], k, v, causal=True, **same)
     tail = attention(q[:, :, n_k:], k, v, causal=False, **same)

@@ -13,6 +13,7 @@ import numpy as np
 
 from onlinesoftmax import exact
 from onlinesoftmax.checks import EPS, as_float64, rounded_to
+from onlinesoftmax.checks import host as checks_host
 from onlinesoftmax.reference import array_module
 
 
@@ -61,9 +62,9 @@ def compare_cross_entropy(rows, lse, dx, x, targets, scale: float = 1.0, **optio
     NaN exactly where the truth has it; an ignored row must be 0 exactly."""
     from onlinesoftmax.kernels.cross_entropy import rows as kce
 
-    x64, t = as_float64(x), np.asarray(targets.get() if hasattr(targets, "get") else targets).reshape(-1)
-    x64 = (x64.get() if hasattr(x64, "get") else x64).reshape(t.size, -1)
-    host = [None if a is None else (a.get() if hasattr(a, "get") else np.asarray(a)) for a in (rows, lse, dx)]
+    t = checks_host(targets).reshape(-1)
+    x64 = as_float64(checks_host(x)).reshape(t.size, -1)
+    host = [None if a is None else checks_host(a) for a in (rows, lse, dx)]   # bfloat16 through its 16-bit words
     ref_rows, ref_lse, ref_grad = kce.reference(x64, t, **options)
     f32 = kce.terms(x64.astype(np.float32), t, options.get("ignore_index", -100), options.get("label_smoothing", 0.0),
                      options.get("z_loss", 0.0), options.get("softcap", 0.0), np, np.float32)

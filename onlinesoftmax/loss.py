@@ -24,6 +24,7 @@ import numpy as np
 
 from onlinesoftmax.inputs import check_array, check_length, describe
 from onlinesoftmax.kernels.cross_entropy import rows as kce
+from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import REGISTRY
 from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
@@ -85,7 +86,7 @@ def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, sof
         raise TypeError(f"{function}: ignore_index must be an int, got {ignore_index!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"{function}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
-    xp = np if not on_gpu else __import__("cupy")
+    xp = array_module(logits)
     flat = targets.reshape(-1)
     bad = ((flat < 0) | (flat >= logits.shape[-1])) & (flat != ignore_index)
     if bool(bad.any()):   # one synchronization on the GPU: a wrong target is an error, never a device fault

@@ -60,6 +60,8 @@ REJECTED |= {
     "starters/scale_vector.cu": "(3 of 3 outputs never written",
     "wrong/scale_vector__no_bounds_check.cu": "EmulatorOutOfBounds: out-of-bounds read of argument 0",
     "wrong/scale_vector__thread_index_only.cu": "y[256] is 1.23449997e+30",
+    "starters/row_sum.cu": "(1 of 1 outputs never written",
+    "wrong/row_sum__one_warp_only.cu": "FAILED on 5 rows of 33 on the CPU emulator: out[0] is -108.113876",
     "wrong/fix_attention_tail__no_max_subtraction.cu": "FAILED on hidden case: 5 queries, ",
     "wrong/fix_max_init_zero__init_minus_1e4.cu": "near -1e7 and near -1e5 on the CPU emulator: y[0, 0] is nan",
     "wrong/fix_max_init_zero__init_minus_1e6.cu": "near -1e7 and near -1e5 on the CPU emulator: y[0, 0] is nan",
@@ -74,6 +76,8 @@ NEEDS_CHECKS = {
     "wrong/online_softmax__three_pass.cu": "reads an element of x 3 times; the exercise asks for two passes",
     "wrong/split_merge__every_block_reads_the_whole_row.cu": "more than half its row",
     "wrong/row_in_registers__unaligned_float4.cu": "EmulatorMisaligned",
+    "wrong/row_sum__no_barrier.cu": "EmulatorRace: shared-memory race (write-after-read)",
+    "wrong/row_sum__no_tail_check.cu": "EmulatorOutOfBounds: out-of-bounds read of argument 0",
 }
 GPU_ONLY = {"wrong/row_in_registers__skips_the_timed_launch.cu"}   # only the timed launch (4000 rows) is wrong
 CRASHES = {"wrong/online_softmax__oob_write.cu": "killed by SIGSEGV (an access outside the arrays)",

@@ -7,7 +7,10 @@ of the mean loss with respect to the logits, on the same memory:
   cross_entropy_01_rows (autograd)  torch.autograd.grad(onlinesoftmax.cross_entropy(x, t), x): the operator
   torch.nn.functional.cross_entropy torch.autograd.grad(F.cross_entropy(x, t), x)
   liger                             Liger-Kernel's cross-entropy (its Triton kernel; where it imports)
-`method` "device" (timer.time_gpu). GB/s counts the ideal traffic of forward and backward (read the
+`method` "device" (timer.time_gpu). Ours include what a caller pays: one host synchronization per
+call for the target check (an out-of-range target is an error, not a device fault), and in the
+autograd row one more for the upstream gradient's "is it 1" test; torch checks its targets on the
+device instead. GB/s counts the ideal traffic of forward and backward (read the
 logits once, write the gradient once: 2 x the logits' bytes) and `fraction_of_copy` divides it by the
 copy bandwidth measured in the same run. Targets: >= 0.85 of the copy and >= 2x torch's
 forward + backward. Ours is checked against the float64 truth (gradient_checks.compare_cross_entropy)

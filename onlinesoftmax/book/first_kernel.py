@@ -7,11 +7,10 @@ a GPU would leave them): on a GPU through CuPy (the arrays copied there and back
 the book's CPU emulator (onlinesoftmax/runtime/emulator.py), which checks every access: a read past
 an array, a race in shared memory or a barrier some threads never reach stops the launch with an
 error naming it. `ptx` and `sass` are what nvcc makes of the text, `registers` what ptxas
-allocates per thread. `check_row_sum` grades the page's warm-up.
+allocates per thread. The page's warm-up, `row_sum`, is a kernel exercise (kernel_exercises.py).
 """
 from __future__ import annotations
 
-import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -83,36 +82,3 @@ def registers(source: str, entry: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         usage = disasm.resource_usage(disasm.cubin(_file(source, tmp)))
     return usage[next(name for name in usage if entry in name)]["REG"]
-
-
-# ---- the warm-up: a row sum -------------------------------------------------------------------------
-
-ROW_SUM_CASES = ((1, 1), (3, 31), (3, 33), (2, 256), (4, 1000), (1, 4097))
-
-
-def check_row_sum(source: str, entry: str = "row_sum", threads: int = 256, on: str | None = None) -> bool:
-    """Grade a kernel row_sum(const float* x, float* out, int n_cols): one block of `threads` per row,
-    out[row] = the row's sum. Prints "passed" or the first wrong case; returns True or False."""
-    rng = np.random.default_rng(17)
-    for n_rows, n_cols in ROW_SUM_CASES:
-        x = rng.standard_normal((n_rows, n_cols)).astype(np.float32)
-        out = np.full(n_rows, np.nan, np.float32)          # poisoned: an unwritten row fails
-        try:
-            run(source, entry, (n_rows,), (threads,), (x, out, np.int32(n_cols)), on=on)
-        except Exception as error:   # a compile error, or what the emulator stopped the launch for
-            print(f"row_sum: FAILED on {n_rows} rows of {n_cols}: {type(error).__name__}: {error}")
-            return False
-        want = x.astype(np.float64).sum(axis=1)
-        tolerance = 4 * np.finfo(np.float32).eps * np.abs(x).astype(np.float64).sum(axis=1) + 1e-30
-        wrong = ~(np.abs(out - want) <= tolerance)
-        if wrong.any():
-            row = int(np.flatnonzero(wrong)[0])
-            print(f"row_sum: FAILED on {n_rows} rows of {n_cols}: out[{row}] is {out[row]!r}, expected {want[row]:.7g}")
-            return False
-    print("row_sum: passed")
-    return True
-
-
-def entries(source: str) -> list[str]:
-    """The extern "C" __global__ functions of a source text."""
-    return re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)', source)

@@ -52,7 +52,6 @@ EXERCISES_DIR = loader.REPO_ROOT / "exercises"
 STARTERS, SOLUTIONS = EXERCISES_DIR / "starters", EXERCISES_DIR / "solutions"
 TIMEOUT_S = 180                 # the GPU run, then the emulator (its first build of a kernel takes a while)
 RACECHECK_TIMEOUT_S = 120
-TIMED_SHAPE = kt.SoftmaxRows.timed_shape
 
 
 DIFFICULTIES = ("warm-up", "core", "challenge")
@@ -82,8 +81,9 @@ _ROWS, _SPLIT, _LSE, _TOPK, _SCALE = kt.SoftmaxRows(), kt.SplitMerge(), kt.LseRo
 _ATTENTION = kt_attention.Attention()
 EXERCISES = {e.name: e for e in (
     KernelExercise("scale_vector", "00", "your first kernel: one thread per element, y = a * x", _SCALE, "warm-up"),
-    KernelExercise("online_softmax", "03", "write the online softmax kernel: one pass for (m, l), one for the output", _ROWS,
-                   design="two passes"),
+    KernelExercise("row_sum", "00", "a row sum: one block per row, its threads' sums combined", kt.RowSum(), "warm-up"),
+    KernelExercise("online_softmax", "03", "write the online softmax kernel: one pass for (m, l), one for the output",
+                   _ROWS, design="two passes"),
     KernelExercise("three_pass_softmax", "03", "write the three-pass softmax kernel: max, sum, output", _ROWS),
     KernelExercise("fix_missing_guard", "03", "NaN on short rows: the combine of two empty states", _ROWS),
     KernelExercise("fix_max_init_zero", "03", "NaN on large negative logits: the state's first maximum", _ROWS, "warm-up"),

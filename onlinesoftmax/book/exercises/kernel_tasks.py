@@ -249,6 +249,20 @@ class LseRows(SoftmaxRows):
                 lambda: self.expect_lse(x_host, lse))
 
 
+class RowSum(LseRows):
+    """kernel(x, out, n_cols, x_row_stride); grid n_rows, block 256: out[i] = the sum of row i. The
+    primer's warm-up: the row maximum of its first kernels with + in place of the maximum."""
+
+    def expect_lse(self, x_host, out):
+        with np.errstate(invalid="ignore"):
+            expected = x_host.astype(np.float64).sum(axis=1)        # -inf and +inf in one row: NaN
+            scale = np.abs(x_host.astype(np.float64)).sum(axis=1)
+        finite = np.isfinite(scale)
+        # a float32 sum in any order: a few ulps of the sum of |x| (the largest row's)
+        atol = 8 * float(np.finfo(np.float32).eps) * (scale[finite].max(initial=1.0))
+        return [Check("out", host(out), expected, Tolerance(rtol=0.0, atol=atol), x_host, poison=checks.POISON["float32"])]
+
+
 # ---- softmax + top-k, a warp per row ----------------------------------------------------------
 
 class TopK(SoftmaxRows):
