@@ -225,7 +225,9 @@ def test_the_exercise_grader_passes_the_solution_and_rejects_wrong_ones():
     wrong = {"smoothing forgotten": lambda x, t, eps: el.solution(x, t, 0.0),
              "no maximum subtracted (overflows)": lambda x, t, eps: _unshifted(x, t, eps),
              "the one-hot with the wrong sign": lambda x, t, eps: el.solution(x, t, eps) + 2 * _one_hot(x, t, eps),
-             "the untouched stub": lambda x, t, eps: None}
+             "the untouched stub": lambda x, t, eps: None,
+             "right on the visible shapes only": lambda x, t, eps: el.solution(x, t, eps)
+             if np.shape(x)[1] in (3, 50, 1) else np.zeros(np.shape(x), np.float32)}
     for name, fn in wrong.items():
         assert not el.check_cross_entropy_grad(fn, quiet=True), name
 
