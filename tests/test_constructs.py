@@ -29,7 +29,7 @@ CONSTRUCTS = {
     "16-byte vectors (float4, uint4)": (r"\bfloat4\b|\buint4\b", r"float4", PRIMER),
     "dynamic shared memory": (r"extern __shared__", r"extern __shared__", PRIMER),
     "__shfl_sync (a broadcast)": (r"__shfl_sync\b", r"__shfl_sync", ("chapters/03_online_kernel",)),
-    "exp2f": (r"exp2f|ex2\.approx", r"exp2f|ex2\.approx", ("chapters/05_logsumexp_and_merge",)),
+    "exp2f": (r"exp2f|ex2\.approx", r"exp2f|ex2\.approx", ("chapters/05_lse_kernels",)),
     "atomics": (r"atomicAdd|atomicMax|atomicCAS", r"atomic", ("chapters/06_copy_ceiling",)),
     "cp.async": (r"cp\.async", r"cp\.async", ("chapters/06_copy_ceiling",)),
     "thread-block clusters": (r"__cluster_dims__|cluster\.sync|map_shared_rank|cluster_ctarank", r"cluster",

@@ -29,8 +29,8 @@ ALLOWED = (
 # A source's own figures, quoted and labelled as the source's on that line: (page stem, text).
 SOURCE_FIGURES = (
     ("00_gpu_primer", "NVIDIA's H200 datasheet gives 141 GB of HBM3e at 4.8 TB/s peak (NVIDIA's figures"),
-    ("03_online_kernel", "(the paper's figures, not ours)"),
-    ("03_online_kernel", "which this chapter labels as the paper's claim"),
+    ("03_bytes_and_speed", "(the paper's figures, not ours)"),
+    ("03_bytes_and_speed", "which this chapter labels as the paper's claim"),
     ("02_online_normalizer", "The paper's own V100 measurements show the online kernel up to about 1.3×"),
 )
 MEASURED = re.compile(
