@@ -12,6 +12,7 @@ build time, so the page is the same wherever it was built; each series says whic
     topk_figure()                chapter 07, the k probabilities softmax_topk returns
     attention_figure()           chapter 08, blocked attention against the float64 reference
     tensor_core_figure()         chapter 09, a step of the tensor-core ladder: error and wavefronts
+    sampling_figure(row)         chapter 13, a row's filtered distribution and the draws of the sampler
 
 Chapter 03's kernel explorer and chapter 06's explorer build theirs next to their widgets
 (widgets_online.explorer_figure, explorer.explorer_figure).
@@ -310,4 +311,39 @@ def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 1
                                  f"{err_reuse if step == 7 else err.max():.2e}; rows that see no key: {int(blind.sum())} "
                                  f"of {n_q}\nshared-memory wavefronts per 16 rows and 64 keys: {sum(w.values()):.0f} for "
                                  f"{', '.join(w)}", when={**when, "step": step})
+    return fig
+
+
+SAMPLING_SETTINGS = {"temperature": (0.5, 1.0, 2.0), "top_k": (0, 3, 8), "top_p": (1.0, 0.9, 0.6),
+                     "min_p": (0.0, 0.05, 0.2)}
+
+
+def sampling_figure(row: np.ndarray, draws: int = 20000, seed: int = 0) -> Figure:
+    """The sampling chapter: one row's distribution after temperature, top-k, top-p and min-p (float64),
+    beside the frequencies of `draws` tokens drawn by sampling_01_rows' NumPy model, for every
+    setting of the widget's four controls."""
+    from onlinesoftmax.kernels.sampling import rows as ks
+
+    s = SAMPLING_SETTINGS
+    fig = Figure("sampling", "What a row samples from, and what was drawn",
+                 [select(name, name, values, values[1] if name == "temperature" else values[0],
+                         labels=["off" if v in (0, 1.0) and name != "temperature" else v for v in values])
+                  for name, values in s.items()],
+                 digits=4, caption=f"float64 distribution; {draws} draws of the {MODEL_NOTE} of sampling_01_rows")
+    panel = fig.panel("p", x="token", y="probability", width=560, height=230, y_zero=True)
+    tokens = np.arange(row.size)
+    repeated = np.repeat(row[None, :].astype(np.float32), draws, axis=0)
+    for t in s["temperature"]:
+        for k in s["top_k"]:
+            for p in s["top_p"]:
+                for q in s["min_p"]:
+                    params = {"temperature": t, "top_k": k, "top_p": p, "min_p": q}
+                    when = dict(params)
+                    exact = ks.distribution(row[None, :], **params)[0]
+                    drawn = np.bincount(ks.simulate(repeated, seed, 0, **params), minlength=row.size) / draws
+                    fig.series(panel, "probability (float64)", tokens, exact, mark="point", color=REFERENCE,
+                               source="reference", when=when)
+                    fig.series(panel, "frequency drawn", tokens, drawn, mark="line",
+                               color=color("sampling_01_rows"), source="model", when=when)
+                    fig.note(f"{int((exact > 0).sum())} of {row.size} tokens kept", when=when)
     return fig

@@ -53,6 +53,7 @@ PALETTE = {
     "attention_06_decode_mma": "#e6550d",
     "attention_07_fragment_reuse": "#00a087",
     "cross_entropy_01_rows": "#3182bd",
+    "sampling_01_rows": "#ad494a",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

@@ -1,0 +1,267 @@
+// sampling_01_rows — one token per row of logits, drawn from the softmax of x / temperature after the
+// top-k, top-p and min-p filters, one block per row and no sort.
+//
+// For a row x (n logits) with temperature t, in fp32 (x widened exactly as it is loaded):
+//   s_j = x_j / t,  M = max_j s_j,  w_j = e^{s_j - M}      (a token's weight; p_j = w_j / sum w)
+//   top-k:  keep s_j >= s_(k), the k-th largest value (ties with it kept, as vLLM does)
+//   top-p:  of those, keep s_j >= v, the largest v whose kept tokens at or above it weigh at least
+//           p times all the kept tokens (the nucleus of the top-k distribution)
+//   min-p:  keep s_j >= M + log(min_p)                      (p_j >= min_p * max p)
+//   token = argmax over the kept j of (s_j - M) + g_j,  g_j Gumbel noise of Philox4x32-10
+// The argmax of the weights' logs plus Gumbel noise is a sample of the normalised weights (the
+// Gumbel-max trick), so the normaliser is never needed and one pass over the kept tokens samples.
+// g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
+// win and draws no noise. The thresholds are exact values of the row: a radix select over the
+// order-preserving bits of s, eight bits per pass, counting tokens (top-k) or summing weights
+// (top-p) in shared-memory histograms. Ties of keys go to the lower index.
+// g_j is word (j mod 4) of Philox(counter = (j / 4, row, offset_lo, offset_hi), key = (seed_lo,
+// seed_hi)): the same seed and offset give the same tokens, whatever the launch geometry.
+// temperature < 1e-5 is greedy decoding: the first index of the largest logit, no noise.
+// A row with a NaN or a +inf logit, or whose s overflows, or whose logits are all -inf, gets -1.
+//
+// Launch:  grid = (n_rows), block = (T), T a multiple of 32 up to 1024 chosen by the host from n.
+//          Per-row parameters: temperature, top_k, top_p and min_p each a device array of n_rows
+//          or, when its pointer is null, the scalar argument of the same name. top_k <= 0 or >= n,
+//          top_p >= 1 and min_p <= 0 turn a filter off.
+// Traffic: x read once to find M, four more times per radix select (top-k, top-p), once to sample:
+//          one read without filters, two with min-p, up to ten with top-k and top-p (the later
+//          reads from L2 while the rows in flight fit in it). 8 bytes written per row.
+// Limits:  1 <= n <= 2^31 - 2^16; x float32, float16 or bfloat16, rows strided (unit column
+//          stride); top_p in (0, 1], min_p in [0, 1], temperature >= 0 (the host checks them).
+#include "online_rows.cuh"
+#include "philox.cuh"
+
+#define SAMPLING_GREEDY_BELOW 1e-5f
+
+// The order-preserving bits of a float: a < b exactly when ordered(a) < ordered(b) (no NaN here);
+// -0 is taken as +0, so that the two zeros, equal as floats, are one key.
+__device__ __forceinline__ unsigned ordered_bits(float s) {
+    const unsigned b = __float_as_uint(s == 0.0f ? 0.0f : s);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// (key, index) with the larger key, the lower index on a tie; 32 scratch pairs in shared memory.
+__device__ __forceinline__ bool beats(float key, int index, float other_key, int other_index) {
+    return key > other_key || (key == other_key && index < other_index);
+}
+
+__device__ __forceinline__ void block_pick(float& key, int& index, float* keys, int* indices) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float k = __shfl_xor_sync(0xffffffffu, key, offset);
+        const int i = __shfl_xor_sync(0xffffffffu, index, offset);
+        if (beats(k, i, key, index)) { key = k; index = i; }
+    }
+    if (lane == 0) { keys[warp] = key; indices[warp] = index; }
+    __syncthreads();
+    if (warp == 0) {
+        key = lane < n_warps ? keys[lane] : neg_inf();
+        index = lane < n_warps ? indices[lane] : 0x7fffffff;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            const float k = __shfl_xor_sync(0xffffffffu, key, offset);
+            const int i = __shfl_xor_sync(0xffffffffu, index, offset);
+            if (beats(k, i, key, index)) { key = k; index = i; }
+        }
+        if (lane == 0) { keys[0] = key; indices[0] = index; }
+    }
+    __syncthreads();
+    key = keys[0];
+    index = indices[0];
+    __syncthreads();   // the scratch may be written again right after
+}
+
+// Warp 0: the digit (255 .. 0, from the top) whose bucket holds the `remaining`-th unit counted from
+// the largest keys down, and what remains of it inside that bucket. Lane l sums buckets 255 - 8l
+// down to 248 - 8l; a scan across lanes finds the lane, the lane its bucket. With sums of weights
+// the rounding of a different order may leave `remaining` just above the total: then the lowest
+// bucket that holds a token, all of it.
+template <class T>
+__device__ __forceinline__ int pick_digit(const T* hist, const unsigned* counts, T& remaining) {
+    const int lane = threadIdx.x & 31;
+    T part = 0;
+    unsigned filled = 0;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        part += hist[255 - 8 * lane - q];
+        filled |= counts[255 - 8 * lane - q];
+    }
+    T inclusive = part;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+        const T other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += other;
+    }
+    T before = __shfl_up_sync(0xffffffffu, inclusive, 1);
+    if (lane == 0) before = 0;
+    const unsigned hit = __ballot_sync(0xffffffffu, inclusive >= remaining && filled != 0);
+    int digit = -1;
+    T left = 0;
+    if (hit != 0) {
+        const int owner = __ffs(hit) - 1;
+        if (lane == owner) {
+            left = remaining - before;
+            for (int q = 0; q < 8 && digit < 0; ++q) {
+                const int d = 255 - 8 * lane - q;
+                if (counts[d] != 0 && hist[d] >= left) digit = d;
+                else left -= hist[d];
+            }
+        }
+        digit = __shfl_sync(0xffffffffu, digit, owner);
+        left = __shfl_sync(0xffffffffu, left, owner);
+    }
+    if (digit < 0) {   // only by rounding: the lowest filled bucket
+        const unsigned any = __ballot_sync(0xffffffffu, filled != 0);
+        const int owner = 31 - __clz(static_cast<int>(any));
+        if (lane == owner)
+            for (int q = 0; q < 8; ++q)
+                if (counts[255 - 8 * lane - q] != 0) { digit = 255 - 8 * lane - q; left = hist[digit]; }
+        digit = __shfl_sync(0xffffffffu, digit, owner);
+        left = __shfl_sync(0xffffffffu, left, owner);
+    }
+    remaining = left;
+    return digit;
+}
+
+struct SampleShared {
+    unsigned counts[256];
+    float masses[256];
+    float keys[32];
+    int indices[32];
+    unsigned prefix;
+};
+
+// The exact threshold key of a radix select over the tokens whose key is >= floor: by count (the
+// k-th largest, MASS = false) or by weight (the largest key whose tokens at or above it weigh at
+// least p of all, MASS = true). Four passes over the row, eight bits each.
+template <class Row, bool MASS>
+__device__ unsigned radix_select(const typename Row::Elem* row_x, int n, float t, float m, unsigned floor,
+                                 float target, SampleShared& sh) {
+    unsigned prefix = 0, mask = 0;
+    float remaining_mass = target;   // MASS: a fraction of the total until the first pass has the total
+    unsigned remaining_count = static_cast<unsigned>(target);
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += blockDim.x) { sh.counts[d] = 0; sh.masses[d] = 0.0f; }
+        __syncthreads();
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const float s = Row::load1(row_x + j) / t;
+            const unsigned key = ordered_bits(s);
+            if (key >= floor && (key & mask) == prefix) {
+                const int digit = (key >> shift) & 255;
+                atomicAdd(&sh.counts[digit], 1u);
+                if (MASS) atomicAdd(&sh.masses[digit], expf(s - m));
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            int digit;
+            if (MASS) {
+                if (shift == 24) {   // the first pass sums every kept token: p of that is the target
+                    float total = 0.0f;
+                    for (int d = 0; d < 256; ++d) total += sh.masses[d];
+                    remaining_mass = target * total;
+                }
+                digit = pick_digit<float>(sh.masses, sh.counts, remaining_mass);
+            } else {
+                digit = pick_digit<unsigned>(sh.counts, sh.counts, remaining_count);
+            }
+            if (threadIdx.x == 0) sh.prefix = prefix | (static_cast<unsigned>(digit) << shift);
+        }
+        __syncthreads();
+        prefix = sh.prefix;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+template <class Row>
+__device__ __forceinline__ void sample_row(const typename Row::Elem* x, long long* __restrict__ tokens,
+                                           const float* __restrict__ temperatures, const int* __restrict__ top_ks,
+                                           const float* __restrict__ top_ps, const float* __restrict__ min_ps,
+                                           float temperature, int top_k, float top_p, float min_p, int n,
+                                           long long x_stride, unsigned seed_lo, unsigned seed_hi,
+                                           unsigned offset_lo, unsigned offset_hi) {
+    __shared__ SampleShared sh;
+    const int row = blockIdx.x;
+    const typename Row::Elem* row_x = x + static_cast<long long>(row) * x_stride;
+    const float t_row = temperatures ? temperatures[row] : temperature;
+    const bool greedy = t_row < SAMPLING_GREEDY_BELOW;
+    const float t = greedy ? 1.0f : t_row;
+
+    // pass 1: M and its first index; a NaN or +inf (given, or by the division) marks the row
+    float m = neg_inf();
+    int first = 0x7fffffff;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const float s = Row::load1(row_x + j) / t;
+        const float key = (isnan(s) || s == -neg_inf()) ? -neg_inf() : s;
+        if (key > m) { m = key; first = j; }
+    }
+    block_pick(m, first, sh.keys, sh.indices);
+    if (m == -neg_inf() || m == neg_inf()) {
+        if (threadIdx.x == 0) tokens[row] = -1;
+        return;
+    }
+    if (greedy) {
+        if (threadIdx.x == 0) tokens[row] = first;
+        return;
+    }
+
+    // the filters: a floor on the ordered bits of s
+    const int k = top_ks ? top_ks[row] : top_k;
+    const float p = top_ps ? top_ps[row] : top_p;
+    const float q = min_ps ? min_ps[row] : min_p;
+    unsigned floor = 0;
+    if (k > 0 && k < n) floor = radix_select<Row, false>(row_x, n, t, m, 0u, static_cast<float>(k), sh);
+    if (p < 1.0f) floor = max(floor, radix_select<Row, true>(row_x, n, t, m, floor, p, sh));
+    if (q > 0.0f) floor = max(floor, ordered_bits(m + logf(q)));
+
+    // the last pass: Gumbel-max over the kept tokens, noise drawn four tokens at a time
+    float best = neg_inf();
+    int pick = 0x7fffffff;
+    const int n_groups = (n + 3) >> 2;
+    for (int g = threadIdx.x; g < n_groups; g += blockDim.x) {
+        float d[4];
+        bool open = false;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int j = 4 * g + e;
+            const float s = j < n ? Row::load1(row_x + j) / t : neg_inf();
+            d[e] = (j < n && ordered_bits(s) >= floor) ? s - m : neg_inf();
+            open |= d[e] + GUMBEL_MAX > best;
+        }
+        if (!open) continue;   // no token of the four can beat this thread's best: no noise drawn
+        const PhiloxWords r = philox4x32_10(static_cast<unsigned>(g), static_cast<unsigned>(row), offset_lo,
+                                            offset_hi, seed_lo, seed_hi);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (d[e] == neg_inf()) continue;
+            const float key = d[e] + gumbel_from_word(r.w[e]);
+            if (key > best) { best = key; pick = 4 * g + e; }
+        }
+    }
+    block_pick(best, pick, sh.keys, sh.indices);
+    if (threadIdx.x == 0) tokens[row] = best == neg_inf() ? -1 : pick;
+}
+
+#define SAMPLING_ARGS(ROW)                                                                                 \
+    const ROW::Elem *__restrict__ x, long long *__restrict__ tokens, const float *__restrict__ temperatures, \
+        const int *__restrict__ top_ks, const float *__restrict__ top_ps, const float *__restrict__ min_ps,  \
+        float temperature, int top_k, float top_p, float min_p, int n, long long x_stride, unsigned seed_lo,  \
+        unsigned seed_hi, unsigned offset_lo, unsigned offset_hi
+#define SAMPLING_CALL(ROW)                                                                                 \
+    sample_row<ROW>(x, tokens, temperatures, top_ks, top_ps, min_ps, temperature, top_k, top_p, min_p, n,   \
+                    x_stride, seed_lo, seed_hi, offset_lo, offset_hi)
+
+extern "C" __global__ void __launch_bounds__(1024) sampling_01_rows_f32(SAMPLING_ARGS(F32Row)) {
+    SAMPLING_CALL(F32Row);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) sampling_01_rows_f16(SAMPLING_ARGS(F16Row)) {
+    SAMPLING_CALL(F16Row);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) sampling_01_rows_bf16(SAMPLING_ARGS(BF16Row)) {
+    SAMPLING_CALL(BF16Row);
+}

@@ -1,0 +1,88 @@
+"""Graders for the exercises of the chapter "Sampling: a token from the online normalizer".
+
+`check_gumbel_pick(fn)`: fn(x, u) -> for logits x (rows, n) and uniforms u in (0, 1) of x's shape, the
+token each row samples by the Gumbel-max trick, int64 (rows,).
+`check_nucleus_threshold(fn)`: fn(x, p) -> for logits x (rows, n) and p in (0, 1], the smallest logit
+top-p keeps in each row (rows,), float64.
+Each prints "passed" or the first problem (grading.py) and returns True or False.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
+from onlinesoftmax.kernels.sampling import rows as ksampling
+
+
+def expected_pick(x, u):
+    return (np.argmax(np.asarray(x, np.float64) - np.log(-np.log(np.asarray(u, np.float64))), axis=1),)
+
+
+def pick_cases():
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 2, (8, 40))
+    return [Case("the row [0, 1, 2] with u = [0.5, 0.5, 0.5]", (np.array([[0.0, 1.0, 2.0]]), np.full((1, 3), 0.5))),
+            Case("the row [0, 1, 2] with u = [0.9, 0.99, 0.2]: noise beats the logit",
+                 (np.array([[0.0, 1.0, 2.0]]), np.array([[0.9, 0.99, 0.2]]))),
+            Case("8 rows of 40", (x, rng.uniform(1e-6, 1 - 1e-6, x.shape))),
+            Case("logits near +1000 (probabilities overflow)", (x + 1000, rng.uniform(1e-6, 1 - 1e-6, x.shape))),
+            Case("a -inf logit: never picked", (np.array([[-np.inf, 0.0, -1.0]]), np.array([[0.999999, 0.1, 0.5]])))]
+
+
+def hidden_pick_cases(rng):
+    n = int(rng.integers(2, 2000))
+    x = rng.normal(rng.uniform(-100, 100), rng.uniform(0.1, 10), (6, n))
+    return [Case(f"6 random rows of {n}", (x, rng.uniform(1e-7, 1 - 1e-7, x.shape)))]
+
+
+def check_gumbel_pick(fn, quiet: bool = False) -> bool:
+    """fn(x, u) -> argmax_j (x_j + g_j), g_j = -log(-log u_j): exactly the token of each row."""
+    return grade("gumbel_pick", fn, pick_cases(), expected_pick, ("tokens",), Tolerance(rtol=0, atol=0),
+                 quiet=quiet, hidden=hidden_pick_cases)
+
+
+def gumbel_pick(x, u):
+    """The exercise's answer."""
+    return np.argmax(np.asarray(x) - np.log(-np.log(u)), axis=1)
+
+
+def expected_threshold(x, p):
+    x = np.asarray(x, np.float64)
+    keep = ksampling.kept(x, x.max(axis=1), np.zeros(len(x), int), np.full(len(x), p), np.zeros(len(x)))
+    return (np.where(keep, x, np.inf).min(axis=1),)
+
+
+def threshold_cases():
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 2, (8, 50))
+    probs = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    return [Case("probabilities [0.5, 0.3, 0.15, 0.05], p = 0.7: two tokens", (probs, 0.7)),
+            Case("the same, p = 0.5: the first token reaches p exactly", (probs, 0.5)),
+            Case("the same in another order, p = 0.9", (probs[:, ::-1].copy(), 0.9)),
+            Case("8 rows of 50, p = 0.9", (x, 0.9)),
+            Case("logits near +1000, p = 0.6", (x + 1000, 0.6)),
+            Case("p = 1: every token", (x[:2], 1.0))]
+
+
+def hidden_threshold_cases(rng):
+    n = int(rng.integers(2, 3000))
+    x = rng.normal(rng.uniform(-300, 300), rng.uniform(0.1, 8), (5, n))
+    return [Case(f"5 random rows of {n}, p = {p:.3f}", (x, p)) for p in (float(rng.uniform(0.05, 0.99)),)]
+
+
+def check_nucleus_threshold(fn, quiet: bool = False) -> bool:
+    """fn(x, p) -> the smallest logit of each row's nucleus (the smallest set of largest probabilities
+    whose sum reaches p)."""
+    return grade("nucleus_threshold", fn, threshold_cases(), expected_threshold, ("threshold",),
+                 Tolerance(rtol=0, atol=0), quiet=quiet, hidden=hidden_threshold_cases)
+
+
+def nucleus_threshold(x, p):
+    """The exercise's answer: sort, normalise, accumulate, and stop at the first sum that reaches p."""
+    x = np.asarray(x, np.float64)
+    ordered = -np.sort(-x, axis=1)
+    w = np.exp(ordered - ordered[:, :1])
+    cumulative = np.cumsum(w / w.sum(axis=1, keepdims=True), axis=1)
+    reached = cumulative >= p
+    first = np.where(reached.any(axis=1), np.argmax(reached, axis=1), x.shape[1] - 1)   # p = 1 may round short
+    return ordered[np.arange(len(x)), first]

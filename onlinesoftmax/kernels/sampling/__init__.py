@@ -1,0 +1,1 @@
+"""The sampling family (kernels/sampling/): one token per row of logits, drawn from their softmax."""

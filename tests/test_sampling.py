@@ -1,0 +1,297 @@
+"""CPU tier: sampling one token per row (onlinesoftmax/sampling.py, kernels/sampling/).
+
+What is checked, and the wrong answers each check rejects:
+- Philox4x32-10 gives Random123's known answers (a wrong constant or round count does not);
+- the float64 distribution keeps what top-k, top-p and min-p define on hand-made rows (ties kept);
+- draws of the NumPy model fit the float64 distribution (chi-square, fixed significance), and draws
+  of wrong samplers (a filter ignored, top-k one too wide, the temperature inverted, uniform over the
+  kept tokens) do not;
+- the kernel's own source on the CPU emulator picks the model's tokens (its Philox noise, its
+  thresholds), on every dtype, odd lengths, extreme rows and per-row parameters;
+- the same seed gives the same tokens; bad parameters are errors naming what was passed.
+"""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.kernels.sampling import philox
+from onlinesoftmax.kernels.sampling import rows as ks
+from onlinesoftmax.sampling_checks import chi_square_critical, compare_draws
+
+SEED = 20261204 + 7
+
+
+def test_philox_gives_random123s_known_answers():
+    kat = {(0,) * 6: (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+           (0xFFFFFFFF,) * 6: (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+           (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0):
+               (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)}
+    for (c0, c1, c2, c3, k0, k1), words in kat.items():
+        assert tuple(int(w) for w in philox.philox4x32_10(c0, c1, c2, c3, k0, k1)) == words
+
+
+def test_gumbel_noise_is_finite_and_below_its_bound():
+    g = philox.gumbel_from_words(np.array([0, 1, 511, 512, 2**31, 2**32 - 1], np.uint32))
+    assert np.isfinite(g).all() and g.max() < philox.GUMBEL_MAX and g.min() > -3
+    g = philox.gumbel(64, 1000, SEED, 3)
+    assert abs(float(g.mean()) - 0.5772) < 0.01 and abs(float(g.var()) - np.pi ** 2 / 6) < 0.03
+
+
+def test_the_distribution_keeps_what_the_filters_define():
+    x = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    keep = lambda **p: np.flatnonzero(ks.distribution(x, **p)[0] > 0).tolist()
+    assert keep() == [0, 1, 2, 3]
+    assert keep(top_k=2) == [0, 1] and keep(top_k=4) == [0, 1, 2, 3] and keep(top_k=0) == [0, 1, 2, 3]
+    assert keep(top_p=0.5) == [0] and keep(top_p=0.79) == [0, 1] and keep(top_p=0.81) == [0, 1, 2]
+    assert keep(top_k=3, top_p=0.84) == [0, 1]          # 0.8 / 0.95 of the top-3 mass
+    assert keep(min_p=0.3) == [0, 1, 2] and keep(min_p=0.31) == [0, 1]
+    assert keep(temperature=0.0) == [0]
+    p = ks.distribution(x, top_p=0.81)[0]
+    np.testing.assert_allclose(p[:3], np.array([0.5, 0.3, 0.15]) / 0.95)
+    ties = np.array([[3.0, 1.0, 1.0, 1.0, 0.0]])
+    assert np.flatnonzero(ks.distribution(ties, top_k=2)[0]).tolist() == [0, 1, 2, 3]   # ties with the k-th kept
+    refused = np.array([[0, np.nan, 1], [0, np.inf, 1], [-np.inf] * 3, [-np.inf, 0, -np.inf]])
+    d = ks.distribution(refused)
+    assert np.isnan(d[:3]).all() and d[3].tolist() == [0, 1, 0]
+    assert ks.simulate(refused.astype(np.float32)).tolist() == [-1, -1, -1, 1]
+
+
+CASES = {
+    "plain": {},
+    "temperature 0.5": {"temperature": 0.5},
+    "temperature 2": {"temperature": 2.0},
+    "top-k 3": {"top_k": 3},
+    "top-p 0.7": {"top_p": 0.7},
+    "min-p 0.2": {"min_p": 0.2},
+    "all three": {"temperature": 0.8, "top_k": 6, "top_p": 0.9, "min_p": 0.05},
+}
+
+
+def one_row(n: int = 16, seed: int = SEED) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1.5, (1, n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_draws_of_the_model_fit_the_float64_distribution(case):
+    x = one_row()
+    draws = ks.simulate(np.repeat(x, 100_000, axis=0), SEED, 11, **CASES[case])
+    passed, message = compare_draws(draws, ks.distribution(x, **CASES[case])[0])
+    assert passed, f"{case}: {message}"
+
+
+WRONG = {
+    "top-p ignored": ({"top_p": 0.7}, {}),
+    "min-p ignored": ({"min_p": 0.2}, {}),
+    "top-k one too wide": ({"top_k": 3}, {"top_k": 4}),
+    "the temperature inverted": ({"temperature": 0.5}, {"temperature": 2.0}),
+    "top-p of the whole row, not of the top-k": ({"top_k": 4, "top_p": 0.6}, {"top_k": 4, "top_p": 0.75}),
+}
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+def test_the_chi_square_check_rejects_wrong_samplers(wrong):
+    x = one_row()
+    right, drawn = WRONG[wrong]
+    draws = ks.simulate(np.repeat(x, 100_000, axis=0), SEED, 12, **drawn)
+    passed, message = compare_draws(draws, ks.distribution(x, **right)[0])
+    assert not passed, f"{wrong} passed: {message}"
+
+
+def test_the_chi_square_check_rejects_more_wrong_draws():
+    p = ks.distribution(one_row(), top_p=0.9)[0]
+    kept = np.flatnonzero(p)
+    rng = np.random.default_rng(SEED)
+    assert compare_draws(rng.choice(p.size, 100_000, p=p), p)[0]
+    assert not compare_draws(rng.choice(kept, 100_000), p)[0], "uniform over the kept tokens"
+    assert not compare_draws(np.zeros(100_000, np.int64), p)[0], "always token 0"
+    assert not compare_draws(np.full(100_000, -1), p)[0], "every row refused"
+    assert not compare_draws(rng.choice(p.size, 100_000), p)[0], "uniform over every token"
+
+
+def test_the_critical_value_is_close_to_scipys_and_on_the_safe_side():
+    stats = pytest.importorskip("scipy.stats")
+    alpha = stats.norm.sf(5.0)
+    for df in (1, 3, 10, 50, 200):
+        exact = stats.chi2.isf(alpha, df)
+        assert exact <= chi_square_critical(df) <= 1.2 * exact, df
+
+
+def test_the_same_seed_gives_the_same_tokens():
+    x = np.random.default_rng(1).standard_normal((64, 500)).astype(np.float32)
+    a = osm.sample(x, top_p=0.9, generator=5)
+    assert np.array_equal(a, osm.sample(x, top_p=0.9, generator=5))
+    assert not np.array_equal(a, osm.sample(x, top_p=0.9, generator=6))
+    assert osm.sample(x).shape == (64,) and osm.sample(x.reshape(8, 8, 500)).shape == (8, 8)
+    assert np.array_equal(osm.sample(x, temperature=0.0), x.argmax(axis=1))
+    g1, g2 = np.random.default_rng(3), np.random.default_rng(3)
+    assert np.array_equal(osm.sample(x, generator=g1), osm.sample(x, generator=g2))
+    assert osm.sample(np.zeros((0, 5), np.float32)).shape == (0,)
+    exact = osm.sample(x.astype(np.float64), top_k=5, generator=5)
+    assert (np.sort(np.argsort(-x, axis=1)[:, :5], axis=1) == np.sort(np.argsort(-x, axis=1)[:, :5], axis=1)).all()
+    assert all(t in np.argsort(-x[i])[:5] for i, t in enumerate(exact))
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"temperature": -1.0}, "temperature must be a number >= 0, got -1.0"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"top_p": 0.0}, r"top_p must be a number in \(0, 1\], got 0.0"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"min_p": 2}, "min_p must be a number in"),
+    ({"top_k": 2.5}, "top_k must be an int"),
+    ({"top_k": np.ones(3, np.int32)}, "one value per row"),
+    ({"top_p": np.array([0.5, 0.0, 0.5, 0.5])}, r"got 0.0 \(row 1\)"),
+    ({"top_k": np.ones(4, np.float32)}, "top_k must be integers"),
+    ({"generator": "seed"}, "generator must be None, an int seed"),
+])
+def test_bad_parameters_are_errors_naming_them(options, error):
+    x = np.zeros((4, 10), np.float32)
+    with pytest.raises((ValueError, TypeError), match=error):
+        osm.sample(x, **options)
+
+
+def test_bad_logits_are_errors():
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        osm.sample(np.zeros((2, 3), np.int64))
+    with pytest.raises(ValueError, match="at least one token"):
+        osm.sample(np.zeros((2, 0), np.float32))
+
+
+# ---- the kernel's own source on the CPU emulator (onlinesoftmax/runtime/emulator.py) ------------------
+
+@pytest.fixture(scope="module")
+def emulated():
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    variant = osm.REGISTRY["sampling_01_rows"]
+    return variant, emulator.Module(variant.path, list(variant.launched_entries))
+
+
+def emulate(emulated, x, seed=SEED, offset=0, block=None, schedule=None, n=None, **params):
+    """One launch of the kernel's source on x (numpy) into poisoned tokens; array parameters per row;
+    n: the first n columns of each row only (rows strided)."""
+    variant, module = emulated
+    n_rows, n = x.shape[0], n or x.shape[1]
+    tokens = np.full(n_rows, -7, np.int64)
+    arrays = [None if np.isscalar(params.get(name, 0)) else np.ascontiguousarray(params[name],
+              np.int32 if name == "top_k" else np.float32) for name in ks.PARAMS]
+    scalars = [ks.OFF[name] if a is not None else params.get(name, ks.OFF[name]) for name, a in zip(ks.PARAMS, arrays)]
+    words = x if x.dtype == np.float32 else x.view(np.uint16)
+    extra = {} if schedule is None else {"schedule": "random", "seed": schedule}
+    module.launch(variant.dtype_entry(x.dtype.name), (n_rows,), (block or ks.block_threads(n),),
+                  (words, tokens, *arrays, np.float32(scalars[0]), np.int32(scalars[1]), np.float32(scalars[2]),
+                   np.float32(scalars[3]), np.int32(n), np.int64(x.strides[0] // x.itemsize),
+                   np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), np.uint32(offset & 0xFFFFFFFF),
+                   np.uint32(offset >> 32)), **extra)
+    return tokens
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("n", (1, 7, 33, 300, 1001))
+def test_the_kernel_source_picks_the_models_tokens(emulated, dtype, n):
+    x = checks.to_dtype(np.random.default_rng(n).normal(0, 2, (6, n)), dtype)
+    for case in CASES.values():
+        tokens = emulate(emulated, x, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
+
+
+def test_the_kernel_source_with_per_row_parameters_strides_and_other_blocks(emulated):
+    rng = np.random.default_rng(2)
+    wide = rng.normal(0, 3, (8, 700)).astype(np.float32)
+    x = wide[:, :647]                                      # rows strided
+    params = {"temperature": np.array([1, 0.5, 0, 2, 1, 1, 0.7, 1.3]), "top_k": np.array([0, 5, 1, 700, -1, 40, 3, 2]),
+              "top_p": np.array([1, 0.5, 0.9, 0.3, 1, 0.95, 0.01, 1]), "min_p": np.array([0, 0, 0.5, 0.1, 0.9, 0, 0, 1])}
+    want = ks.simulate(x, 99, 2**33 + 5, **params)
+    assert np.array_equal(emulate(emulated, wide, seed=99, offset=2**33 + 5, n=647, **params), want)
+    assert np.array_equal(emulate(emulated, wide, seed=99, offset=2**33 + 5, n=647, block=32, **params), want)
+    assert np.array_equal(emulate(emulated, wide, seed=99, offset=2**33 + 5, n=647, block=1024, schedule=4,
+                                  **params), want)
+    assert not np.array_equal(emulate(emulated, wide, seed=100, n=647, **params), want)
+
+
+def test_the_kernel_source_on_extreme_rows(emulated):
+    x = np.zeros((9, 300), np.float32)
+    x[0, 5] = np.nan
+    x[1, 7] = np.inf
+    x[2] = -np.inf
+    x[3] = -np.inf
+    x[3, [10, 250]] = 1.0                                  # two finite tokens, tied
+    x[4, 17] = 3e38                                        # a huge logit: a point mass
+    x[5] = np.float32(1e30)                                # all tied and huge
+    x[6, ::2] = -3e38
+    x[7] = 1e-3 * np.arange(300)                           # nearly uniform
+    x[8, 99] = 1.0                                         # one above a flat row
+    x[8, 1::3] = -0.0                                      # zeros of both signs: one value, tied
+    for case in (*CASES.values(), {"top_k": 2}, {"top_k": 250, "top_p": 0.5}):
+        tokens = emulate(emulated, x, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
+        assert tokens[:3].tolist() == [-1, -1, -1] and tokens[3] in (10, 250)
+        assert tokens[4] == (17 if case.get("temperature", 1) >= 1 else -1)   # 3e38 / 0.5 overflows: refused
+
+
+def test_the_model_comparison_can_fail():
+    from onlinesoftmax.sampling_checks import compare_with_model
+
+    x = np.random.default_rng(5).normal(0, 2, (40, 300)).astype(np.float32)
+    tokens = ks.simulate(x, 3, 1, top_k=10)
+    assert compare_with_model(x, tokens, 3, 1, top_k=10)[0]
+    assert not compare_with_model(x, tokens, 4, 1, top_k=10)[0], "another seed's tokens"
+    assert not compare_with_model(x, tokens, 3, 1, top_k=2)[0], "tokens the filter drops"
+    assert not compare_with_model(x, np.zeros(40, np.int64), 3, 1)[0], "always token 0"
+    assert not compare_with_model(x, np.full(40, -1), 3, 1)[0], "every row refused"
+
+
+# ---- the chapter's graders: the right answers pass, each wrong one is rejected --------------------
+
+def _softmax(x):
+    w = np.exp(x - x.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _threshold_before_p(x, p):            # the last token before the sum reaches p: one token short
+    ordered = -np.sort(-np.asarray(x, np.float64), axis=1)
+    cumulative = np.cumsum(_softmax(ordered), axis=1)
+    return ordered[np.arange(len(x)), np.maximum(0, np.argmax(cumulative >= p, axis=1) - 1)]
+
+
+def _threshold_unguarded(x, p):           # p = 1 rounds short of the last token: argmax of all-False is 0
+    ordered = -np.sort(-np.asarray(x, np.float64), axis=1)
+    return ordered[np.arange(len(x)), np.argmax(np.cumsum(_softmax(ordered), axis=1) >= p, axis=1)]
+
+
+def _threshold_unnormalised(x, p):        # sums of e^(x - max): the first token always reaches p
+    ordered = -np.sort(-np.asarray(x, np.float64), axis=1)
+    w = np.exp(ordered - ordered[:, :1])
+    return ordered[np.arange(len(x)), np.argmax(np.cumsum(w, axis=1) >= p, axis=1)]
+
+
+def _threshold_ascending(x, p):           # the smallest probabilities first
+    ordered = np.sort(np.asarray(x, np.float64), axis=1)
+    cumulative = np.cumsum(_softmax(ordered), axis=1)
+    return ordered[np.arange(len(x)), np.argmax(cumulative >= p, axis=1)]
+
+
+def test_the_sampling_graders_pass_the_answers_and_reject_wrong_ones():
+    from onlinesoftmax.book.exercises import exercises_sampling as es
+
+    assert es.check_gumbel_pick(es.gumbel_pick, quiet=True)
+    assert es.check_nucleus_threshold(es.nucleus_threshold, quiet=True)
+    g = lambda u: -np.log(-np.log(u))
+    wrong_picks = {"the stub": lambda x, u: None,
+                   "no noise": lambda x, u: np.argmax(x, axis=1),
+                   "uniform noise": lambda x, u: np.argmax(x + u, axis=1),
+                   "the noise's sign flipped": lambda x, u: np.argmax(x - g(u), axis=1),
+                   "noise on the probabilities": lambda x, u: np.argmax(_softmax(x) + g(u), axis=1),
+                   "right on the visible shapes only": lambda x, u: es.gumbel_pick(x, u)
+                   if np.shape(x)[1] in (3, 40) else np.zeros(len(x), np.int64)}
+    for name, fn in wrong_picks.items():
+        assert not es.check_gumbel_pick(fn, quiet=True), name
+    wrong_thresholds = {"the stub": lambda x, p: None, "one token short": _threshold_before_p,
+                        "p = 1 unguarded": _threshold_unguarded, "unnormalised sums": _threshold_unnormalised,
+                        "smallest first": _threshold_ascending,
+                        "right on the visible shapes only": lambda x, p: es.nucleus_threshold(x, p)
+                        if np.shape(x)[1] in (4, 50) else np.max(x, axis=1)}
+    for name, fn in wrong_thresholds.items():
+        assert not es.check_nucleus_threshold(fn, quiet=True), name
