@@ -33,6 +33,7 @@ from onlinesoftmax.kernels.topk import split as softmax_topk_split  # noqa: F401
 from onlinesoftmax.kernels.attention import blocked as attention_blocked  # noqa: F401  (attention_01_blocked, attention_02_decode_split)
 from onlinesoftmax.kernels.attention import mma as attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
+from onlinesoftmax.kernels.attention import paged as attention_paged  # noqa: F401  (attention_08_paged_decode: a paged KV cache)
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)
 from onlinesoftmax.kernels.sampling import rows as sampling_kernels  # noqa: F401  (sampling_01_rows)

@@ -153,12 +153,18 @@ def _call_key(q, k, v, causal, scale, return_lse, variant):
             v.data.device_id, causal, scale, return_lse, variant, api.current_stream().ptr)
 
 
-def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto",
-              causal_align: str = "bottom_right"):
+def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto",
+              causal_align: str = "bottom_right", kv_cache=None, page_table=None, cache_lengths=None):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc.
     causal=True: query i keeps keys j <= i + n_k - n_q, the diagonal aligned bottom-right (the last
     query sees every key: decoding against a cache), as softmax(causal=True) and FlashAttention;
-    causal_align="top_left" keeps j <= i (torch's is_causal); the two agree when n_q == n_k."""
+    causal_align="top_left" keeps j <= i (torch's is_causal); the two agree when n_q == n_k.
+    kv_cache=(k_pages, v_pages) with page_table and cache_lengths in place of k and v: decoding
+    against a paged cache (onlinesoftmax/attention_paged.py)."""
+    if kv_cache is not None or page_table is not None or cache_lengths is not None:
+        return _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, causal_align)
+    if k is None or v is None:
+        raise TypeError("attention: give k and v, or kv_cache=(k_pages, v_pages) with page_table and cache_lengths")
     if type(q) is not api.CUPY_ARRAY and any(map(torch_bridge.is_tensor, (q, k, v))):
         return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,
                                  causal_align=causal_align)
@@ -205,6 +211,20 @@ def attention(q, k, v, *, causal: bool = False, scale=None, return_lse: bool = F
     if key is not None and on_its_device and all(a is b for a, b in zip((q, k, v), given)):
         _fast_path.put(key, (runner, (batch, heads, n_q)))
     return (out, lse) if return_lse else out
+
+
+def _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, align):
+    from onlinesoftmax.attention_paged import paged_attention
+    from onlinesoftmax.kernels.attention import paged
+
+    if k is not None or v is not None or not isinstance(kv_cache, tuple) or len(kv_cache) != 2 \
+            or page_table is None or cache_lengths is None:
+        raise TypeError("attention: a paged cache is kv_cache=(k_pages, v_pages) with page_table= and cache_lengths=, "
+                        "and no k or v")
+    if variant not in ("auto", paged.NAME, "paged") or align != "bottom_right":
+        raise ValueError(f"attention: a paged cache runs {paged.NAME} (variant 'auto' or 'paged'), causal aligned "
+                         f"bottom-right to each sequence; got variant={variant!r}, causal_align={align!r}")
+    return paged_attention(q, *kv_cache, page_table, cache_lengths, causal=causal, scale=scale, return_lse=return_lse)
 
 
 def _top_left(q, k, v, causal, scale, return_lse, variant, align):

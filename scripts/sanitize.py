@@ -171,6 +171,24 @@ def decode(cp, osm, checks):
                     osm.attention(q, k, k, causal=False, return_lse=True, variant="attention_06_decode_mma")
 
 
+@family("paged", "attention_08_paged_decode: page sizes 1, 16 and 256, lengths 0 to 5000, grouped heads, causal",
+        ("attention_08_paged_decode",))
+def paged(cp, osm, checks):
+    if not wanted("attention_08_paged_decode"):
+        return
+    for dtype in ("float16", "bfloat16"):
+        for d in (64, 128):
+            for page_size, lengths, heads, kv, n_q in ((16, (5000, 0, 1, 333), 32, 8, 1), (1, (70, 3), 4, 4, 2),
+                                                       (256, (257, 4096), 8, 2, 3)):
+                per_seq = -(-max(lengths) // page_size)
+                n_pages = len(lengths) * per_seq + 1
+                q = checks.random_rows(cp, len(lengths) * heads * n_q, d, dtype, seed=7).reshape(len(lengths), heads, n_q, d)
+                pool = checks.random_rows(cp, n_pages * page_size * kv, d, dtype, seed=8).reshape(n_pages, page_size, kv, d)
+                table = cp.arange(len(lengths) * per_seq, dtype=cp.int32)[::-1].reshape(len(lengths), per_seq).copy()
+                osm.attention(q, kv_cache=(pool, pool), page_table=table, cache_lengths=cp.asarray(lengths, cp.int32),
+                              causal=n_q > 1, return_lse=True)
+
+
 def _attention_cuda_cores(cp, osm, checks, cases):
     for dtype in checks.DTYPES:
         for d in (32, 64, 96, 128):

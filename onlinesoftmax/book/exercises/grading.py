@@ -51,7 +51,7 @@ DIFFICULTY = {
     "c_owner": WARM_UP, "p_fragment": CORE, "swizzle": CHALLENGE,
     "shard_statistics": CORE, "merge_records": CORE, "fix_merge": WARM_UP, "exchanged_bytes": CORE,
     "torch_dispatch": CORE, "copy_fraction": WARM_UP,
-    "gumbel_pick": WARM_UP, "nucleus_threshold": CORE,
+    "gumbel_pick": WARM_UP, "nucleus_threshold": CORE, "gather_keys": WARM_UP,
 }
 
 

@@ -13,6 +13,7 @@ build time, so the page is the same wherever it was built; each series says whic
     attention_figure()           chapter 08, blocked attention against the float64 reference
     tensor_core_figure()         chapter 09, a step of the tensor-core ladder: error and wavefronts
     sampling_figure(row)         chapter 13, a row's filtered distribution and the draws of the sampler
+    paged_figure()               chapter 13, the pages and splits of a batch of sequences in a paged cache
 
 Chapter 03's kernel explorer and chapter 06's explorer build theirs next to their widgets
 (widgets_online.explorer_figure, explorer.explorer_figure).
@@ -346,4 +347,32 @@ def sampling_figure(row: np.ndarray, draws: int = 20000, seed: int = 0) -> Figur
                     fig.series(panel, "frequency drawn", tokens, drawn, mark="line",
                                color=color("sampling_01_rows"), source="model", when=when)
                     fig.note(f"{int((exact > 0).sum())} of {row.size} tokens kept", when=when)
+    return fig
+
+
+def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> Figure:
+    """The paged-decode page: for sequences of lengths between 1K and 128K keys, the pages each one
+    takes and the splits it divides its keys into (attention_08_paged_decode's rule, 32 heads over
+    8 kv heads on the H200's SMs), for every page size and batch of the widget's controls."""
+    from onlinesoftmax.kernels.attention import paged
+
+    lengths = np.exp(np.random.default_rng(seed).uniform(np.log(1024), np.log(131072), max(batches))).astype(int)
+    fig = Figure("paged", "Pages and splits per sequence of a batch",
+                 [select("page_size", "page size", list(page_sizes), 16), select("batch", "batch", list(batches), 8)],
+                 caption="attention_08_paged_decode's page and split rules; lengths drawn between 1K and 128K keys")
+    pages_panel = fig.panel("pages", x="sequence", y="pages", title="pages it takes", y_scale="log", width=255,
+                            height=200)
+    split_panel = fig.panel("splits", x="sequence", y="splits", title="splits of its keys", width=255, height=200,
+                            y_zero=True)
+    for page_size in page_sizes:
+        for batch in batches:
+            when = {"page_size": page_size, "batch": batch}
+            grid = paged.splits_for(batch, 32, 8, 1, 132)
+            n = lengths[:batch]
+            fig.series(pages_panel, "pages", np.arange(batch), -(-n // page_size), mark="point",
+                       color=color("attention_08_paged_decode"), source="model", when=when)
+            fig.series(split_panel, "splits used", np.arange(batch), [paged.sequence_splits(int(k), grid)[0] for k in n],
+                       mark="point", color=CHOSEN, source="model", when=when)
+            fig.note(f"batch {batch}: the grid has {grid} splits per (sequence, kv head); "
+                     f"{int((-(-n // page_size)).sum())} pages in all", when=when)
     return fig

@@ -54,6 +54,7 @@ PALETTE = {
     "attention_07_fragment_reuse": "#00a087",
     "cross_entropy_01_rows": "#3182bd",
     "sampling_01_rows": "#ad494a",
+    "attention_08_paged_decode": "#9c9ede",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

@@ -1,0 +1,79 @@
+// attention_08_paged_decode — decoding against a paged KV cache of sequences of different lengths:
+// the keys of a sequence live in fixed-size pages anywhere in one pool, found through a page table,
+// so a server appends a token by writing one slot of one page and never copies a cache.
+//
+// Changed from attention_06_decode_mma: only where a key is and how the keys are split. Key j of
+//               sequence b and kv head h is row (page_table[b][j / page_size] * page_size +
+//               j % page_size) * kv_heads + h of the pool [pages][page_size][kv_heads][D] (the
+//               layout of flash-attention's and vLLM's paged caches); any page size. Sequence b
+//               has cache_lengths[b] keys, read on the device: the launch, the plan and the
+//               number of splits do not depend on the lengths, so a decode loop whose caches
+//               grow by a token a step reuses one plan. Each sequence divides its own keys over
+//               the grid's splits: splits = min(gridDim.x, ceil(length / min_keys)), a multiple
+//               of 32 keys each; the splits past those write the merge's identity. The products,
+//               the online softmax, the finish and the merge are attention_06's (decode_mma.cuh).
+// Launch:       split: grid = (splits, kv_heads * ceil(rows / 8), batch), block = (128), static
+//               shared memory 4 x 8 x (D + 2) floats; rows = heads / kv_heads * n_q. merge: as
+//               attention_02's (grid = (batch * heads * n_q), block = (D), programmatic on sm_90).
+// Traffic:      each sequence's K and V once + the page table + q and out; partials 4 (D + 1) B
+//               per row and split.
+// Limits:       q contiguous [batch][heads][n_q][D], the pools contiguous and 16-byte aligned,
+//               float16 or bfloat16 (entries attention_08_paged_decode_<f16|bf16>_d<64|128> and
+//               attention_08_paged_decode_merge_...); page_table int32 [batch][pages_per_seq] of
+//               page numbers in [0, pages), cache_lengths int32 [batch], each in
+//               [0, pages_per_seq * page_size] (the host checks both); heads a multiple of
+//               kv_heads; causal bottom-right aligned to each sequence's length. A query that sees
+//               no key (a sequence of length 0) writes 0 and LSE -inf. Compute capability 8.0.
+#include "decode_mma.cuh"
+
+// The keys of the sequences of a batch in pages of one pool.
+template <int D>
+struct PagedCache {
+    const unsigned short* __restrict__ k_pages;
+    const unsigned short* __restrict__ v_pages;
+    const int* __restrict__ page_table;
+    const int* __restrict__ lengths;
+    int pages_per_seq, page_size, kv_heads, min_keys;
+
+    __device__ __forceinline__ int length(int batch) const { return lengths[batch]; }
+    __device__ __forceinline__ long long offset(int batch, int kv_head, int key) const {
+        const long long page = page_table[(long long)batch * pages_per_seq + key / page_size];
+        return ((page * page_size + key % page_size) * kv_heads + kv_head) * D;
+    }
+    __device__ __forceinline__ const unsigned short* k_row(int batch, int kv_head, int key) const {
+        return k_pages + offset(batch, kv_head, key);
+    }
+    __device__ __forceinline__ const unsigned short* v_row(int batch, int kv_head, int key) const {
+        return v_pages + offset(batch, kv_head, key);
+    }
+    // Split s of this sequence's keys: its own count of splits, at least min_keys keys each.
+    __device__ __forceinline__ void range(int batch, int split, int& begin, int& end) const {
+        const int n = length(batch);
+        const int splits = max(1, min((int)gridDim.x, (n + min_keys - 1) / min_keys));
+        const int per = 32 * (((n + splits - 1) / splits + 31) / 32);
+        begin = split < splits ? split * per : n;
+        end = min(n, begin + per);
+    }
+};
+
+#define ATTENTION_08(TAG, T, D)                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * DECODE_MMA_WARPS, 3) attention_08_paged_decode_##TAG##_d##D( \
+        const unsigned short* __restrict__ q, const unsigned short* __restrict__ k_pages,                    \
+        const unsigned short* __restrict__ v_pages, const int* __restrict__ page_table,                      \
+        const int* __restrict__ cache_lengths, float* __restrict__ o_part, float* __restrict__ lse_part,     \
+        unsigned short* __restrict__ out, float* __restrict__ lse, int heads, int kv_heads, int n_q,         \
+        int pages_per_seq, int page_size, int min_keys, float scale_log2, int causal) {                      \
+        const PagedCache<D> cache = {k_pages, v_pages, page_table, cache_lengths, pages_per_seq, page_size, \
+                                     kv_heads, min_keys};                                                   \
+        decode_mma_cache<T, D>(q, cache, o_part, lse_part, out, lse, heads, kv_heads, n_q, scale_log2, causal); \
+    }                                                                                                         \
+    extern "C" __global__ void attention_08_paged_decode_merge_##TAG##_d##D(                                  \
+        const float* __restrict__ o_part, const float* __restrict__ lse_part, unsigned short* __restrict__ out, \
+        float* __restrict__ lse, int splits) {                                                                \
+        decode_merge<MmaOut<T>, D>(o_part, lse_part, out, lse, splits);                                       \
+    }
+
+ATTENTION_08(bf16, Bf16Mma, 64)
+ATTENTION_08(bf16, Bf16Mma, 128)
+ATTENTION_08(f16, F16Mma, 64)
+ATTENTION_08(f16, F16Mma, 128)

@@ -1,0 +1,110 @@
+"""Decoding attention against a paged KV cache (the API; the kernel is attention_08_paged_decode):
+
+    out = onlinesoftmax.attention(q, kv_cache=(k_pages, v_pages), page_table=table, cache_lengths=lengths)
+
+q (batch, heads, n_q, d), float16 or bfloat16, d = 64 or 128; the pools k_pages and v_pages
+(pages, page_size, kv_heads, d) in q's dtype, any page size; page_table (batch, pages_per_seq)
+integers: sequence b's key j is slot j % page_size of page page_table[b, j // page_size];
+cache_lengths (batch,) integers, each in [0, pages_per_seq * page_size]. Grouped heads as in
+attention(): heads a multiple of kv_heads. causal=True aligns each sequence's diagonal to its own
+length (bottom-right): with n_q queries, query i sees keys j <= i + length - n_q. A sequence of
+length 0 gives zeros and an LSE of -inf. The page numbers a sequence uses and the lengths are
+checked on the host (one synchronization on the GPU): a wrong page is a ValueError, never a read
+outside the pool. The launch depends on the shapes, not on the lengths, so a decode loop that
+appends a token a step to its pages reuses one plan.
+
+NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel, torch tensors the kernel on
+torch's current stream.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onlinesoftmax.inputs import describe
+from onlinesoftmax.kernels.attention import paged as kpaged
+from onlinesoftmax.reference import array_module
+from onlinesoftmax.registry import REGISTRY
+from onlinesoftmax.runtime import device, torch_bridge
+from onlinesoftmax.runtime.plan import get_runner
+
+
+def paged_attention(q, k_pages, v_pages, page_table, cache_lengths, *, causal: bool = False, scale=None,
+                    return_lse: bool = False):
+    """softmax(q k^T * scale) v per sequence over its pages; see the module doc."""
+    arrays = (q, k_pages, v_pages, page_table, cache_lengths)
+    if any(map(torch_bridge.is_tensor, arrays)):
+        return torch_bridge.call(paged_attention, *arrays, causal=causal, scale=scale, return_lse=return_lse)
+    table, lengths, scale = check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_lse)
+    batch, heads, n_q, d = q.shape
+    xp = array_module(q)
+    if isinstance(q, np.ndarray):
+        out, lse = kpaged.simulate(q, k_pages, v_pages, table, lengths, causal=bool(causal), scale=scale)
+    elif batch == 0:
+        out, lse = xp.empty(q.shape, q.dtype), xp.empty((0, heads, n_q), np.float32)
+    else:
+        q = q if q.flags.c_contiguous and q.data.ptr % 16 == 0 else xp.array(q, order="C", copy=True)
+        out = xp.empty(q.shape, q.dtype)
+        lse = xp.empty((batch, heads, n_q), np.float32) if return_lse else None
+        options = {"k_pages": k_pages, "v_pages": v_pages, "page_table": table, "cache_lengths": lengths,
+                   "lse": lse, "causal": bool(causal), "scale": scale}
+        get_runner(REGISTRY[kpaged.NAME], q, out, options)(q, out, **options)
+    return (out, lse) if return_lse else out
+
+
+def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_lse):
+    """Every argument checked (the page numbers in use and the lengths on the host); returns the page
+    table and the lengths as contiguous int32 arrays, and the scale."""
+    named = {"q": q, "k_pages": k_pages, "v_pages": v_pages, "page_table": page_table, "cache_lengths": cache_lengths}
+    for name, a in named.items():
+        if not (isinstance(a, np.ndarray) or device.is_cupy_array(a)):
+            raise TypeError(f"attention: {name} must be a numpy or cupy array (or a torch tensor), got {describe(a)}")
+    if len({type(a) for a in named.values()}) != 1:
+        raise TypeError("attention: q, the pools, page_table and cache_lengths must all be numpy or all cupy, got "
+                        + ", ".join(f"{n}: {describe(a)}" for n, a in named.items()))
+    if q.ndim != 4 or k_pages.ndim != 4 or tuple(k_pages.shape) != tuple(v_pages.shape):
+        raise ValueError(f"attention: q must be (batch, heads, n_q, d) and k_pages, v_pages both (pages, page_size, "
+                         f"kv_heads, d), got q {describe(q)}, k_pages {describe(k_pages)}, v_pages {describe(v_pages)}")
+    batch, heads, n_q, d = q.shape
+    pages, page_size, kv_heads, kv_d = k_pages.shape
+    if q.dtype.name not in kpaged.DTYPES or k_pages.dtype != q.dtype or v_pages.dtype != q.dtype:
+        raise TypeError(f"attention: a paged cache takes float16 or bfloat16 q and pools of q's dtype, got q "
+                        f"{q.dtype.name}, k_pages {k_pages.dtype.name}, v_pages {v_pages.dtype.name}")
+    if kv_d != d or d not in kpaged.SUPPORTED_D:
+        raise ValueError(f"attention: the pools' head dimension must be q's, one of {kpaged.SUPPORTED_D}: q has d = {d}, "
+                         f"the pools {kv_d}")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"attention: heads ({heads}) must be a multiple of the pools' kv_heads ({kv_heads})")
+    if min(heads, n_q, pages, page_size) == 0:
+        raise ValueError(f"attention: empty input: q {tuple(q.shape)}, pools {tuple(k_pages.shape)}")
+    if not (k_pages.flags.c_contiguous and v_pages.flags.c_contiguous):
+        raise ValueError("attention: the pools must be contiguous (a paged cache is written in place, never copied)")
+    if page_table.ndim != 2 or page_table.shape[0] != batch or page_table.dtype.kind not in "iu":
+        raise ValueError(f"attention: page_table must be integers of shape (batch={batch}, pages_per_seq), got "
+                         f"{describe(page_table)}")
+    if tuple(cache_lengths.shape) != (batch,) or cache_lengths.dtype.kind not in "iu":
+        raise ValueError(f"attention: cache_lengths must be integers of shape ({batch},), got {describe(cache_lengths)}")
+    for name, flag in (("causal", causal), ("return_lse", return_lse)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"attention: {name} must be True or False, got {flag!r}")
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
+        raise TypeError(f"attention: scale must be a finite number or None, got {scale!r}")
+    xp = array_module(q)
+    table = xp.ascontiguousarray(page_table.astype(np.int32, copy=False))
+    lengths = xp.ascontiguousarray(cache_lengths.astype(np.int32, copy=False))
+    capacity = page_table.shape[1] * page_size
+    if batch:   # one synchronization on the GPU: a wrong length or page is an error, never a bad read
+        bad_length = (cache_lengths < 0) | (cache_lengths > capacity)
+        if bool(bad_length.any()):
+            b = int(xp.argmax(bad_length))
+            raise ValueError(f"attention: cache_lengths[{b}] = {int(cache_lengths[b])} is outside [0, {capacity}] "
+                             f"(pages_per_seq {page_table.shape[1]} x page_size {page_size})")
+        used = xp.arange(page_table.shape[1])[None, :] < ((lengths + page_size - 1) // page_size)[:, None]
+        bad_page = used & ((page_table < 0) | (page_table >= pages))
+        if bool(bad_page.any()):
+            b, i = divmod(int(xp.argmax(bad_page.reshape(-1))), page_table.shape[1])
+            raise ValueError(f"attention: page_table[{b}, {i}] = {int(page_table[b, i])} is not a page of the pools "
+                             f"(0 .. {pages - 1}); sequence {b} uses its first "
+                             f"{-(-int(cache_lengths[b]) // page_size)} entries")
+    return table, lengths, float(scale)

@@ -1,0 +1,135 @@
+"""GPU tier for attention_08_paged_decode: the kernel against the float64 reference (at most twice its
+NumPy model's error plus two ulps) over mixed lengths, page sizes 1, 16 and 256, grouped heads and
+both dtypes; against the contiguous decode kernel on the same keys; a decode loop that appends a
+token a step to its pages and reuses one plan; two threads on two streams; torch tensors on torch's
+stream; bad pages and lengths refused before any launch, the context left healthy."""
+import threading
+
+import cupy as cp
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import decode_mma as dm
+from onlinesoftmax.kernels.attention import paged
+from onlinesoftmax.runtime import plan
+
+pytestmark = pytest.mark.gpu
+
+
+def make_paged(batch, heads, kv_heads, n_q, lengths, d, page_size, dtype, seed, spare=3):
+    return paged.example(batch, heads, kv_heads, n_q, lengths, d, page_size, dtype, seed, spare)
+
+
+def run(q, kp, vp, table, lengths, causal=False):
+    out, lse = osm.attention(*(cp.asarray(q),), kv_cache=(cp.asarray(kp), cp.asarray(vp)), page_table=cp.asarray(table),
+                             cache_lengths=cp.asarray(lengths), causal=causal, return_lse=True)
+    return checks.host(out), cp.asnumpy(lse)
+
+
+def judge(out, lse, q, kp, vp, table, lengths, causal):
+    passed, message = paged.compare(out, lse, q, kp, vp, table, lengths, causal)
+    assert passed, message
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("d", (64, 128))
+@pytest.mark.parametrize("page_size", (1, 16, 256))
+@pytest.mark.parametrize("heads, kv_heads", ((32, 8), (8, 8), (16, 2)))
+def test_mixed_lengths_page_sizes_and_groups(dtype, d, page_size, heads, kv_heads):
+    lengths = (1, 0, 4097, 700, 12000, 33, 256, 2) if page_size > 1 else (1, 0, 1500, 33)
+    q, kp, vp, table, lengths = make_paged(len(lengths), heads, kv_heads, 1, lengths, d, page_size, dtype,
+                                           seed=page_size + d)
+    judge(*run(q, kp, vp, table, lengths), q, kp, vp, table, lengths, False)
+
+
+@pytest.mark.parametrize("n_q", (2, 5))
+def test_several_queries_causal_per_sequence(n_q):
+    q, kp, vp, table, lengths = make_paged(3, 16, 4, n_q, (3, 1000, 2), 128, 16, "bfloat16", seed=n_q)
+    judge(*run(q, kp, vp, table, lengths, causal=True), q, kp, vp, table, lengths, True)
+
+
+def test_paged_matches_contiguous_decode():
+    batch, heads, kv_heads, n, d = 8, 32, 8, 5000, 128
+    q, kp, vp, table, lengths = make_paged(batch, heads, kv_heads, 1, (n,) * batch, d, 16, "bfloat16", seed=3)
+    k = np.stack([paged.gather(kp, vp, table, lengths, b)[0] for b in range(batch)])
+    v = np.stack([paged.gather(kp, vp, table, lengths, b)[1] for b in range(batch)])
+    k, v = checks.to_dtype(k, "bfloat16"), checks.to_dtype(v, "bfloat16")
+    contiguous = checks.as_float64(checks.host(osm.attention(cp.asarray(q), cp.asarray(k), cp.asarray(v),
+                                                             variant="decode_mma")))
+    pages = checks.as_float64(run(q, kp, vp, table, lengths)[0])
+    ref, _ = ab.reference(*(np.asarray(a, np.float32) for a in (q, k, v)))
+    model_err = float(np.abs(checks.as_float64(dm.simulate(q, k, v)[0]) - ref).max())
+    assert float(np.abs(pages - contiguous).max()) <= 2 * model_err + 2 * checks.EPS["bfloat16"]
+
+
+def test_a_decode_loop_appends_to_its_pages_and_reuses_one_plan():
+    batch, heads, kv_heads, d, page_size, steps = 4, 16, 4, 128, 16, 40
+    prompt = np.array([5, 100, 31, 0], np.int32)
+    q, kp, vp, table, _ = make_paged(batch, heads, kv_heads, 1, tuple(prompt + steps), d, page_size, "bfloat16", seed=11)
+    pools = cp.asarray(kp), cp.asarray(vp)
+    table_d, lengths = cp.asarray(table), cp.asarray(prompt)
+    rng = np.random.default_rng(12)
+    cached = None
+    for step in range(steps):
+        slot = cp.asnumpy(lengths)                              # each sequence's next key goes to its next slot
+        for b in range(batch):
+            page, offset = table[b, slot[b] // page_size], slot[b] % page_size
+            for pool in pools:
+                pool[page, offset] = cp.asarray(checks.to_dtype(rng.standard_normal((kv_heads, d)).astype(np.float32),
+                                                                "bfloat16"))
+        lengths += 1
+        q_step = checks.to_dtype(rng.standard_normal((batch, heads, 1, d)).astype(np.float32), "bfloat16")
+        out, lse = osm.attention(cp.asarray(q_step), kv_cache=pools, page_table=table_d, cache_lengths=lengths,
+                                 return_lse=True)
+        if step == 0:
+            cached = plan.cached_runners()
+        assert plan.cached_runners() == cached, "a step built a new plan"
+        if step % 13 == 0 or step == steps - 1:
+            judge(checks.host(out), cp.asnumpy(lse), q_step, checks.host(pools[0]), checks.host(pools[1]), table,
+                  cp.asnumpy(lengths), False)
+
+
+def test_two_threads_on_two_streams():
+    cases = [make_paged(4, 32, 8, 1, (3000, 10, 7000, 1), 128, 16, "bfloat16", seed=s) for s in (1, 2)]
+    alone = [run(*c) for c in cases]
+    got = [None, None]
+
+    def work(i):
+        with cp.cuda.Stream(non_blocking=True) as stream:
+            for _ in range(10):
+                result = run(*cases[i])
+            stream.synchronize()
+            got[i] = result
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for i in range(2):
+        assert np.array_equal(checks.as_float64(got[i][0]), checks.as_float64(alone[i][0]))
+
+
+def test_torch_tensors_on_torchs_stream():
+    torch = pytest.importorskip("torch")
+    q, kp, vp, table, lengths = make_paged(2, 8, 2, 1, (900, 17), 64, 16, "bfloat16", seed=4)
+    t = lambda a: torch.as_tensor(checks.as_float64(a), device="cuda").to(torch.bfloat16)   # noqa: E731
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out = osm.attention(t(q), kv_cache=(t(kp), t(vp)), page_table=torch.as_tensor(table, device="cuda"),
+                            cache_lengths=torch.as_tensor(lengths, device="cuda"))
+    side.synchronize()
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16
+    ref, _ = paged.reference(q, kp, vp, table, lengths)
+    assert float((out.float().cpu().numpy() - ref).__abs__().max()) <= 4 * checks.EPS["bfloat16"] * float(abs(ref).max())
+
+
+def test_bad_pages_and_lengths_leave_the_context_healthy():
+    q, kp, vp, table, lengths = make_paged(2, 8, 2, 1, (40, 7), 64, 16, "bfloat16", seed=7)
+    table[0, 1] = 10**6
+    with pytest.raises(ValueError, match=r"page_table\[0, 1\] = 1000000 is not a page"):
+        run(q, kp, vp, table, lengths)
+    table[0, 1] = 0
+    with pytest.raises(ValueError, match="outside"):
+        run(q, kp, vp, table, np.array([40, 10**5], np.int32))
+    judge(*run(q, kp, vp, table, lengths), q, kp, vp, table, lengths, False)

@@ -1,0 +1,152 @@
+"""CPU tier for attention_08_paged_decode (decoding against a paged KV cache): the NumPy model and the
+kernel's own CUDA source on the CPU emulator against the float64 reference and against the
+contiguous decode kernel on the same keys (error rule: at most twice the model's error plus two
+ulps), over mixed lengths (0, 1, odd, several splits), page sizes (1, 3, 16, 64) and grouped heads;
+the judge shown failing on a wrong page, a length ignored and a causal diagonal misaligned; the
+split rule; the API's checks of pages and lengths. Needs g++ for the emulated part."""
+import os
+
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention import decode_mma as dm
+from onlinesoftmax.kernels.attention import paged
+from onlinesoftmax.runtime import emulator
+
+
+def make_paged(batch, heads, kv_heads, n_q, lengths, d, page_size, dtype, seed, spare=3):
+    return paged.example(batch, heads, kv_heads, n_q, lengths, d, page_size, dtype, seed, spare)
+
+
+def judge(out, lse, q, kp, vp, table, lengths, causal):
+    passed, message = paged.compare(out, lse, q, kp, vp, table, lengths, causal)
+    assert passed, message
+
+
+# batch, heads, kv_heads, n_q, lengths, d, page size, dtype, causal
+SHAPES = [(3, 8, 2, 1, (100, 0, 37), 128, 16, "bfloat16", False),
+          (2, 4, 4, 1, (1, 700), 64, 3, "float16", False),          # one head per kv head, odd pages
+          (2, 16, 2, 2, (600, 5), 64, 64, "bfloat16", True),        # two queries, causal per sequence
+          (1, 8, 1, 1, (40,), 128, 1, "float16", False),            # a page per key
+          (4, 8, 8, 3, (3, 2, 0, 300), 64, 16, "bfloat16", True)]  # queries that see no key
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_model_is_within_the_rule(shape):
+    *dims, lengths, d, page_size, dtype, causal = shape
+    q, kp, vp, table, lengths = make_paged(*dims, lengths, d, page_size, dtype, seed=sum(dims))
+    out, lse = paged.simulate(q, kp, vp, table, lengths, causal=causal)
+    ref, _ = paged.reference(q, kp, vp, table, lengths, causal=causal)
+    assert float(np.abs(checks.as_float64(out) - ref).max()) <= 4 * checks.EPS[dtype] * max(1, float(np.abs(ref).max()))
+
+
+@pytest.fixture
+def needs_emulator():
+    if not emulator.available():
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("no C++ compiler, and CI=true: the emulated kernels must run in CI")
+        pytest.skip("no C++ compiler (g++) for the CPU emulator")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_kernel_source_on_the_emulator(shape, needs_emulator):
+    *dims, lengths, d, page_size, dtype, causal = shape
+    q, kp, vp, table, lengths = make_paged(*dims, lengths, d, page_size, dtype, seed=sum(dims))
+    out, lse = paged.emulate(q, kp, vp, table, lengths, causal, sms=4, seed=3)
+    judge(out, lse, q, kp, vp, table, lengths, causal)
+
+
+def test_several_splits_of_one_sequence_on_the_emulator(needs_emulator):
+    q, kp, vp, table, lengths = make_paged(2, 4, 1, 1, (1100, 257), 64, 32, "bfloat16", seed=9)
+    assert paged.sequence_splits(1100, paged.splits_for(1, 4, 1, 1, 132))[0] > 1
+    out, lse = paged.emulate(q, kp, vp, table, lengths, sms=132, seed=4)
+    judge(out, lse, q, kp, vp, table, lengths, False)
+
+
+def test_paged_matches_the_contiguous_decode_kernel(needs_emulator):
+    """The same keys as a contiguous cache (every sequence of one length) and as pages."""
+    batch, heads, kv_heads, n, d = 2, 8, 2, 300, 64
+    q, kp, vp, table, lengths = make_paged(batch, heads, kv_heads, 1, (n, n), d, 16, "float16", seed=5)
+    k = np.stack([paged.gather(kp, vp, table, lengths, b)[0] for b in range(batch)]).astype(np.float16)
+    v = np.stack([paged.gather(kp, vp, table, lengths, b)[1] for b in range(batch)]).astype(np.float16)
+    contiguous, _ = dm.emulate(q, k, v, sms=4, seed=2)
+    pages, _ = paged.emulate(q, kp, vp, table, lengths, sms=4, seed=2)
+    ref, _ = ab.reference(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32))
+    model_err = float(np.abs(checks.as_float64(dm.simulate(q, k, v)[0]) - ref).max())
+    assert float(np.abs(checks.as_float64(pages) - checks.as_float64(contiguous)).max()) <= 2 * model_err + \
+        2 * checks.EPS["float16"]
+
+
+def test_the_judge_rejects_wrong_caches():
+    q, kp, vp, table, lengths = make_paged(2, 8, 2, 2, (200, 90), 64, 16, "bfloat16", seed=6)
+    swapped = table.copy()
+    swapped[0, [0, 1]] = swapped[0, [1, 0]]                    # two pages read in the wrong order... still a set
+    other = table.copy()
+    other[1, 0] = table[0, 0]                                  # another sequence's page
+    capacity = np.full_like(lengths, table.shape[1] * 16)      # lengths ignored: every slot of the pages read
+    wrong = {"another sequence's page": (other, lengths, True),
+             "the lengths ignored": (table, np.minimum(capacity, 200), True),
+             "the causal diagonal at the capacity, not the length": (table, lengths, False)}
+    for name, (t, n, causal) in wrong.items():
+        out, lse = paged.simulate(q, kp, vp, t, n, causal=causal)
+        with pytest.raises(AssertionError):
+            judge(out, lse, q, kp, vp, table, lengths, True)
+            pytest.fail(f"{name} passed")
+    out, lse = paged.simulate(q, kp, vp, swapped, lengths, causal=False)   # without causal the order does not matter
+    judge(out, lse, q, kp, vp, table, lengths, False)
+
+
+def test_each_sequence_divides_its_own_keys():
+    for length in (0, 1, 31, 255, 256, 257, 1000, 131072):
+        for splits in (1, 2, 7, 66):
+            used, per = paged.sequence_splits(length, splits)
+            assert 1 <= used <= splits and per % 32 == 0 and used * per >= length
+            assert used == 1 or length > paged.MIN_KEYS * (used - 1)
+    assert paged.splits_for(1, 32, 8, 1, 132) == paged.splits_for(1, 32, 8, 1, 132, 3) > 1
+
+
+def test_the_api_checks_pages_and_lengths():
+    q, kp, vp, table, lengths = make_paged(2, 8, 2, 1, (40, 7), 64, 16, "bfloat16", seed=7)
+    out, lse = osm.attention(q, kv_cache=(kp, vp), page_table=table, cache_lengths=lengths, return_lse=True)
+    judge(out, lse, q, kp, vp, table, lengths, False)
+    call = lambda **changed: osm.attention(**({"q": q, "kv_cache": (kp, vp), "page_table": table,  # noqa: E731
+                                                "cache_lengths": lengths} | changed))
+    bad_page = table.copy()
+    bad_page[0, 1] = 99
+    cases = [({"cache_lengths": np.array([40, 49])}, ValueError, r"cache_lengths\[1\] = 49 is outside \[0, 48\]"),
+             ({"cache_lengths": np.array([-1, 7])}, ValueError, "outside"),
+             ({"page_table": bad_page}, ValueError, r"page_table\[0, 1\] = 99 is not a page"),
+             ({"page_table": table.astype(np.float32)}, ValueError, "page_table must be integers"),
+             ({"kv_cache": (kp, vp[:, :8])}, ValueError, "k_pages, v_pages both"),
+             ({"kv_cache": (kp.astype(np.float32), vp)}, TypeError, "float16 or bfloat16"),
+             ({"kv_cache": (kp,)}, TypeError, "kv_cache=\\(k_pages, v_pages\\)"),
+             ({"k": kp}, TypeError, "no k or v"),
+             ({"variant": "decode_mma"}, ValueError, "variant 'auto' or 'paged'"),
+             ({"cache_lengths": lengths[:1]}, ValueError, "cache_lengths must be integers of shape"),
+             ({"q": q[:, :5]}, ValueError, "multiple of the pools' kv_heads")]
+    for changed, error, message in cases:
+        with pytest.raises(error, match=message):
+            call(**changed)
+    table[1, 1:] = 12345          # entries past a sequence's pages are never read, never checked
+    call(page_table=table)
+    with pytest.raises(TypeError, match="give k and v"):
+        osm.attention(q)
+
+
+def test_the_gather_grader_passes_the_answer_and_rejects_wrong_ones():
+    from onlinesoftmax.book.exercises import exercises_paged as ep
+
+    assert ep.check_gather_keys(ep.gather_keys, quiet=True)
+    wrong = {"the stub": lambda pool, row, n: None,
+             "the table ignored (pages in pool order)": lambda pool, row, n: pool.reshape(-1, pool.shape[2])[:n],
+             "page and slot swapped": lambda pool, row, n: pool[row[np.arange(n) % pool.shape[1]] if pool.shape[1] > 1
+                                                                else row[np.arange(n)], np.arange(n) // pool.shape[1]
+                                                                if pool.shape[1] > 1 else 0],
+             "the length ignored (whole pages)": lambda pool, row, n: pool[row[row >= 0]].reshape(-1, pool.shape[2]),
+             "right on the visible pools only": lambda pool, row, n: ep.gather_keys(pool, row, n)
+             if pool.shape in ((6, 4, 3), (7, 1, 2)) else np.zeros((n, pool.shape[2]))}
+    for name, fn in wrong.items():
+        assert not ep.check_gather_keys(fn, quiet=True), name
