@@ -34,11 +34,12 @@ from onlinesoftmax.kernels.attention import blocked as attention_blocked  # noqa
 from onlinesoftmax.kernels.attention import mma as attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
 from onlinesoftmax.kernels.attention import paged as attention_paged  # noqa: F401  (attention_08_paged_decode: a paged KV cache)
+from onlinesoftmax.kernels.attention import backward_blocked as attention_backward_kernels  # noqa: F401  (attention_backward_01_blocked)
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)
 from onlinesoftmax.kernels.sampling import rows as sampling_kernels  # noqa: F401  (sampling_01_rows)
 from onlinesoftmax import reference
-from onlinesoftmax.backward import log_softmax_backward, softmax_backward
+from onlinesoftmax.backward import attention_backward, log_softmax_backward, softmax_backward
 from onlinesoftmax.api import log_softmax, logsumexp, softmax
 from onlinesoftmax.topk import softmax_topk, topk_logits
 from onlinesoftmax.attention_api import attention
@@ -57,4 +58,4 @@ def _autograd(function, x, axis, *args, **options):
 _torch_bridge.autograd = _autograd
 VARIANTS = ("auto",) + tuple(v.name for v in variants("softmax"))
 
-__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_backward", "log_softmax_backward", "softmax_topk", "topk_logits", "attention", "cross_entropy", "cross_entropy_with_grad", "sample", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]
+__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_backward", "log_softmax_backward", "attention_backward", "softmax_topk", "topk_logits", "attention", "cross_entropy", "cross_entropy_with_grad", "sample", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]

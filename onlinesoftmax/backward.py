@@ -56,3 +56,39 @@ def _backward(function: str, y, dy, axis):
     options = {"dy": dy_rows}
     get_runner(chosen, y_rows, dx, options)(y_rows, dx, **options)
     return from_rows(dx, y.shape, axis, False)
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=None, deterministic: bool = False):
+    """(dq, dk, dv) of attention(q, k, v, causal=, scale=) = out with LSE lse (its return_lse), for the
+    upstream gradient dout: P recomputed from lse, never stored (attention_backward_01_blocked). Shapes as
+    attention's: q, out, dout (batch, heads, n_q, d); k, v (batch, kv_heads, n_k, d), d = 64 or 128; lse
+    float32 (batch, heads, n_q). dq is gathered by fp32 atomics (its last bits may differ from run to run),
+    or with deterministic=True by a second pass (the same bits every run). Gradients in q's dtype."""
+    from onlinesoftmax import attention_api
+    from onlinesoftmax.kernels.attention import backward_blocked as kab
+
+    arrays = (dout, q, k, v, out, lse)
+    if any(map(torch_bridge.is_tensor, arrays)):
+        return torch_bridge.call(attention_backward, *arrays, causal=causal, scale=scale, deterministic=deterministic)
+    batch, heads, kv_heads, n_q, n_k, d, scale = attention_api.check_inputs(q, k, v, scale)
+    for name, a, shape, dtype in (("dout", dout, q.shape, q.dtype), ("out", out, q.shape, q.dtype),
+                                  ("lse", lse, q.shape[:3], np.dtype(np.float32))):
+        if type(a) is not type(q) or tuple(a.shape) != tuple(shape) or a.dtype != dtype:
+            raise ValueError(f"attention_backward: {name} must be an array of q's kind with shape {tuple(shape)} and "
+                             f"dtype {dtype}, got {describe(a)}")
+    if d not in kab.SUPPORTED_D:
+        raise ValueError(f"attention_backward: head dimension d = {d} is not supported; supported: {kab.SUPPORTED_D}")
+    for name, flag in (("causal", causal), ("deterministic", deterministic)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"attention_backward: {name} must be True or False, got {flag!r}")
+    if isinstance(q, np.ndarray):
+        return kab.simulate(dout, q, k, v, out, lse, causal=bool(causal), scale=scale)
+    import cupy
+
+    given = (dout, q, k, v, out, lse)
+    dout, q, k, v, out, lse = (a if a.flags.c_contiguous else cupy.ascontiguousarray(a) for a in given)
+    dq, dk, dv = cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v)
+    options = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "dk": dk, "dv": dv, "causal": bool(causal),
+               "scale": scale, "deterministic": bool(deterministic)}
+    get_runner(REGISTRY[kab.NAME], dout, dq, options)(dout, dq, **options)
+    return dq, dk, dv

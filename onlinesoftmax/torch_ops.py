@@ -9,7 +9,7 @@
 | softmax(x, dim)                                  | the softmax kernels          | softmax_backward(y, dy, dim)    |
 | log_softmax(x, dim)                              | the log-softmax kernels      | log_softmax_backward(y, dy, dim)|
 | logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel       | softmax(x, dim) * dlse          |
-| attention(q, k, v, causal, scale, causal_align)  | the attention kernels        | none yet: an error says so      |
+| attention(q, k, v, causal, scale, causal_align)  | the attention kernels        | attention_backward_01_blocked   |
 | cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction) -> (loss, lse) | cross_entropy_01_rows, the gradient written in the same launch | that gradient, scaled by the upstream one |
 | softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | torch's ops (double backward) |
 
@@ -27,7 +27,7 @@ so `torch.autograd.gradcheck` runs on a machine without a GPU. `onlinesoftmax.so
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from onlinesoftmax import api, attention_api, loss
+from onlinesoftmax import api, attention_api, backward, loss
 from onlinesoftmax import backward as kernels_backward
 
 _lib = torch.library.Library("onlinesoftmax", "DEF")
@@ -200,18 +200,48 @@ _LogSoftmaxBackward = _second_derivative(_ops.log_softmax_backward, _log_softmax
 
 
 class _Attention(torch.autograd.Function):
+    """The forward keeps the LSE beside the output (a second output, never returned by the operator); the
+    backward recomputes P from it (onlinesoftmax.attention_backward, head dimensions 64 and 128).
+    causal_align="top_left" with n_q != n_k is the bottom-right mask on the parts attention_api's
+    _top_left cuts the problem into, and so is its gradient."""
+
     @staticmethod
     def forward(q, k, v, causal, scale, causal_align="bottom_right"):
-        return _ops.attention(q, k, v, causal, scale, causal_align)
+        return attention_api.attention(q, k, v, causal=causal, scale=scale, causal_align=causal_align, return_lse=True)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
+    def setup_context(ctx, inputs, outputs):
+        q, k, v, ctx.causal, ctx.scale, ctx.align = inputs
+        ctx.save_for_backward(q, k, v, *outputs)
+        ctx.mark_non_differentiable(outputs[1])
 
     @staticmethod
-    def backward(ctx, dout):
-        raise NotImplementedError("onlinesoftmax::attention has no backward yet: call it under torch.no_grad(), "
-                                  "or use torch.nn.functional.scaled_dot_product_attention to train")
+    def backward(ctx, dout, _):
+        q, k, v, out, lse = ctx.saved_tensors
+        if q.shape[-1] not in (64, 128):
+            raise NotImplementedError(f"onlinesoftmax::attention's backward takes head dimensions 64 and 128, got "
+                                      f"{q.shape[-1]}: use torch.nn.functional.scaled_dot_product_attention to train")
+        parts = _attention_parts(q.shape[2], k.shape[2], ctx.causal, ctx.align)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for rows, keys, causal in parts:
+            g = backward.attention_backward(dout[:, :, rows].contiguous(), q[:, :, rows].contiguous(),
+                                            k[:, :, keys].contiguous(), v[:, :, keys].contiguous(),
+                                            out[:, :, rows].contiguous(), lse[:, :, rows].contiguous(),
+                                            causal=causal, scale=ctx.scale)
+            dq[:, :, rows] += g[0]
+            dk[:, :, keys] += g[1]
+            dv[:, :, keys] += g[2]
+        return dq, dk, dv, None, None, None
+
+
+def _attention_parts(n_q: int, n_k: int, causal: bool, align: str):
+    """(query rows, keys, causal) of the bottom-right problems an attention call is made of."""
+    every_q, every_k = slice(0, n_q), slice(0, n_k)
+    if not causal or align == "bottom_right" or n_q == n_k:
+        return [(every_q, every_k, bool(causal))]
+    if n_q < n_k:   # top-left: no query sees a key past n_q
+        return [(every_q, slice(0, n_q), True)]
+    return [(slice(0, n_k), every_k, True), (slice(n_k, n_q), every_k, False)]
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -251,7 +281,8 @@ def _refuse_tangents(name: str, args) -> None:
 
 
 def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad, outputs=None):
-    """The operator's kernel at the Autograd key: the Function when a gradient is wanted; a plain
+    """The operator's kernel at the Autograd key: the Function when a gradient is wanted (its first
+    `outputs` results, or with outputs=0 its first result alone; None: all of them); a plain
     tensor, with no dispatch mode active (a tracer, a FLOP counter), straight to the implementation;
     anything else (torch.compile's fake and functional tensors, a mode) below autograd, to the
     kernel of its mode."""
@@ -266,7 +297,7 @@ def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].re
         wanted = _grad_enabled() and differentiable(args)
         if wanted:
             result = function.apply(*args)
-            return result if outputs is None else result[:outputs]
+            return result if outputs is None else result[0] if outputs == 0 else result[:outputs]
         if type(args[0]) is _Tensor and not _modes():
             return implementation(*args)
         with torch._C._AutoDispatchBelowAutograd():
@@ -277,7 +308,7 @@ def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].re
 _autograd_kernel("softmax", _Softmax)
 _autograd_kernel("log_softmax", _LogSoftmax)
 _autograd_kernel("logsumexp", _LogSumExp)
-_autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]))
+_autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]), outputs=0)
 _autograd_kernel("cross_entropy", _CrossEntropy, outputs=2)
 _autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
 _autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)

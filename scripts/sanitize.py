@@ -189,6 +189,21 @@ def paged(cp, osm, checks):
                               causal=n_q > 1, return_lse=True)
 
 
+@family("attention_backward", "attention_backward_01_blocked: every dtype, d 64 and 128, causal, grouped heads, "
+        "n_q != n_k, atomic and deterministic dq", ("attention_backward_01_blocked",))
+def attention_backward(cp, osm, checks):
+    if not wanted("attention_backward_01_blocked"):
+        return
+    for dtype in checks.DTYPES:
+        for d in (64, 128):
+            for heads, kv, n_q, n_k, causal in ((4, 2, 70, 33, True), (2, 2, 1, 300, False), (2, 1, 129, 129, True)):
+                q = checks.random_rows(cp, 2 * heads * n_q, d, dtype, seed=1).reshape(2, heads, n_q, d)
+                k = checks.random_rows(cp, 2 * kv * n_k, d, dtype, seed=2).reshape(2, kv, n_k, d)
+                out, lse = osm.attention(q, k, k, causal=causal, return_lse=True, variant="blocked")
+                for deterministic in (False, True):
+                    osm.attention_backward(out, q, k, k, out, lse, causal=causal, deterministic=deterministic)
+
+
 def _attention_cuda_cores(cp, osm, checks, cases):
     for dtype in checks.DTYPES:
         for d in (32, 64, 96, 128):

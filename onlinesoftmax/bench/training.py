@@ -1,4 +1,5 @@
-"""Suite `training`: cross-entropy from logits, forward and backward, against torch in one run.
+"""Suite `training`: cross-entropy from logits, forward and backward, against torch in one run (and the
+backward of attention: bench/training_attention.py).
 
 At SHAPES (tokens x vocabulary, bf16, and fp32 at 32000), each call computes the loss and the gradient
 of the mean loss with respect to the logits, on the same memory:
@@ -110,6 +111,10 @@ def measure(shapes=SHAPES) -> dict:
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", "bytes_counted": "read + write", **copy}]
     rows += rows_for(shapes, copy["GBps"])
+    if shapes is SHAPES:   # the backward of attention (bench/training_attention.py)
+        from onlinesoftmax.bench.training_attention import attention_rows
+
+        rows += attention_rows()
     return {"meta": results.gpu_meta(), "rows": rows}
 
 

@@ -52,6 +52,7 @@ DIFFICULTY = {
     "shard_statistics": CORE, "merge_records": CORE, "fix_merge": WARM_UP, "exchanged_bytes": CORE,
     "torch_dispatch": CORE, "copy_fraction": WARM_UP,
     "gumbel_pick": WARM_UP, "nucleus_threshold": CORE, "gather_keys": WARM_UP,
+    "row_backward": CORE,
 }
 
 

@@ -55,6 +55,7 @@ PALETTE = {
     "cross_entropy_01_rows": "#3182bd",
     "sampling_01_rows": "#ad494a",
     "attention_08_paged_decode": "#9c9ede",
+    "attention_backward_01_blocked": "#cedb9c",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",
