@@ -16,7 +16,6 @@ mma_fragments.py's, and every schedule gives the same bits. Needs a C++17 compil
 under CI=true.
 """
 import contextlib
-import os
 
 import numpy as np
 import pytest
@@ -32,12 +31,7 @@ STEMS = [v.name for v in am.VARIANTS]
 MODELS = {v.name: v.simulate for v in am.VARIANTS}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def needs_a_compiler():
-    if not emulator.available():
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-            pytest.fail("no C++ compiler, and CI=true: the emulated kernels must run in CI")
-        pytest.skip("no C++ compiler (g++) for the CPU emulator")
+pytestmark = pytest.mark.usefixtures("needs_emulator")   # tests/conftest.py
 
 
 def make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed, q_scale=1.0):

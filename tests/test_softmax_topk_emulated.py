@@ -6,7 +6,6 @@ candidate buffer filled, selected and refilled), ascending rows (every element a
 warps. The model's replay of the same buffer is checked against the exact selection, and broken
 kernels must be rejected. Needs g++ (required under CI=true)."""
 import contextlib
-import os
 
 import numpy as np
 import pytest
@@ -18,12 +17,7 @@ from onlinesoftmax.runtime import emulator
 from onlinesoftmax.runtime.loader import KERNELS_DIR
 
 
-@pytest.fixture(autouse=True)
-def need_a_compiler():
-    if not emulator.available():
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-            pytest.fail("no C++ compiler, and CI=true: the emulated kernels must run in CI")
-        pytest.skip("no C++ compiler (g++) for the CPU emulator")
+pytestmark = pytest.mark.usefixtures("needs_emulator")   # tests/conftest.py
 
 
 def rows_to_check(dtype: str):
