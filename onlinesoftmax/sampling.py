@@ -10,16 +10,21 @@ logits / temperature restricted to the tokens that top-k keeps, then top-p of th
 the top-k distribution), then min-p (tokens whose probability is at least min_p times the largest);
 tokens tied with a threshold are kept. temperature below 1e-5 is greedy (the first largest logit).
 Each parameter is a number for every row or an array of one value per row (numpy, cupy or torch,
-on the logits' device); top_k None or <= 0, top_p None or 1, min_p None or 0 switch a filter off.
-A row with a NaN or +inf logit, or with no finite logit, gets token -1: never a silent token.
+on the logits' device, of shape logits.shape[:-1] or flat); top_k None or <= 0 (or >= V), top_p None
+or 1, min_p None or 0 switch a filter off. The filters are applied as FlashInfer's "top-k first":
+top-p measures its mass within the tokens top-k keeps (vLLM's current sampler applies min-p first).
+A row with a NaN or +inf logit, with no finite logit, or whose logits / temperature overflow float32
+gets token -1: never a silent token.
 
 generator: None (fresh randomness), an int seed (the same tokens for the same seed and inputs), a
 numpy Generator, or a torch Generator (its seed and offset: the same generator state gives the same
-tokens; a CUDA generator is advanced as torch's own samplers advance it). Tokens depend only on
-the seed, the row and the token's place, never on the launch or the number of threads.
+tokens; a CUDA generator's seed and offset are read and its offset advanced on the host, so such a
+call cannot be captured in a CUDA graph). Tokens depend only on the seed, the row and the token's
+place, never on the launch or the number of threads (every sum in the kernel is exact).
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel sampling_01_rows, torch tensors
-on torch's current stream. Per-row arrays are checked on the host (one synchronization on the GPU).
+on torch's current stream. Per-row arrays are checked on the host (one synchronization each, on the
+GPU).
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ from onlinesoftmax.registry import REGISTRY
 from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
 
-RANGES = {"temperature": (0.0, np.inf, "a number >= 0"), "top_k": (None, None, "an int (<= 0: off)"),
+TORCH_KEY_SALT = 0x9E3779B97F4A7C15   # XORed into a torch generator's seed: another Philox key than torch's
+RANGES = {"temperature": (0.0, np.inf, "a finite number >= 0"), "top_k": (None, None, "an int (<= 0: off)"),
           "top_p": (0.0, 1.0, "a number in (0, 1]"), "min_p": (0.0, 1.0, "a number in [0, 1]")}
 
 
@@ -43,14 +49,16 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
     params = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
     if torch_bridge.is_tensor(logits) or any(torch_bridge.is_tensor(v) for v in params.values()):
         seed, offset = seed_and_offset(generator)
-        return torch_bridge.call(sample, logits, generator=(seed, offset), **params)
+        detached = {name: v.detach() if torch_bridge.is_tensor(v) else v for name, v in params.items()}
+        logits = logits.detach() if torch_bridge.is_tensor(logits) else logits   # tokens carry no gradient
+        return torch_bridge.call(sample, logits, generator=(seed, offset), **detached)
     on_gpu = check_array(logits, "sample", exact=True)
     if logits.shape[-1] == 0:
         raise ValueError(f"sample: the logits need at least one token on their last axis, got shape "
                          f"{tuple(logits.shape)}")
     check_length(logits, logits.ndim - 1, "sample")
     x = logits.reshape(-1, logits.shape[-1])
-    values = {name: checked(name, value, x.shape[0], logits) for name, value in params.items()}
+    values = {name: checked(name, value, x.shape[0], logits) for name, value in params.items()}   # one per row
     seed, offset = seed_and_offset(generator)
     xp = array_module(logits)
     if x.shape[0] == 0:
@@ -81,20 +89,22 @@ def checked(name: str, value, n_rows: int, logits):
             raise TypeError(f"sample: {name} must be {accepted} or an array of one per row, got {value!r}")
         array = np.asarray([value])
     else:
-        if type(value) is not type(logits) or tuple(value.shape) not in ((n_rows,), (1,), ()):
+        rows_shape = tuple(logits.shape[:-1])
+        if type(value) is not type(logits) or tuple(value.shape) not in ((n_rows,), (1,), (), rows_shape):
             raise ValueError(f"sample: {name} must be a number or an array of the logits' kind with one value per "
-                             f"row ({n_rows}), got {describe(value)}")
+                             f"row (shape {rows_shape} or ({n_rows},)), got {describe(value)}")
         if (value.dtype.kind not in "iu") if name == "top_k" else (value.dtype.kind != "f"):
             raise TypeError(f"sample: {name} must be {'integers' if name == 'top_k' else 'floats'}, got {value.dtype}")
         array = value.reshape(-1)
     if name != "top_k":
-        bad = (array != array) | (array < low) | (array > high) | ((array <= 0) if name == "top_p" else False)
+        bad = (array != array) | (array < low) | (array > high) | (abs(array) == np.inf) | \
+            ((array <= 0) if name == "top_p" else False)
         if bool(bad.any()):   # one synchronization for a device array
             where = int(array_module(array).argmax(bad))
             raise ValueError(f"sample: {name} must be {accepted}, got {float(array[where])}"
                              + (f" (row {where})" if array.size > 1 else ""))
-    if np.isscalar(value):
-        return int(value) if name == "top_k" else float(value)
+    if np.isscalar(value):   # top_k clipped to the kernel's int: anything from n on means "off"
+        return int(min(max(int(value), -1), 2**31 - 1)) if name == "top_k" else float(value)
     dtype = np.int32 if name == "top_k" else np.float32
     if name == "top_k":
         array = array_module(array).clip(array, -1, 2**31 - 1)
@@ -122,10 +132,10 @@ def torch_seed_and_offset(generator) -> tuple[int, int]:
     four words per token, as torch's kernels count); a CPU generator: a seed drawn from it."""
     import torch
 
-    if generator.device.type == "cuda":
+    if generator.device.type == "cuda":   # the key salted: never the words torch's own kernels draw
         offset = generator.get_offset()
         generator.set_offset(offset + 4)
-        return generator.initial_seed(), offset
+        return generator.initial_seed() ^ TORCH_KEY_SALT, offset
     return int(torch.randint(0, 2**62, (1,), generator=generator)), 0
 
 

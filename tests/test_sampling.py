@@ -127,14 +127,18 @@ def test_the_same_seed_gives_the_same_tokens():
     g1, g2 = np.random.default_rng(3), np.random.default_rng(3)
     assert np.array_equal(osm.sample(x, generator=g1), osm.sample(x, generator=g2))
     assert osm.sample(np.zeros((0, 5), np.float32)).shape == (0,)
+    assert np.array_equal(osm.sample(x, top_k=2**32 + 5, generator=5), osm.sample(x, generator=5))   # off, not top-5
+    per_row = np.tile(np.array([0.0, 1.0]), 32).reshape(8, 8)               # one value per row of (8, 8, 500) logits
+    tokens = osm.sample(x.reshape(8, 8, 500), temperature=per_row, generator=5)
+    assert np.array_equal(tokens.reshape(-1)[::2], x.argmax(axis=1)[::2])
     exact = osm.sample(x.astype(np.float64), top_k=5, generator=5)
-    assert (np.sort(np.argsort(-x, axis=1)[:, :5], axis=1) == np.sort(np.argsort(-x, axis=1)[:, :5], axis=1)).all()
     assert all(t in np.argsort(-x[i])[:5] for i, t in enumerate(exact))
 
 
 @pytest.mark.parametrize("options, error", [
-    ({"temperature": -1.0}, "temperature must be a number >= 0, got -1.0"),
+    ({"temperature": -1.0}, "temperature must be a finite number >= 0, got -1.0"),
     ({"temperature": float("nan")}, "temperature"),
+    ({"temperature": float("inf")}, "temperature must be a finite number >= 0, got inf"),
     ({"top_p": 0.0}, r"top_p must be a number in \(0, 1\], got 0.0"),
     ({"top_p": 1.5}, "top_p"),
     ({"min_p": 2}, "min_p must be a number in"),
@@ -224,11 +228,12 @@ def test_the_kernel_source_on_extreme_rows(emulated):
     x[7] = 1e-3 * np.arange(300)                           # nearly uniform
     x[8, 99] = 1.0                                         # one above a flat row
     x[8, 1::3] = -0.0                                      # zeros of both signs: one value, tied
-    for case in (*CASES.values(), {"top_k": 2}, {"top_k": 250, "top_p": 0.5}):
+    for case in (*CASES.values(), {"top_k": 2}, {"top_k": 250, "top_p": 0.5}, {"temperature": 0.0}):
         tokens = emulate(emulated, x, **case)
         assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
         assert tokens[:3].tolist() == [-1, -1, -1] and tokens[3] in (10, 250)
-        assert tokens[4] == (17 if case.get("temperature", 1) >= 1 else -1)   # 3e38 / 0.5 overflows: refused
+        t = case.get("temperature", 1)
+        assert tokens[4] == (17 if t >= 1 or t < 1e-5 else -1)   # 3e38 / 0.5 overflows: refused; greedy divides by 1
 
 
 def test_the_model_comparison_can_fail():
@@ -241,6 +246,11 @@ def test_the_model_comparison_can_fail():
     assert not compare_with_model(x, tokens, 3, 1, top_k=2)[0], "tokens the filter drops"
     assert not compare_with_model(x, np.zeros(40, np.int64), 3, 1)[0], "always token 0"
     assert not compare_with_model(x, np.full(40, -1), 3, 1)[0], "every row refused"
+    huge = np.full((40, 300), 1e30, np.float32)                 # every key (s - M) + g is the noise alone
+    assert not compare_with_model(huge, np.zeros(40, np.int64), 3, 1)[0], "token 0 of a row of equal huge logits"
+    tied = np.zeros((40, 300), np.float32)
+    tied[:, [5, 7]] = 1.0
+    assert not compare_with_model(tied, np.full(40, 7), 3, 1, temperature=0.0)[0], "the last of tied maxima, greedy"
 
 
 # ---- the chapter's graders: the right answers pass, each wrong one is rejected --------------------
@@ -285,13 +295,36 @@ def test_the_sampling_graders_pass_the_answers_and_reject_wrong_ones():
                    "the noise's sign flipped": lambda x, u: np.argmax(x - g(u), axis=1),
                    "noise on the probabilities": lambda x, u: np.argmax(_softmax(x) + g(u), axis=1),
                    "right on the visible shapes only": lambda x, u: es.gumbel_pick(x, u)
-                   if np.shape(x) in ((1, 3), (8, 40)) else np.zeros(len(x), np.int64)}
+                   if np.shape(x) in ((1, 3), (8, 40)) else np.full(len(x), -1)}   # never a token
     for name, fn in wrong_picks.items():
         assert not es.check_gumbel_pick(fn, quiet=True), name
     wrong_thresholds = {"the stub": lambda x, p: None, "one token short": _threshold_before_p,
                         "p = 1 unguarded": _threshold_unguarded, "unnormalised sums": _threshold_unnormalised,
                         "smallest first": _threshold_ascending,
                         "right on the visible shapes only": lambda x, p: es.nucleus_threshold(x, p)
-                        if np.shape(x) in ((1, 4), (8, 50), (2, 50)) else np.max(x, axis=1)}
+                        if np.shape(x) in ((1, 4), (8, 50), (2, 50)) else np.max(x, axis=1) + 1}   # no logit
     for name, fn in wrong_thresholds.items():
         assert not es.check_nucleus_threshold(fn, quiet=True), name
+
+
+def test_the_kernel_source_on_rows_that_probe_the_selects(emulated):
+    """Rows where a wrong select shows: top-p measured over the whole row instead of the top-k tokens;
+    a weight sum that lands within float32 rounding of a lane's running sum; greedy ties (the first
+    index, not the last); every row's token the model's."""
+    nucleus = np.r_[0.0, np.log(0.9), np.full(98, np.log(1.9 / 98))].astype(np.float32)
+    rows = np.repeat(nucleus[None, :], 64, axis=0)
+    tokens = emulate(emulated, rows, top_k=2, top_p=0.5)
+    assert (tokens == 0).all(), "top-p must be measured within the top-k tokens (token 0 alone reaches 0.5 of them)"
+    edge = np.repeat(np.float32([[3.0236433, 1.9256955, 0.17905985, 0.0, -1.9229742, -3.8709886, -18.159834]]), 64, 0)
+    for block in (32, 64):
+        tokens = emulate(emulated, edge, block=block, top_p=np.float32(0.99439365))
+        assert np.array_equal(tokens, ks.simulate(edge, SEED, 0, top_p=np.float32(0.99439365)))
+        assert tokens.max() <= 4, "the nucleus of 0.99439365 is the first five tokens"
+    ties = np.zeros((3, 300), np.float32)
+    ties[0, [0, 63, 250]] = 5.0
+    ties[1, [10, 250]] = 2.0
+    ties[2, [63, 236]] = -1.0
+    ties[2, :63] = -2.0
+    ties[2, 64:236] = -2.0
+    ties[2, 237:] = -2.0
+    assert emulate(emulated, ties, temperature=0.0).tolist() == [0, 10, 63]

@@ -5,7 +5,8 @@
 //   s_j = x_j / t,  M = max_j s_j,  w_j = e^{s_j - M}      (a token's weight; p_j = w_j / sum w)
 //   top-k:  keep s_j >= s_(k), the k-th largest value (ties with it kept, as vLLM does)
 //   top-p:  of those, keep s_j >= v, the largest v whose kept tokens at or above it weigh at least
-//           p times all the kept tokens (the nucleus of the top-k distribution)
+//           p times all the kept tokens (the nucleus of the top-k distribution); weights summed
+//           exactly as integers of 2^-32 (floor(w_j 2^32)), target ceil(p total)
 //   min-p:  keep s_j >= M + log(min_p)                      (p_j >= min_p * max p)
 //   token = argmax over the kept j of (s_j - M) + g_j,  g_j Gumbel noise of Philox4x32-10
 // The argmax of the weights' logs plus Gumbel noise is a sample of the normalised weights (the
@@ -13,7 +14,8 @@
 // g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
 // win and draws no noise. The thresholds are exact values of the row: a radix select over the
 // order-preserving bits of s, eight bits per pass, counting tokens (top-k) or summing weights
-// (top-p) in shared-memory histograms. Ties of keys go to the lower index.
+// (top-p) in shared-memory histograms of 64-bit integers: every sum is exact, so the thresholds, and
+// the tokens, do not depend on the order in which threads add. Ties of keys go to the lower index.
 // g_j is word (j mod 4) of Philox(counter = (j / 4, row, offset_lo, offset_hi), key = (seed_lo,
 // seed_hi)): the same seed and offset give the same tokens, whatever the launch geometry.
 // temperature < 1e-5 is greedy decoding: the first index of the largest logit, no noise.
@@ -24,8 +26,9 @@
 //          or, when its pointer is null, the scalar argument of the same name. top_k <= 0 or >= n,
 //          top_p >= 1 and min_p <= 0 turn a filter off.
 // Traffic: x read once to find M, four more times per radix select (top-k, top-p), once to sample:
-//          one read without filters, two with min-p, up to ten with top-k and top-p (the later
-//          reads from L2 while the rows in flight fit in it). 8 bytes written per row.
+//          one read for greedy rows, two without filters or with min-p, six with top-k or top-p,
+//          ten with both (the later reads from L2 while the rows in flight fit in it). 8 bytes
+//          written per row.
 // Limits:  1 <= n <= 2^31 - 2^16; x float32, float16 or bfloat16, rows strided (unit column
 //          stride); top_p in (0, 1], min_p in [0, 1], temperature >= 0 (the host checks them).
 #include "online_rows.cuh"
@@ -74,98 +77,74 @@ __device__ __forceinline__ void block_pick(float& key, int& index, float* keys, 
 
 // Warp 0: the digit (255 .. 0, from the top) whose bucket holds the `remaining`-th unit counted from
 // the largest keys down, and what remains of it inside that bucket. Lane l sums buckets 255 - 8l
-// down to 248 - 8l; a scan across lanes finds the lane, the lane its bucket. With sums of weights
-// the rounding of a different order may leave `remaining` just above the total: then the lowest
-// bucket that holds a token, all of it.
+// down to 248 - 8l; a scan across lanes finds the lane, the lane its bucket. The units are integers
+// (tokens, or weights in fixed point), so every sum is exact in any order and the lane's own walk
+// always ends in its range.
 template <class T>
-__device__ __forceinline__ int pick_digit(const T* hist, const unsigned* counts, T& remaining) {
+__device__ __forceinline__ int pick_digit(const T* hist, T& remaining) {
     const int lane = threadIdx.x & 31;
     T part = 0;
-    unsigned filled = 0;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-        part += hist[255 - 8 * lane - q];
-        filled |= counts[255 - 8 * lane - q];
-    }
+    for (int q = 0; q < 8; ++q) part += hist[255 - 8 * lane - q];
     T inclusive = part;
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
         const T other = __shfl_up_sync(0xffffffffu, inclusive, offset);
         if (lane >= offset) inclusive += other;
     }
-    T before = __shfl_up_sync(0xffffffffu, inclusive, 1);
-    if (lane == 0) before = 0;
-    const unsigned hit = __ballot_sync(0xffffffffu, inclusive >= remaining && filled != 0);
-    int digit = -1;
-    T left = 0;
-    if (hit != 0) {
-        const int owner = __ffs(hit) - 1;
-        if (lane == owner) {
-            left = remaining - before;
-            for (int q = 0; q < 8 && digit < 0; ++q) {
-                const int d = 255 - 8 * lane - q;
-                if (counts[d] != 0 && hist[d] >= left) digit = d;
-                else left -= hist[d];
-            }
+    const unsigned hit = __ballot_sync(0xffffffffu, inclusive >= remaining);
+    const int owner = __ffs(hit) - 1;   // remaining <= the total: some lane reaches it
+    int digit = 0;
+    T left = remaining - (inclusive - part);
+    if (lane == owner) {
+        for (int q = 0; q < 8; ++q) {
+            const int d = 255 - 8 * lane - q;
+            if (hist[d] >= left) { digit = d; break; }
+            left -= hist[d];
         }
-        digit = __shfl_sync(0xffffffffu, digit, owner);
-        left = __shfl_sync(0xffffffffu, left, owner);
     }
-    if (digit < 0) {   // only by rounding: the lowest filled bucket
-        const unsigned any = __ballot_sync(0xffffffffu, filled != 0);
-        const int owner = 31 - __clz(static_cast<int>(any));
-        if (lane == owner)
-            for (int q = 0; q < 8; ++q)
-                if (counts[255 - 8 * lane - q] != 0) { digit = 255 - 8 * lane - q; left = hist[digit]; }
-        digit = __shfl_sync(0xffffffffu, digit, owner);
-        left = __shfl_sync(0xffffffffu, left, owner);
-    }
-    remaining = left;
-    return digit;
+    remaining = __shfl_sync(0xffffffffu, left, owner);
+    return __shfl_sync(0xffffffffu, digit, owner);
+}
+
+// A token's weight e^(s - M) in (0, 1] as an integer of 2^-32 units (truncated): a row of up to 2^31
+// tokens sums below 2^63, exactly, whatever order the threads add in.
+__device__ __forceinline__ unsigned long long fixed_weight(float s, float m) {
+    return static_cast<unsigned long long>(expf(s - m) * 4294967296.0f);
 }
 
 struct SampleShared {
-    unsigned counts[256];
-    float masses[256];
+    unsigned long long hist[256];
     float keys[32];
     int indices[32];
     unsigned prefix;
 };
 
-// The exact threshold key of a radix select over the tokens whose key is >= floor: by count (the
-// k-th largest, MASS = false) or by weight (the largest key whose tokens at or above it weigh at
-// least p of all, MASS = true). Four passes over the row, eight bits each.
+// The exact threshold key of a radix select over the tokens whose key is >= floor: the k-th largest
+// (MASS = false, `count` = k), or the largest key whose tokens at or above it weigh at least p of
+// all of them (MASS = true, weights in fixed point). Four passes over the row, eight bits each.
 template <class Row, bool MASS>
 __device__ unsigned radix_select(const typename Row::Elem* row_x, int n, float t, float m, unsigned floor,
-                                 float target, SampleShared& sh) {
+                                 unsigned count, float p, SampleShared& sh) {
     unsigned prefix = 0, mask = 0;
-    float remaining_mass = target;   // MASS: a fraction of the total until the first pass has the total
-    unsigned remaining_count = static_cast<unsigned>(target);
+    unsigned long long remaining = count;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += blockDim.x) { sh.counts[d] = 0; sh.masses[d] = 0.0f; }
+        for (int d = threadIdx.x; d < 256; d += blockDim.x) sh.hist[d] = 0;
         __syncthreads();
         for (int j = threadIdx.x; j < n; j += blockDim.x) {
             const float s = Row::load1(row_x + j) / t;
             const unsigned key = ordered_bits(s);
-            if (key >= floor && (key & mask) == prefix) {
-                const int digit = (key >> shift) & 255;
-                atomicAdd(&sh.counts[digit], 1u);
-                if (MASS) atomicAdd(&sh.masses[digit], expf(s - m));
-            }
+            if (key >= floor && (key & mask) == prefix)
+                atomicAdd(&sh.hist[(key >> shift) & 255], MASS ? fixed_weight(s, m) : 1ull);
         }
         __syncthreads();
         if (threadIdx.x < 32) {
-            int digit;
-            if (MASS) {
-                if (shift == 24) {   // the first pass sums every kept token: p of that is the target
-                    float total = 0.0f;
-                    for (int d = 0; d < 256; ++d) total += sh.masses[d];
-                    remaining_mass = target * total;
-                }
-                digit = pick_digit<float>(sh.masses, sh.counts, remaining_mass);
-            } else {
-                digit = pick_digit<unsigned>(sh.counts, sh.counts, remaining_count);
+            if (MASS && shift == 24) {   // the first pass sums every kept token: the target is p of that
+                unsigned long long total = 0;
+                for (int d = 0; d < 256; ++d) total += sh.hist[d];
+                remaining = max(1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p) * total)));
             }
+            const int digit = pick_digit<unsigned long long>(sh.hist, remaining);
             if (threadIdx.x == 0) sh.prefix = prefix | (static_cast<unsigned>(digit) << shift);
         }
         __syncthreads();
@@ -213,8 +192,8 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     const float p = top_ps ? top_ps[row] : top_p;
     const float q = min_ps ? min_ps[row] : min_p;
     unsigned floor = 0;
-    if (k > 0 && k < n) floor = radix_select<Row, false>(row_x, n, t, m, 0u, static_cast<float>(k), sh);
-    if (p < 1.0f) floor = max(floor, radix_select<Row, true>(row_x, n, t, m, floor, p, sh));
+    if (k > 0 && k < n) floor = radix_select<Row, false>(row_x, n, t, m, 0u, static_cast<unsigned>(k), 0.0f, sh);
+    if (p < 1.0f) floor = max(floor, radix_select<Row, true>(row_x, n, t, m, floor, 0u, p, sh));
     if (q > 0.0f) floor = max(floor, ordered_bits(m + logf(q)));
 
     // the last pass: Gumbel-max over the kept tokens, noise drawn four tokens at a time

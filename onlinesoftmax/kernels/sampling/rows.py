@@ -42,9 +42,11 @@ def row_params(n_rows: int, params: dict) -> dict:
     return {name: np.broadcast_to(np.asarray(v), (n_rows,)) for name, v in host.items()}
 
 
-def kept(s: np.ndarray, m: np.ndarray, top_k, top_p, min_p) -> np.ndarray:
+def kept(s: np.ndarray, m: np.ndarray, top_k, top_p, min_p, fixed_point: bool = False) -> np.ndarray:
     """The mask of the tokens each row keeps: values s (rows, n) of s's dtype, each row's maximum m,
-    the parameters per row; weights e^(s - m) summed in float64."""
+    the parameters per row. Weights e^(s - m) summed in float64 against p times the total, or, with
+    fixed_point (the kernel's arithmetic), as integers floor(e^(s - m) 2^32) against
+    ceil(p total) (computed in float64 from a float32 p)."""
     n_rows, n = s.shape
     rows = np.arange(n_rows)
     ordered = -np.sort(-s, axis=1)                                       # each row, largest first
@@ -53,11 +55,19 @@ def kept(s: np.ndarray, m: np.ndarray, top_k, top_p, min_p) -> np.ndarray:
     keep = s >= kth[:, None]
     use_p = top_p < 1
     if use_p.any():
-        w = np.where(ordered >= kth[:, None], np.exp(ordered - m[:, None]), 0).astype(np.float64)
-        cumulative = np.cumsum(w, axis=1)
+        inside = ordered >= kth[:, None]
+        if fixed_point:
+            w = np.where(inside, np.floor(np.exp(ordered - m[:, None]) * np.float32(2.0 ** 32)), 0).astype(np.uint64)
+            cumulative = np.cumsum(w, axis=1, dtype=np.uint64)
+            target = np.maximum(1, np.ceil(np.float32(top_p).astype(np.float64) * cumulative[:, -1].astype(np.float64)))
+            reaches = cumulative >= target.astype(np.uint64)[:, None]
+        else:
+            w = np.where(inside, np.exp(ordered - m[:, None]), 0).astype(np.float64)
+            cumulative = np.cumsum(w, axis=1)
+            reaches = cumulative >= top_p[:, None] * cumulative[:, -1:]
         # the mass at or above a value counts every token tied with it: look at the last of the ties
         last_of_ties = np.c_[ordered[:, 1:] != ordered[:, :-1], np.ones(n_rows, bool)]
-        reached = last_of_ties & (cumulative >= top_p[:, None] * cumulative[:, -1:]) & (ordered >= kth[:, None])
+        reached = last_of_ties & reaches & inside
         lowest = ordered[rows, np.maximum(0, (ordered >= kth[:, None]).sum(axis=1) - 1)]
         threshold = np.where(reached.any(axis=1), ordered[rows, reached.argmax(axis=1)], lowest)
         keep &= ~use_p[:, None] | (s >= threshold[:, None])
@@ -100,14 +110,14 @@ def simulate(x, seed: int = 0, offset: int = 0, **params) -> np.ndarray:
     n_rows, n = x.shape
     if n_rows == 0:
         return np.full(0, -1, np.int64)
-    p = row_params(n_rows, params)
-    greedy = p["temperature"] < GREEDY_BELOW
+    p = {name: v.astype(np.float32) if name != "top_k" else v for name, v in row_params(n_rows, params).items()}
+    greedy = p["temperature"] < np.float32(GREEDY_BELOW)          # the kernel's float32 parameters
     with np.errstate(all="ignore"):
-        s = x.astype(np.float32) / np.where(greedy, 1, p["temperature"]).astype(np.float32)[:, None]
+        s = x.astype(np.float32) / np.where(greedy, np.float32(1), p["temperature"])[:, None]
         bad = refused(s)
         s = np.where(bad[:, None], np.float32(0), s)
         m = s.max(axis=1)
-        keep = kept(s, m, p["top_k"], p["top_p"], p["min_p"])
+        keep = kept(s, m, p["top_k"], p["top_p"], p["min_p"], fixed_point=True)
         keys = np.where(keep, (s - m[:, None]) + philox.gumbel(n_rows, n, seed, offset), -np.inf)
     tokens = np.where(greedy, np.argmax(s, axis=1), np.argmax(keys.astype(np.float32), axis=1))
     return np.where(bad, -1, tokens).astype(np.int64)
