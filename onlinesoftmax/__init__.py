@@ -45,6 +45,7 @@ from onlinesoftmax.topk import softmax_topk, topk_logits
 from onlinesoftmax.attention_api import attention
 from onlinesoftmax.loss import cross_entropy, cross_entropy_with_grad
 from onlinesoftmax.sampling import sample
+from onlinesoftmax.linear_loss import linear_cross_entropy, linear_cross_entropy_with_grad
 from onlinesoftmax.registry import REGISTRY, variants
 from onlinesoftmax.runtime.loader import reload
 from onlinesoftmax.runtime import torch_bridge as _torch_bridge
@@ -58,4 +59,4 @@ def _autograd(function, x, axis, *args, **options):
 _torch_bridge.autograd = _autograd
 VARIANTS = ("auto",) + tuple(v.name for v in variants("softmax"))
 
-__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_backward", "log_softmax_backward", "attention_backward", "softmax_topk", "topk_logits", "attention", "cross_entropy", "cross_entropy_with_grad", "sample", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]
+__all__ = ["softmax", "logsumexp", "log_softmax", "softmax_backward", "log_softmax_backward", "attention_backward", "softmax_topk", "topk_logits", "attention", "cross_entropy", "cross_entropy_with_grad", "sample", "linear_cross_entropy", "linear_cross_entropy_with_grad", "reload", "reference", "REGISTRY", "VARIANTS", "variants"]

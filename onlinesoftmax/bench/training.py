@@ -113,8 +113,9 @@ def measure(shapes=SHAPES) -> dict:
     rows += rows_for(shapes, copy["GBps"])
     if shapes is SHAPES:   # the backward of attention (bench/training_attention.py)
         from onlinesoftmax.bench.training_attention import attention_rows
+        from onlinesoftmax.bench.training_linear import linear_rows
 
-        rows += attention_rows()
+        rows += linear_rows() + attention_rows()
     return {"meta": results.gpu_meta(), "rows": rows}
 
 

@@ -1,0 +1,57 @@
+"""The linear cross-entropy rows of suite `training`: the loss of a classifier head from hidden states,
+forward and backward, against torch's linear + cross_entropy (which stores the logits).
+
+At 8192 tokens, hidden 4096, vocabularies 128256 and 262144, bf16, each call is a forward and a
+backward on the same tensors (device time, timer.time_gpu), and the peak memory a call adds above what
+was allocated before it (torch.cuda.max_memory_allocated), beside the size of the logits:
+  linear_cross_entropy        onlinesoftmax.linear_cross_entropy(h, W, t).backward()
+  torch linear+cross_entropy  F.cross_entropy(h @ W.T, t).backward()
+Targets: peak extra memory <= 2 % of the logits, time <= 1.0x torch's.
+"""
+from __future__ import annotations
+
+import onlinesoftmax as osm
+from onlinesoftmax.measure import timer
+
+LINEAR_SHAPES = ((8192, 4096, 128256), (8192, 4096, 262144))
+
+
+def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(vocab)
+    h = torch.randn(tokens, hidden, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+    w = (torch.randn(vocab, hidden, device="cuda", generator=g) / hidden ** 0.5).to(torch.bfloat16).requires_grad_()
+    t = torch.randint(0, vocab, (tokens,), device="cuda", generator=g)
+    here = {"op": "linear_cross_entropy", "dtype": "bfloat16", "tokens": tokens, "hidden": hidden, "vocab": vocab,
+            "logits_bytes": tokens * vocab * 2}
+    calls = {"linear_cross_entropy": lambda: osm.linear_cross_entropy(h, w, t).backward(),
+             "torch linear+cross_entropy": lambda: torch.nn.functional.cross_entropy(h @ w.T, t).backward()}
+    rows, timed = [], {}
+    for name, fn in calls.items():
+        h.grad = w.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        timing = timer.time_gpu(fn, [()], warmup=2, reps=10)
+        timed[name] = timing["ms"]
+        rows.append({"kernel": name, "method": "device", "correct": None, **timing, **here,
+                     "peak_extra_bytes": peak, "peak_fraction_of_logits": peak / here["logits_bytes"]})
+    for row in rows:
+        row["vs_torch"] = timed["torch linear+cross_entropy"] / row["ms"]
+    print(f"linear cross-entropy {tokens}x{hidden}x{vocab}: " + "  ".join(
+        f"{k} {v:.1f} ms" for k, v in timed.items()), flush=True)
+    return rows
+
+
+def linear_rows(shapes=LINEAR_SHAPES) -> list[dict]:
+    import torch
+
+    rows = []
+    for shape in shapes:
+        rows += linear_shape(*shape)
+        torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,70 @@
+"""GPU tier for linear_cross_entropy: bf16 and fp32 losses and gradients against the float64 ones,
+within twice torch's same-dtype error (torch's F.cross_entropy(hidden @ weight.T) and its autograd)
+plus a floor; the peak memory of a call below torch's path; a few training steps against torch's."""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+
+def problem(tokens, hidden, vocab, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    h = torch.randn(tokens, hidden, device="cuda", generator=g).to(dtype)
+    w = (torch.randn(vocab, hidden, device="cuda", generator=g) / hidden ** 0.5).to(dtype)
+    t = torch.randint(0, vocab, (tokens,), device="cuda", generator=g)
+    t[::9] = -100
+    return h, w, t
+
+
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+@pytest.mark.parametrize("shape", [(1000, 256, 32000), (257, 512, 128256), (64, 128, 1000)], ids=str)
+def test_against_float64_within_twice_torchs_error(dtype, shape):
+    h, w, t = problem(*shape, getattr(torch, dtype))
+    results = []
+    for fn, precision in ((lambda h, w: osm.linear_cross_entropy(h, w, t), None),         # ours, in dtype
+                          (lambda h, w: torch.nn.functional.cross_entropy(h @ w.T, t), torch.float64),   # exact
+                          (lambda h, w: torch.nn.functional.cross_entropy(h @ w.T, t), None)):         # torch's
+        hh, ww = (a.detach().to(precision or a.dtype).requires_grad_() for a in (h, w))
+        loss = fn(hh, ww)
+        results.append((loss.detach().double(), *(g.double() for g in torch.autograd.grad(loss, (hh, ww)))))
+    ours, exact, theirs = results
+    for a, e, b in zip(ours, exact, theirs):
+        floor = 2 * float(torch.finfo(getattr(torch, dtype)).eps) * float(e.abs().max())
+        assert float((a - e).abs().max()) <= 2 * float((b - e).abs().max()) + floor
+
+
+def test_peak_memory_below_torchs_path():
+    h, w, t = problem(4096, 1024, 128256, torch.bfloat16)
+    peaks = []
+    for fn in (lambda h, w: osm.linear_cross_entropy(h, w, t), lambda h, w: torch.nn.functional.cross_entropy(h @ w.T, t)):
+        hh, ww = (a.detach().clone().requires_grad_() for a in (h, w))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn(hh, ww).backward()
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+    assert peaks[0] < peaks[1], f"ours {peaks[0] / 2**20:.0f} MiB, torch's {peaks[1] / 2**20:.0f} MiB"
+
+
+def test_training_steps_match_torch():
+    torch.manual_seed(0)
+    x, y = torch.randn(512, 64, device="cuda"), torch.randint(0, 1000, (512,), device="cuda")
+    losses = []
+    for loss_fn in (lambda h, lin: osm.linear_cross_entropy(h, lin.weight, y, lin.bias),
+                    lambda h, lin: torch.nn.functional.cross_entropy(lin(h), y)):
+        torch.manual_seed(1)
+        body, head = torch.nn.Linear(64, 64).cuda(), torch.nn.Linear(64, 1000).cuda()
+        optimizer = torch.optim.SGD([*body.parameters(), *head.parameters()], lr=0.5)
+        run = []
+        for _ in range(5):
+            optimizer.zero_grad()
+            loss = loss_fn(torch.tanh(body(x)), head)
+            loss.backward()
+            optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    assert np.allclose(losses[0], losses[1], rtol=1e-4)
