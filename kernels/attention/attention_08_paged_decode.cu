@@ -9,14 +9,16 @@
 //               has cache_lengths[b] keys, read on the device: the launch, the plan and the
 //               number of splits do not depend on the lengths, so a decode loop whose caches
 //               grow by a token a step reuses one plan. Each sequence divides its own keys over
-//               the grid's splits: splits = min(gridDim.x, ceil(length / min_keys)), a multiple
-//               of 32 keys each; the splits past those write the merge's identity. The products,
-//               the online softmax, the finish and the merge are attention_06's (decode_mma.cuh).
+//               the grid's splits: splits = min(gridDim.x, ceil(length / min_keys)), each a
+//               multiple of 32 keys, the last taking the rest (at most min_keys keys a split
+//               unless gridDim.x caps the count); the splits past those write the merge's
+//               identity. The products, the online softmax, the finish and the merge are
+//               attention_06's (decode_mma.cuh).
 // Launch:       split: grid = (splits, kv_heads * ceil(rows / 8), batch), block = (128), static
 //               shared memory 4 x 8 x (D + 2) floats; rows = heads / kv_heads * n_q. merge: as
 //               attention_02's (grid = (batch * heads * n_q), block = (D), programmatic on sm_90).
 // Traffic:      each sequence's K and V once + the page table + q and out; partials 4 (D + 1) B
-//               per row and split.
+//               per row and split, written and read back by the merge (none with one split).
 // Limits:       q contiguous [batch][heads][n_q][D], the pools contiguous and 16-byte aligned,
 //               float16 or bfloat16 (entries attention_08_paged_decode_<f16|bf16>_d<64|128> and
 //               attention_08_paged_decode_merge_...); page_table int32 [batch][pages_per_seq] of
@@ -46,7 +48,8 @@ struct PagedCache {
     __device__ __forceinline__ const unsigned short* v_row(int batch, int kv_head, int key) const {
         return v_pages + offset(batch, kv_head, key);
     }
-    // Split s of this sequence's keys: its own count of splits, at least min_keys keys each.
+    // Split s of this sequence's keys: its own count of splits, one per min_keys keys (no more than the
+    // grid has), each a multiple of 32 keys, the last taking the rest.
     __device__ __forceinline__ void range(int batch, int split, int& begin, int& end) const {
         const int n = length(batch);
         const int splits = max(1, min((int)gridDim.x, (n + min_keys - 1) / min_keys));

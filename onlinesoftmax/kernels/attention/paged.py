@@ -26,7 +26,7 @@ DTYPES = ("float16", "bfloat16")
 SUPPORTED_D = (64, 128)
 ROWS, KEYS, WARPS = 8, 16, 4          # as attention_06_decode_mma: query rows, keys per warp step, warps
 BLOCKS_PER_SM = 3
-MIN_KEYS = ab.DECODE_KEYS_MIN         # the fewest keys a sequence gives one split
+MIN_KEYS = ab.DECODE_KEYS_MIN         # a sequence uses ceil(length / MIN_KEYS) splits, capped by the grid's
 F32 = np.float32
 POINTER, INT, FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
