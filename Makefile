@@ -49,6 +49,8 @@ endif
 # no command-line override); the copy names _ext/ by absolute path, since paths in a config file
 # resolve against the file's folder.
 CACHE_CONFIG := _build/.config-cache.yml
+FORCE_CACHE := _build/.jupyter_cache_force
+FORCE_CONFIG := _build/.config-force.yml
 
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
 RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -191,13 +193,26 @@ _pytest-cpu: _setup
 
 # Strict: any warning or failing cell fails the build (-W --keep-going; raise_on_error in
 # _config.yml). --all re-reads every page, so warnings from unchanged pages are not skipped.
-# EXECUTE=force (CI): _config.yml as it is, every chapter executed. EXECUTE=cache: the copy of
-# _config.yml with execute_notebooks: cache; unchanged chapters take their outputs from
-# _build/.jupyter_cache.
+# EXECUTE=force (CI, make test): every page executed afresh, as many at once as there are cores
+# (jupyter-cache's local-parallel executor into an emptied cache), then the book built from that cache;
+# a page whose execution failed is not cached, so the build runs it again and fails on it.
+# EXECUTE=cache: the copy of _config.yml with execute_notebooks: cache; unchanged chapters take their
+# outputs from _build/.jupyter_cache.
 _book-build: _setup
 ifeq ($(EXECUTE),force)
-	@echo "--- Building the book: jupyter-book build (strict, every chapter executed)"
-	$(RUN) $(VENV_BIN)/jupyter-book build --warningiserror --keep-going --all .
+	@echo "--- Executing every page in a fresh cache, as many at once as there are cores (jupyter-cache)"
+	rm -rf $(FORCE_CACHE) && mkdir -p _build
+	$(RUN) sh -c 'yes | $(VENV_BIN)/jcache notebook -p $(FORCE_CACHE) add -r myst_nb_md intro.md \
+	  $$(grep -oE "chapters/[A-Za-z0-9_]+" _toc.yml | sed "s/$$/.md/")' > /dev/null
+	$(RUN) $(VENV_BIN)/jcache project -p $(FORCE_CACHE) execute -e local-parallel -t 1200 -v WARNING
+	@echo "--- Building the book from those executions: jupyter-book build (strict; a page that failed above runs again here and fails the build)"
+	$(VENV_BIN)/python -c 'import sys, yaml, pathlib; \
+	c = yaml.safe_load(open("_config.yml")); \
+	c.setdefault("execute", {}).update(execute_notebooks="cache", cache=str(pathlib.Path(sys.argv[2]).resolve())); \
+	ext = c.get("sphinx", {}).get("local_extensions") or {}; \
+	[ext.__setitem__(k, str(pathlib.Path(v).resolve())) for k, v in ext.items()]; \
+	yaml.safe_dump(c, open(sys.argv[1], "w"), sort_keys=False)' $(FORCE_CONFIG) $(FORCE_CACHE)
+	$(RUN) $(VENV_BIN)/jupyter-book build --warningiserror --keep-going --all --config $(FORCE_CONFIG) .
 else
 	@echo "--- Building the book: jupyter-book build (strict; only chapters whose cells changed are executed)"
 	@mkdir -p _build
