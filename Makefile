@@ -50,6 +50,7 @@ endif
 # resolve against the file's folder.
 CACHE_CONFIG := _build/.config-cache.yml
 FORCE_CACHE := _build/.jupyter_cache_force
+BROWSER_PROCESSES ?= 2     # the browser check's processes (one Chromium each), pages split between them
 FORCE_CONFIG := _build/.config-force.yml
 
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
@@ -227,4 +228,4 @@ endif
 
 _browser-check: _setup
 	@echo "--- Browser check: every page in headless chromium, offline"
-	$(RUN) CHROMIUM="$(CHROMIUM)" $(VENV_BIN)/python tests/browser_check.py
+	$(RUN) CHROMIUM="$(CHROMIUM)" $(VENV_BIN)/python tests/browser_check.py --processes $(BROWSER_PROCESSES)

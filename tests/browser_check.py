@@ -366,13 +366,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--html", type=Path, default=REPO_ROOT / "_build" / "html")
     parser.add_argument("--screenshots", type=Path, default=REPO_ROOT / "_build" / "screenshots")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="check the pages in this many processes at once (each its own Chromium)")
+    parser.add_argument("--shard", default="0/1", help="K/N: check only pages K, K + N, ... (what --processes runs)")
     arguments = parser.parse_args()
+    if arguments.processes > 1:
+        return run_shards(arguments)
+    shard, shards = (int(part) for part in arguments.shard.split("/"))
 
     html_root = arguments.html.resolve()
     if not (html_root / "intro.html").is_file() and not (html_root / "index.html").is_file():
         print(f"browser_check: no built book in {html_root}; run `make book` first")
         return 1
-    pages = find_pages(html_root)
+    pages = find_pages(html_root)[shard::shards]
     server, base_url = serve(html_root)
     blocked: list[str] = []
 
@@ -426,6 +432,25 @@ def main() -> int:
         line += f", {skipped} skipped"
     print(line)
     return 1 if failed or passed == 0 else 0
+
+
+def run_shards(arguments) -> int:
+    """The check in `arguments.processes` processes, one shard of the pages each, at once; each
+    shard's report printed whole when it ends; non-zero if any shard failed."""
+    import subprocess
+
+    n = arguments.processes
+    started = time.monotonic()
+    children = [subprocess.Popen([sys.executable, __file__, "--html", str(arguments.html), "--screenshots",
+                                  str(arguments.screenshots), "--shard", f"{k}/{n}"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in range(n)]
+    status = 0
+    for k, child in enumerate(children):
+        output, _ = child.communicate()
+        print(f"--- shard {k + 1} of {n}\n{output}", end="")
+        status = status or child.returncode
+    print(f"browser_check: {n} shards in {time.monotonic() - started:.1f} s, {'failed' if status else 'passed'}")
+    return status
 
 
 if __name__ == "__main__":
