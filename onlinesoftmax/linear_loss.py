@@ -62,9 +62,14 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
                                                                **options)
         total = total + part
         dh[rows] = dlogits @ weight
-        dw += (dlogits.T @ h[rows]).astype(dw.dtype) if not tensor else (dlogits.T @ h[rows]).to(dw.dtype)
-        if db is not None:
-            db += dlogits.sum(0).astype(db.dtype) if not tensor else dlogits.sum(0).to(db.dtype)
+        if tensor:   # added into the float32 sums in place: no float32 copy of the chunk's product
+            dw.add_(dlogits.T @ h[rows])
+            if db is not None:
+                db.add_(dlogits.sum(0))
+        else:
+            dw += (dlogits.T @ h[rows]).astype(dw.dtype)
+            if db is not None:
+                db += dlogits.sum(0).astype(db.dtype)
     scale = 1.0 / max(counted, 1) if reduction == "mean" else 1.0
     if reduction == "mean" and counted == 0:
         scale = float("nan")          # a mean over no counted token, as torch's
