@@ -19,12 +19,13 @@ import numpy as np
 
 from onlinesoftmax import checks
 from onlinesoftmax.kernels.attention import blocked as ab
+from onlinesoftmax.kernels.attention.decode_mma import row_chunks
 from onlinesoftmax.registry import DTYPE_TAGS, Launch, Variant, register
 
 NAME = "attention_08_paged_decode"
 DTYPES = ("float16", "bfloat16")
 SUPPORTED_D = (64, 128)
-ROWS, KEYS, WARPS = 8, 16, 4          # as attention_06_decode_mma: query rows, keys per warp step, warps
+KEYS, WARPS = 16, 4                    # as attention_06_decode_mma: keys per warp step, warps (rows: its row_chunks)
 BLOCKS_PER_SM = 3
 MIN_KEYS = ab.DECODE_KEYS_MIN         # a sequence uses ceil(length / MIN_KEYS) splits, capped by the grid's
 F32 = np.float32
@@ -75,8 +76,7 @@ def reference(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sc
 
 def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, sms: int, blocks_per_sm: int = BLOCKS_PER_SM) -> int:
     """The grid's splits: enough blocks for one wave of resident blocks, from the shape alone."""
-    row_chunks = math.ceil(heads // kv_heads * n_q / ROWS)
-    return max(1, math.ceil(sms * blocks_per_sm / (batch * kv_heads * row_chunks)))
+    return max(1, math.ceil(sms * blocks_per_sm / (batch * kv_heads * row_chunks(heads, kv_heads, n_q))))
 
 
 def sequence_splits(length: int, splits: int) -> tuple[int, int]:
@@ -168,12 +168,12 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     per_sm = ab.resident_per_sm(variant, split_entry)
     splits = splits_for(batch, heads, kv_heads, n_q, device.sm_count(), per_sm)
-    row_chunks = math.ceil(heads // kv_heads * n_q / ROWS)
+    chunks = row_chunks(heads, kv_heads, n_q)
     n_rows = batch * heads * n_q
     o_part = cupy.empty((splits, n_rows, d), cupy.float32) if splits > 1 else None
     lse_part = cupy.empty((splits, n_rows), cupy.float32) if splits > 1 else None
     split_launch = driver.prepare_launch(
-        get_kernel(variant.path, split_entry), (splits, kv_heads * row_chunks, batch), (32 * WARPS,), 0, 1,
+        get_kernel(variant.path, split_entry), (splits, kv_heads * chunks, batch), (32 * WARPS,), 0, 1,
         (POINTER,) * 9 + (INT,) * 6 + (FLOAT, INT),
         fixed={5: 0 if o_part is None else o_part.data.ptr, 6: 0 if lse_part is None else lse_part.data.ptr,
                9: heads, 10: kv_heads, 11: n_q, 12: page_table.shape[1], 13: page_size, 14: MIN_KEYS,
@@ -231,8 +231,7 @@ def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, s
     o_part = np.full((splits, n_rows, d), np.nan, np.float32)
     lse_part = np.full((splits, n_rows), np.nan, np.float32)
     words = [np.ascontiguousarray(a).view(np.uint16) for a in (q, k_pages, v_pages)]
-    row_chunks = math.ceil(heads // kv_heads * n_q / ROWS)
-    module.launch(split_entry, (splits, kv_heads * row_chunks, batch), (32 * WARPS,),
+    module.launch(split_entry, (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), (32 * WARPS,),
                   (*words, np.ascontiguousarray(page_table, np.int32), np.ascontiguousarray(lengths, np.int32),
                    o_part, lse_part, out, lse, *map(np.int32, (heads, kv_heads, n_q, page_table.shape[1], page_size,
                                                                MIN_KEYS)),
