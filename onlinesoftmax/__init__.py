@@ -34,6 +34,7 @@ from onlinesoftmax.kernels.attention import blocked as attention_blocked  # noqa
 from onlinesoftmax.kernels.attention import mma as attention_mma  # noqa: F401  (attention_03 .. 05: tensor cores, fp16/bf16)
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma  # noqa: F401  (attention_06_decode_mma: grouped heads, fp16/bf16)
 from onlinesoftmax.kernels.attention import paged as attention_paged  # noqa: F401  (attention_08_paged_decode: a paged KV cache)
+from onlinesoftmax.kernels.attention import varlen as attention_varlen_kernels  # noqa: F401  (attention_09_varlen: packed sequences)
 from onlinesoftmax.kernels.attention import backward_blocked as attention_backward_kernels  # noqa: F401  (attention_backward_01_blocked)
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)

@@ -154,13 +154,19 @@ def _call_key(q, k, v, causal, scale, return_lse, variant):
 
 
 def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto",
-              causal_align: str = "bottom_right", kv_cache=None, page_table=None, cache_lengths=None):
+              causal_align: str = "bottom_right", kv_cache=None, page_table=None, cache_lengths=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc.
     causal=True: query i keeps keys j <= i + n_k - n_q, the diagonal aligned bottom-right (the last
     query sees every key: decoding against a cache), as softmax(causal=True) and FlashAttention;
     causal_align="top_left" keeps j <= i (torch's is_causal); the two agree when n_q == n_k.
     kv_cache=(k_pages, v_pages) with page_table and cache_lengths in place of k and v: decoding
-    against a paged cache (onlinesoftmax/attention_paged.py)."""
+    against a paged cache (onlinesoftmax/attention_paged.py). cu_seqlens_q and cu_seqlens_k with q
+    (total_q, heads, d) and k, v (total_k, kv_heads, d): sequences of different lengths packed
+    without padding (onlinesoftmax/attention_varlen.py)."""
+    if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None:
+        return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, return_lse, variant,
+                       causal_align, kv_cache is not None or page_table is not None or cache_lengths is not None)
     if kv_cache is not None or page_table is not None or cache_lengths is not None:
         return _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, causal_align)
     if k is None or v is None:
@@ -225,6 +231,20 @@ def _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_l
         raise ValueError(f"attention: a paged cache runs {paged.NAME} (variant 'auto' or 'paged'), causal aligned "
                          f"bottom-right to each sequence; got variant={variant!r}, causal_align={align!r}")
     return paged_attention(q, *kv_cache, page_table, cache_lengths, causal=causal, scale=scale, return_lse=return_lse)
+
+
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, return_lse, variant, align, paged):
+    from onlinesoftmax.attention_varlen import varlen_attention
+    from onlinesoftmax.kernels.attention import varlen
+
+    if cu_seqlens_q is None or cu_seqlens_k is None or k is None or v is None or paged:
+        raise TypeError("attention: packed sequences are q, k, v with both cu_seqlens_q= and cu_seqlens_k= (and no "
+                        "paged cache)")
+    if variant not in ("auto", varlen.NAME, "varlen") or align != "bottom_right":
+        raise ValueError(f"attention: packed sequences run {varlen.NAME} (variant 'auto' or 'varlen'), causal aligned "
+                         f"bottom-right to each sequence; got variant={variant!r}, causal_align={align!r}")
+    return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q, causal=causal, scale=scale,
+                            return_lse=return_lse)
 
 
 def _top_left(q, k, v, causal, scale, return_lse, variant, align):

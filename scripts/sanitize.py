@@ -189,6 +189,22 @@ def paged(cp, osm, checks):
                               causal=n_q > 1, return_lse=True)
 
 
+@family("varlen", "attention_09_varlen: packed sequences of 0 to 700 tokens, grouped heads, causal and not",
+        ("attention_09_varlen",))
+def varlen(cp, osm, checks):
+    if not wanted("attention_09_varlen"):
+        return
+    for dtype in ("float16", "bfloat16"):
+        for d in (64, 128):
+            for q_lengths, k_lengths, heads, kv in (((1, 0, 700, 129), (1, 4, 700, 300), 8, 2),
+                                                    ((5, 33), (2, 0), 4, 4)):
+                cu_q, cu_k = (cp.asarray([0, *cp.cumsum(cp.asarray(n)).tolist()], cp.int32) for n in (q_lengths, k_lengths))
+                q = checks.random_rows(cp, int(cu_q[-1]) * heads, d, dtype, seed=7).reshape(-1, heads, d)
+                k = checks.random_rows(cp, int(cu_k[-1]) * kv, d, dtype, seed=8).reshape(-1, kv, d)
+                for causal in (False, True):
+                    osm.attention(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=causal, return_lse=True)
+
+
 @family("attention_backward", "attention_backward_01_blocked: every dtype, d 64 and 128, causal, grouped heads, "
         "n_q != n_k, atomic and deterministic dq", ("attention_backward_01_blocked",))
 def attention_backward(cp, osm, checks):

@@ -113,6 +113,14 @@ def test_the_emulator_reads_fragments_as_mma_fragments_says():
         assert expected.tolist() == [row, col], (kind, lane, reg, half)
 
 
+def kernel_text(stem: str) -> str:
+    """The kernel's file with the shared body it includes (fragment_reuse.cuh) written in place, so
+    that a mutant may change either."""
+    text = (KERNELS_DIR / "attention" / f"{stem}.cu").read_text()
+    include = '#include "fragment_reuse.cuh"'
+    return text.replace(include, (KERNELS_DIR / "common" / "fragment_reuse.cuh").read_text()) if include in text else text
+
+
 MUTANTS = [   # (kernel, text to change, replacement, what it breaks)
     ("attention_03_mma", "__syncthreads();   // every warp is done with the previous tile's Ks and Vs", "",
      "the barrier before a tile is overwritten"),
@@ -135,7 +143,7 @@ MUTANTS = [   # (kernel, text to change, replacement, what it breaks)
 
 @pytest.mark.parametrize("stem, old, new, why", MUTANTS, ids=[m[3].replace(" ", "_") for m in MUTANTS])
 def test_a_broken_kernel_is_rejected(stem, old, new, why):
-    source = (KERNELS_DIR / "attention" / f"{stem}.cu").read_text()
+    source = kernel_text(stem)
     assert old in source, f"the mutant's text is gone from {stem}.cu: update MUTANTS"
     q, k, v = make_qkv(1, 2, 1, 150, 200, 64, "bfloat16", seed=3)     # causal, a short last key tile
     try:
@@ -182,7 +190,7 @@ def test_scores_near_1e10_on_the_emulator(stem):
 def test_the_fused_exponent_is_rejected_near_1e10():
     """The wrong answer: attention_07's exponent as one fma leaves m's rounding (hundreds) in it."""
     stem = "attention_07_fragment_reuse"
-    source = (KERNELS_DIR / "attention" / f"{stem}.cu").read_text()
+    source = kernel_text(stem)
     old = "exp2_ftz(__fmul_rn(s[i][j][e], fold) - base)"
     assert old in source, "the exponent's text is gone from attention_07: update this test"
     q, k, v = huge_scores(70, 130, 128, seed=9)

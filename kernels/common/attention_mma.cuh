@@ -114,11 +114,12 @@ __device__ __forceinline__ void p_fragment(u32 a[4], const float s[8][4], int kk
 }
 
 // The end: the quad's partial sums added, O / l rounded to T (32-bit stores of column pairs), and
-// LSE = (m + log2 l) ln 2 in fp32. A row that saw no key has l = 0: output 0, LSE -inf.
+// LSE = (m + log2 l) ln 2 in fp32. A row that saw no key has l = 0: output 0, LSE -inf. Output
+// row r is at out_head + r stride.
 template <class T, int D>
 __device__ __forceinline__ void store_output(const float o[D / 8][4], const float m[2], const float l[2],
                                              typename T::Elem* __restrict__ out_head, float* __restrict__ lse_head,
-                                             int row0, int n_q) {
+                                             int row0, int n_q, int stride = D) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -129,7 +130,7 @@ __device__ __forceinline__ void store_output(const float o[D / 8][4], const floa
         if (row >= n_q) continue;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<u32*>(out_head + (long long)row * D + 8 * n + 2 * t) =
+            *reinterpret_cast<u32*>(out_head + (long long)row * stride + 8 * n + 2 * t) =
                 T::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         if (t == 0 && lse_head != nullptr)
             lse_head[row] = row_sum != 0.0f ? (m[r] + log2f(row_sum)) * 0.69314718056f : neg_inf();

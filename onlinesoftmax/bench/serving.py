@@ -24,7 +24,10 @@ read bandwidth of the same run. Each call includes the host's check of the pages
 synchronization), as the API does; "kernels only" rows time the runner alone. Checked against the
 float64 reference on two sequences (capped at 4096 keys) before timing.
 
-    python -m onlinesoftmax.bench serving [--quick]   (GPU and torch with CUDA; --quick: printed only)
+Prefill of packed prompts of different lengths (op "varlen_prefill"): serving_prefill.py.
+
+    python -m onlinesoftmax.bench serving [--quick] [--only sample|decode|prefill]
+    (GPU and torch with CUDA; --quick: printed only; --only PART: that part alone, recorded as serving-PART)
 """
 from __future__ import annotations
 
@@ -237,17 +240,31 @@ def decode_rows(read_GBps: float) -> list[dict]:
     return rows
 
 
-def measure(shapes=SHAPES, decode: bool = True) -> dict:
+PARTS = ("sample", "decode", "prefill")
+
+
+def measure(shapes=SHAPES, parts=PARTS) -> dict:
+    from onlinesoftmax.bench.serving_prefill import prefill_rows
+
     read = timer.read_bandwidth()
     rows = [{"kernel": "read", "bytes_counted": "read", **read}]
-    rows += rows_for(shapes, read["GBps"])
-    if decode:
+    if "sample" in parts:
+        rows += rows_for(shapes, read["GBps"])
+    if "decode" in parts:
         rows += decode_rows(read["GBps"])
-    return {"meta": {**results.gpu_meta(), "versions": versions()}, "rows": rows}
+    if "prefill" in parts:
+        rows += prefill_rows()
+    return {"meta": {**results.gpu_meta(), "versions": versions(), "parts": list(parts)}, "rows": rows}
 
 
 if __name__ == "__main__":
-    if "--quick" in sys.argv[1:]:
-        measure(QUICK, decode=False)
+    args = sys.argv[1:]
+    parts = PARTS
+    if "--only" in args:
+        parts = (args[args.index("--only") + 1],)
+        if parts[0] not in PARTS:
+            raise SystemExit(f"--only takes one of {', '.join(PARTS)}, got {parts[0]!r}")
+    if "--quick" in args:
+        measure(QUICK, parts=("sample",))
     else:
-        bench.record(SUITE, measure())
+        bench.record(SUITE if parts == PARTS else f"{SUITE}-{parts[0]}", measure(parts=parts))

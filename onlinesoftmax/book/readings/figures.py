@@ -56,6 +56,7 @@ PALETTE = {
     "sampling_01_rows": "#ad494a",
     "attention_08_paged_decode": "#9c9ede",
     "attention_backward_01_blocked": "#cedb9c",
+    "attention_09_varlen": "#6baed6",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",
