@@ -58,18 +58,25 @@ def _backward(function: str, y, dy, axis):
     return from_rows(dx, y.shape, axis, False)
 
 
-def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=None, deterministic: bool = False):
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=None, deterministic: bool = False,
+                       variant: str = "auto"):
     """(dq, dk, dv) of attention(q, k, v, causal=, scale=) = out with LSE lse (its return_lse), for the
-    upstream gradient dout: P recomputed from lse, never stored (attention_backward_01_blocked). Shapes as
-    attention's: q, out, dout (batch, heads, n_q, d); k, v (batch, kv_heads, n_k, d), d = 64 or 128; lse
-    float32 (batch, heads, n_q). dq is gathered by fp32 atomics (its last bits may differ from run to run),
-    or with deterministic=True by a second pass (the same bits every run). Gradients in q's dtype."""
+    upstream gradient dout: P recomputed from lse, never stored. Shapes as attention's: q, out, dout
+    (batch, heads, n_q, d); k, v (batch, kv_heads, n_k, d), d = 64 or 128; lse float32 (batch, heads,
+    n_q). Gradients in q's dtype. variant "auto" runs attention_backward_02_mma (tensor cores) for
+    float16 and bfloat16 on compute capability 8.0 or newer, else attention_backward_01_blocked (fp32 on
+    CUDA cores); "mma" or "blocked" chooses one. dq is gathered by fp32 atomics (its last bits may
+    differ from run to run); deterministic=True runs attention_backward_01_blocked's second pass
+    instead (the same bits every run, on CUDA cores)."""
     from onlinesoftmax import attention_api
     from onlinesoftmax.kernels.attention import backward_blocked as kab
+    from onlinesoftmax.kernels.attention import backward_mma as kbm
+    from onlinesoftmax.runtime import device
 
     arrays = (dout, q, k, v, out, lse)
     if any(map(torch_bridge.is_tensor, arrays)):
-        return torch_bridge.call(attention_backward, *arrays, causal=causal, scale=scale, deterministic=deterministic)
+        return torch_bridge.call(attention_backward, *arrays, causal=causal, scale=scale, deterministic=deterministic,
+                                 variant=variant)
     batch, heads, kv_heads, n_q, n_k, d, scale = attention_api.check_inputs(q, k, v, scale)
     for name, a, shape, dtype in (("dout", dout, q.shape, q.dtype), ("out", out, q.shape, q.dtype),
                                   ("lse", lse, q.shape[:3], np.dtype(np.float32))):
@@ -81,8 +88,24 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     for name, flag in (("causal", causal), ("deterministic", deterministic)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"attention_backward: {name} must be True or False, got {flag!r}")
-    if isinstance(q, np.ndarray):
-        return kab.simulate(dout, q, k, v, out, lse, causal=bool(causal), scale=scale)
+    on_gpu = not isinstance(q, np.ndarray)
+    tensor_cores = q.dtype.name in kbm.DTYPES and not deterministic and \
+        (not on_gpu or device.compute_capability() >= kbm.BACKWARD_MMA.min_cc)
+    if variant == "auto":
+        chosen = kbm if tensor_cores else kab
+    elif variant in ("mma", kbm.NAME):
+        if q.dtype.name not in kbm.DTYPES or deterministic:
+            raise ValueError(f"attention_backward: variant 'mma' takes float16 or bfloat16 and deterministic=False, got "
+                             f"{q.dtype.name}, deterministic={deterministic} (variant 'blocked' takes every dtype)")
+        if on_gpu and device.compute_capability() < kbm.BACKWARD_MMA.min_cc:
+            raise RuntimeError("attention_backward: variant 'mma' needs compute capability 8.0")
+        chosen = kbm
+    elif variant in ("blocked", kab.NAME):
+        chosen = kab
+    else:
+        raise ValueError(f"attention_backward: variant must be 'auto', 'mma' or 'blocked', got {variant!r}")
+    if not on_gpu:
+        return chosen.simulate(dout, q, k, v, out, lse, causal=bool(causal), scale=scale)
     import cupy
 
     given = (dout, q, k, v, out, lse)
@@ -90,5 +113,5 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     dq, dk, dv = cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v)
     options = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "dk": dk, "dv": dv, "causal": bool(causal),
                "scale": scale, "deterministic": bool(deterministic)}
-    get_runner(REGISTRY[kab.NAME], dout, dq, options)(dout, dq, **options)
+    get_runner(REGISTRY[chosen.NAME], dout, dq, options)(dout, dq, **options)
     return dq, dk, dv

@@ -25,25 +25,12 @@
 //               lse float32 (batch, heads, n_q) in natural log as the forward writes it; heads a
 //               multiple of kv_heads; any n_q, n_k >= 1; causal bottom-right aligned (query i sees
 //               keys j <= i + n_k - n_q). dq_acc float32, zeroed by the caller, when atomics are used.
-#include "online_rows.cuh"
+#include "row_dot.cuh"
 
 #define BWD_Q 32
 #define BWD_K 32
 #define BWD_LD 33                   // padded rows of the transposed tiles: lanes of one dim spread over banks
 #define BWD_LOG2E 1.4426950408889634f
-
-// dot: D[row] = dO[row] . O[row], one warp per row.
-template <class Row>
-__device__ __forceinline__ void attention_backward_dot(const typename Row::Elem* __restrict__ out,
-                                                       const typename Row::Elem* __restrict__ dout,
-                                                       float* __restrict__ delta, int d) {
-    const long long row = blockIdx.x;
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < d; i += 32)
-        sum = fmaf(Row::load1(out + row * d + i), Row::load1(dout + row * d + i), sum);
-    sum = warp_sum(sum);
-    if (threadIdx.x == 0) delta[row] = sum;
-}
 
 // The shared tiles of a block: Qt and dOt (a query tile), Kt and Vt (a key tile), transposed
 // [D][BWD_LD]; Pt and dSt [key][query]; the query tile's LSE (log2) and D.

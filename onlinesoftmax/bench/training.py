@@ -17,7 +17,8 @@ copy bandwidth measured in the same run. Targets: >= 0.85 of the copy and >= 2x 
 forward + backward. Ours is checked against the float64 truth (gradient_checks.compare_cross_entropy)
 on a block of rows before it is timed.
 
-    python -m onlinesoftmax.bench training [--quick]   (GPU and torch with CUDA; --quick: printed only)
+    python -m onlinesoftmax.bench training [--quick] [--only cross_entropy|linear|attention]
+    (GPU and torch with CUDA; --quick: printed only; --only PART: that part alone, recorded as training-PART)
 """
 from __future__ import annotations
 
@@ -107,20 +108,32 @@ def rows_for(shapes, copy_GBps: float) -> list[dict]:
     return rows
 
 
-def measure(shapes=SHAPES) -> dict:
+PARTS = ("cross_entropy", "linear", "attention")
+
+
+def measure(shapes=SHAPES, parts=PARTS) -> dict:
+    from onlinesoftmax.bench.training_attention import attention_rows
+    from onlinesoftmax.bench.training_linear import linear_rows
+
     copy = timer.copy_bandwidth()
     rows = [{"kernel": "copy", "bytes_counted": "read + write", **copy}]
-    rows += rows_for(shapes, copy["GBps"])
-    if shapes is SHAPES:   # the backward of attention (bench/training_attention.py)
-        from onlinesoftmax.bench.training_attention import attention_rows
-        from onlinesoftmax.bench.training_linear import linear_rows
-
-        rows += linear_rows() + attention_rows()
-    return {"meta": results.gpu_meta(), "rows": rows}
+    if "cross_entropy" in parts:
+        rows += rows_for(shapes, copy["GBps"])
+    if "linear" in parts:
+        rows += linear_rows()
+    if "attention" in parts:   # the backward of attention (bench/training_attention.py)
+        rows += attention_rows()
+    return {"meta": {**results.gpu_meta(), "parts": list(parts)}, "rows": rows}
 
 
 if __name__ == "__main__":
-    if "--quick" in sys.argv[1:]:
-        measure(QUICK)
+    args = sys.argv[1:]
+    parts = PARTS
+    if "--only" in args:   # one part, recorded as training-PART
+        parts = (args[args.index("--only") + 1],)
+        if parts[0] not in PARTS:
+            raise SystemExit(f"--only takes one of {', '.join(PARTS)}, got {parts[0]!r}")
+    if "--quick" in args:
+        measure(QUICK, parts=("cross_entropy",))
     else:
-        bench.record(SUITE, measure())
+        bench.record(SUITE if parts == PARTS else f"{SUITE}-{parts[0].replace('_', '-')}", measure(parts=parts))

@@ -3,12 +3,13 @@
 bf16, d = 128, batch 2 x 16 heads (as many kv heads: torch's FLASH backend takes equal heads), N in
 ATTENTION_N, causal and not. Each call is the backward alone,
 on the forward's saved output (device time, timer.time_gpu):
-  attention_backward_01_blocked            onlinesoftmax.attention_backward (fp32 on CUDA cores; atomic dq)
+  attention_backward_02_mma                onlinesoftmax.attention_backward (tensor cores; atomic dq), every N
+  attention_backward_01_blocked            the same with variant="blocked" (fp32 on CUDA cores; atomic dq)
   attention_backward_01_blocked (deterministic)   the same with the second pass for dq
   torch_sdpa_flash, torch_sdpa_cudnn       torch.autograd.grad through scaled_dot_product_attention under
                                            that backend (the forward is outside the timed call)
 TFLOP/s counts 10 N^2 d per head (2.5 times the forward's 4; half with causal), as FlashAttention
-reports. The teaching kernel runs where it takes under a few seconds a call (OURS_MAX_N); its
+reports. The teaching kernel runs where it takes under a few seconds a call (OURS_MAX_N). Our
 gradients are compared with the FLASH backend's on the same tensors before timing, and a row whose
 gradients differ by more than bf16's rounding (2^-6 of the largest) is recorded as incorrect.
 """
@@ -50,30 +51,38 @@ def attention_rows() -> list[dict]:
                                    torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
                 except Exception as error:   # a backend that does not run here is recorded, not fatal
                     rows.append({"kernel": name, "correct": None, "error": f"{type(error).__name__}: {error}", **here})
+            qc, kc, vc, gc = (cupy.asarray(t) for t in (q, k, v, dout))
+            out, lse = osm.attention(qc, kc, vc, causal=causal, return_lse=True)
+            found["attention_backward_02_mma"] = (lambda out=out, lse=lse: osm.attention_backward(
+                gc, qc, kc, vc, out, lse, causal=causal, variant="mma"))
             if n <= OURS_MAX_N:
-                qc, kc, vc, gc = (cupy.asarray(t) for t in (q, k, v, dout))
-                out, lse = osm.attention(qc, kc, vc, causal=causal, return_lse=True)
                 for deterministic in (False, True):
                     name = "attention_backward_01_blocked" + (" (deterministic)" if deterministic else "")
                     found[name] = (lambda deterministic=deterministic, out=out, lse=lse:
                                    osm.attention_backward(gc, qc, kc, vc, out, lse, causal=causal,
-                                                          deterministic=deterministic))
-                if "torch_sdpa_flash" in found:
-                    ours = [torch.as_tensor(a) for a in found["attention_backward_01_blocked"]()]
-                    theirs = found["torch_sdpa_flash"]()
+                                                          deterministic=deterministic, variant="blocked"))
+            if "torch_sdpa_flash" in found:
+                theirs = found["torch_sdpa_flash"]()
+                for ours_name in [name for name in found if name.startswith("attention_backward_0") and
+                                  "deterministic" not in name]:
+                    ours = [torch.as_tensor(a) for a in found[ours_name]()]
                     error = max(float((a.float() - b.float()).abs().max() / b.float().abs().max())
                                 for a, b in zip(ours, theirs))
-                    here["max_relative_difference_vs_flash"] = error
+                    here[f"max_relative_difference_vs_flash_{ours_name[19:]}"] = error
                     if not error < 2 ** -6:
-                        rows.append({"kernel": "attention_backward_01_blocked", "correct": False,
+                        rows.append({"kernel": ours_name, "correct": False,
                                      "error": f"gradients differ from FLASH's by {error:.3g} of the largest", **here})
-                        found = {k: f for k, f in found.items() if "01_blocked" not in k}
+                        found = {k: f for k, f in found.items() if not k.startswith(ours_name)}
             timed = {}
             for name, fn in found.items():
                 timing = timer.time_gpu(fn, [()], warmup=2, reps=5 if "01_blocked" in name else 20)
                 timed[name] = timing["ms"]
-                rows.append({"kernel": name, "method": "device", "correct": True if "01_blocked" in name else None,
+                ours = name.startswith("attention_backward_0")
+                rows.append({"kernel": name, "method": "device", "correct": True if ours else None,
                              **timing, **here, "TFLOPs": here["flops"] / timing["ms"] / 1e9})
+            for row in rows:
+                if row.get("n") == n and row.get("causal") == causal and "ms" in row and "torch_sdpa_flash" in timed:
+                    row["vs_flash"] = timed["torch_sdpa_flash"] / row["ms"]
             print(f"attention backward N={n} causal={causal}: " + "  ".join(
                 f"{k} {v:.2f} ms" for k, v in timed.items()), flush=True)
             torch.cuda.empty_cache()

@@ -39,7 +39,7 @@ def run(dout, q, k, v, out, lse, causal, deterministic=False):
     dtype = q.dtype.name
     on = lambda a: checks.from_float32(cp.asarray(np.asarray(a, np.float32)), dtype)   # noqa: E731
     return osm.attention_backward(on(dout), on(q), on(k), on(v), on(out), cp.asarray(lse), causal=causal,
-                                  deterministic=deterministic)
+                                  deterministic=deterministic, variant="blocked")
 
 
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))

@@ -57,6 +57,7 @@ PALETTE = {
     "attention_08_paged_decode": "#9c9ede",
     "attention_backward_01_blocked": "#cedb9c",
     "attention_09_varlen": "#6baed6",
+    "attention_backward_02_mma": "#e7cb94",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

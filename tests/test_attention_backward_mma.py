@@ -1,0 +1,96 @@
+"""CPU tier for attention_backward_02_mma (the gradients of attention on tensor cores): its NumPy model
+and the kernel's own CUDA source on the CPU emulator against the float64 gradients (at most twice the
+model's error plus two ulps of the gradient's scale) over odd lengths, n_q != n_k, grouped heads,
+causal with queries that see no key, a key block past n_k, both dtypes and head dimensions; broken
+copies of the kernel (no causal mask, D left out, dS^T read for dq without its transpose, the tile's
+LSE of rows past n_q not neutralised) shown failing; the choice of variant in the API."""
+
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks
+from onlinesoftmax.kernels.attention import backward_blocked as bb
+from onlinesoftmax.kernels.attention import backward_mma as bm
+from test_attention_backward import make
+
+
+def problems(grads, dout, q, k, v, out, lse, causal) -> list[str]:
+    """What is wrong with (dq, dk, dv): NaN, or an error past checks.tolerance of the model's error."""
+    refs = bb.reference(dout, q, k, v, causal)
+    model = bm.simulate(dout, q, k, v, out, lse, causal)
+    found = []
+    for name, got, ref, mod in zip(("dq", "dk", "dv"), grads, refs, model):
+        y = checks.as_float64(got)
+        if np.isnan(y).any():
+            found.append(f"{name}: NaN")
+            continue
+        model_err = float(np.abs(checks.as_float64(mod) - ref).max())
+        err = float(np.abs(y - ref).max())
+        if err > checks.tolerance(model_err, ref, q.dtype.name):
+            found.append(f"{name}: error {err:.3g}, the model's {model_err:.3g}")
+    return found
+
+
+# batch, heads, kv_heads, n_q, n_k, d, dtype, causal
+SHAPES = [(1, 2, 1, 37, 45, 64, "bfloat16", False),
+          (1, 2, 2, 70, 33, 64, "float16", True),          # n_q > n_k causal: queries that see no key
+          (1, 1, 1, 65, 130, 128, "bfloat16", True),       # a key block past n_k, query tiles of 64 and 1
+          (2, 4, 2, 1, 1, 128, "float16", False)]          # one query, one key, grouped heads
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_model_is_within_the_rule(shape):
+    *dims, dtype, causal = shape
+    args = make(*dims, dtype, causal, seed=sum(dims))
+    refs = bb.reference(*args[:4], causal)
+    for got, ref in zip(bm.simulate(*args, causal), refs):
+        assert float(np.abs(checks.as_float64(got) - ref).max()) <= 8 * checks.EPS[dtype] * max(1, float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_kernel_source_on_the_emulator(shape, needs_emulator):
+    *dims, dtype, causal = shape
+    args = make(*dims, dtype, causal, seed=sum(dims))
+    assert problems(bm.emulate(*args, causal, seed=3), *args, causal) == []
+
+
+MUTANTS = [   # (text of attention_backward_02_mma.cu, replacement, what it breaks)
+    ("(causal && key > query + n_k - n_q)", "false", "the causal mask of the recomputed P"),
+    ("(dp[j][e] - tiles.delta[8 * j + 2 * t + (e & 1)])", "dp[j][e]", "D left out of dS"),
+    ("ldmatrix_x4_trans(a, tiles.ds + ds_lane", "ldmatrix_x4(a, tiles.ds + ds_lane", "dS^T read for dq untransposed"),
+    ("l == neg_inf() ? -neg_inf() : l * BWD2_LOG2E", "l * BWD2_LOG2E", "rows without keys and past n_q"),
+    ("T::pack(dk_acc[n][2 * half] * scale, dk_acc[n][2 * half + 1] * scale)",
+     "T::pack(dk_acc[n][2 * half], dk_acc[n][2 * half + 1])", "dk without its scale"),
+]
+
+
+@pytest.mark.parametrize("old, new, why", MUTANTS, ids=[m[2].replace(" ", "_") for m in MUTANTS])
+def test_a_broken_kernel_is_rejected(old, new, why, needs_emulator):
+    from onlinesoftmax.runtime import emulator
+
+    source = bm.BACKWARD_MMA.path.read_text()
+    assert old in source, "the mutant's text is gone from attention_backward_02_mma.cu: update MUTANTS"
+    args = make(1, 2, 1, 70, 40, 64, "bfloat16", True, seed=6)        # causal, blind rows, partial tiles
+    try:
+        grads = bm.emulate(*args, True, seed=5, source=source.replace(old, new, 1))
+    except emulator.EmulatorFault:
+        return
+    assert problems(grads, *args, True), f"a kernel without {why} passed"
+
+
+def test_the_api_chooses_tensor_cores_for_16_bit_inputs():
+    args = make(1, 2, 1, 9, 12, 64, "bfloat16", True, seed=7)
+    auto = osm.attention_backward(*args, causal=True)
+    assert all(np.array_equal(checks.as_float64(a), checks.as_float64(b))
+               for a, b in zip(auto, bm.simulate(*args, True)))
+    blocked = osm.attention_backward(*args, causal=True, variant="blocked")
+    assert all(np.array_equal(checks.as_float64(a), checks.as_float64(b))
+               for a, b in zip(blocked, bb.simulate(*args, True)))
+    assert problems(auto, *args, True) == [] and problems(blocked, *args, True) == []
+    with pytest.raises(ValueError, match="variant 'mma' takes float16 or bfloat16 and deterministic=False"):
+        osm.attention_backward(*args, variant="mma", deterministic=True)
+    with pytest.raises(ValueError, match="variant 'mma' takes"):
+        osm.attention_backward(*make(1, 1, 1, 3, 3, 64, "float32", False), variant="mma")
+    with pytest.raises(ValueError, match="variant must be 'auto', 'mma' or 'blocked'"):
+        osm.attention_backward(*args, variant="fast")
