@@ -23,6 +23,7 @@ import numpy as np
 
 import onlinesoftmax as osm
 from onlinesoftmax.measure import timer
+from onlinesoftmax.runtime import torch_bridge
 
 BATCHES = ((16, 8192), (64, 2048), (4, 16384))    # (prompts, longest prompt)
 HEADS, D = 32, 128
@@ -76,10 +77,10 @@ def prefill_case(batch: int, longest: int, kv_heads: int, seed: int) -> list[dic
         padded.append(cupy.ascontiguousarray(p.transpose(0, 2, 1, 3)))
     found["attention_07_fragment_reuse"] = lambda: osm.attention(*padded, causal=True, variant="fragment_reuse")
     rows = []
-    tq, tk, tv = (torch.as_tensor(a) for a in (q, k, v))
+    tq, tk, tv = (torch_bridge.to_tensor(a) for a in (q, k, v))
     group = HEADS // kv_heads
     try:
-        offsets = torch.as_tensor(cu.astype(cupy.int64))
+        offsets = torch.as_tensor(cu.astype(cupy.int64), device="cuda")
         nested = [torch.nested.nested_tensor_from_jagged(t.repeat_interleave(group, dim=1) if i and group > 1 else t,
                                                          offsets).transpose(1, 2) for i, t in enumerate((tq, tk, tv))]
         sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -90,7 +91,7 @@ def prefill_case(batch: int, longest: int, kv_heads: int, seed: int) -> list[dic
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        pt = [torch.as_tensor(a) for a in padded]
+        pt = [torch_bridge.to_tensor(a) for a in padded]
         if group > 1:
             pt = [pt[0]] + [t.repeat_interleave(group, dim=1) for t in pt[1:]]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import onlinesoftmax as osm
 from onlinesoftmax.measure import timer
+from onlinesoftmax.runtime import torch_bridge
 
 ATTENTION_N = (1024, 4096, 8192, 16384)
 OURS_MAX_N = 4096
@@ -51,7 +52,7 @@ def attention_rows() -> list[dict]:
                                    torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True))
                 except Exception as error:   # a backend that does not run here is recorded, not fatal
                     rows.append({"kernel": name, "correct": None, "error": f"{type(error).__name__}: {error}", **here})
-            qc, kc, vc, gc = (cupy.asarray(t) for t in (q, k, v, dout))
+            qc, kc, vc, gc = (torch_bridge.to_array(t) for t in (q, k, v, dout))   # bf16 views of the tensors
             out, lse = osm.attention(qc, kc, vc, causal=causal, return_lse=True)
             found["attention_backward_02_mma"] = (lambda out=out, lse=lse: osm.attention_backward(
                 gc, qc, kc, vc, out, lse, causal=causal, variant="mma"))
@@ -65,7 +66,7 @@ def attention_rows() -> list[dict]:
                 theirs = found["torch_sdpa_flash"]()
                 for ours_name in [name for name in found if name.startswith("attention_backward_0") and
                                   "deterministic" not in name]:
-                    ours = [torch.as_tensor(a) for a in found[ours_name]()]
+                    ours = [torch_bridge.to_tensor(a) for a in found[ours_name]()]
                     error = max(float((a.float() - b.float()).abs().max() / b.float().abs().max())
                                 for a, b in zip(ours, theirs))
                     here[f"max_relative_difference_vs_flash_{ours_name[19:]}"] = error

@@ -76,13 +76,13 @@ def test_against_torchs_flash_backward(causal):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         theirs = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal),
                                      (qg, kg, vg), g)
-    out, lse = osm.attention(*(cp.asarray(t) for t in (q, k, v)), causal=causal, return_lse=True)
-    ours = osm.attention_backward(cp.asarray(g), *(cp.asarray(t) for t in (q, k, v)), out, lse, causal=causal)
+    out, lse = osm.attention(q, k, v, causal=causal, return_lse=True)            # torch tensors in and out
+    ours = osm.attention_backward(g, q, k, v, out, lse, causal=causal)
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
     exact = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=causal),
                                 (q64, k64, v64), g.double())
     for name, a, b, e in zip(("dq", "dk", "dv"), ours, theirs, exact):
-        a = torch.as_tensor(a).double()
+        a = a.double()
         ours_err, torch_err = float((a - e).abs().max()), float((b.double() - e).abs().max())
         assert ours_err <= 2 * torch_err + 2 * checks.EPS["bfloat16"] * float(e.abs().max()), \
             f"{name}: ours {ours_err:.3g}, FLASH {torch_err:.3g}"
