@@ -58,7 +58,8 @@ def compare_cross_entropy(rows, lse, dx, x, targets, scale: float = 1.0, **optio
 
     Loss and LSE: within twice the error of the same formulas in float32 plus four float32 ulps of
     max(1, |value|). dx, row by row: twice the same-dtype baseline's error (float32, rounded to dx's
-    dtype) plus two ulps of the row's largest |gradient| (never a floor of 1: a zero gradient fails).
+    dtype) plus two ulps of the row's largest |gradient| or probability term (the target's p_t before
+    1 - eps is taken from it); never a floor of 1: a zero gradient fails.
     NaN exactly where the truth has it; an ignored row must be 0 exactly."""
     from onlinesoftmax.kernels.cross_entropy import rows as kce
 
@@ -91,8 +92,14 @@ def compare_cross_entropy(rows, lse, dx, x, targets, scale: float = 1.0, **optio
     ref = ref_grad * scale
     baseline = as_float64(rounded_to((f32[2] * np.float32(scale)).astype(np.float32), dtype))
     errors, base_errors = _row_errors(got, ref), _row_errors(baseline, ref)
+    # The row's scale: its largest |gradient|, or the largest probability term p_j before the target's
+    # (1 - eps) is subtracted from it (p_t - 1 near 0 carries the rounding of p_t ~ 1, not of the difference).
+    hit = np.zeros_like(ref)
+    counted = ~ignored
+    hit[np.flatnonzero(counted), t[counted]] = (1 - options.get("label_smoothing", 0.0)) * scale
     with np.errstate(invalid="ignore"):
-        scale_row = np.nanmax(np.where(np.isfinite(ref), np.abs(ref), 0), axis=-1, initial=0)
+        scale_row = np.nanmax(np.where(np.isfinite(ref), np.maximum(np.abs(ref), np.abs(ref + hit)), 0), axis=-1,
+                              initial=0)
     tol = 2 * base_errors + 2 * EPS[dtype] * scale_row
     if (got[ignored] != 0).any():
         return False, "dx: an ignored row is not 0"

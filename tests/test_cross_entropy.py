@@ -258,3 +258,24 @@ def test_the_kernel_source_gives_the_same_bits_under_any_schedule(emulated):
                 np.int32(1), np.int64(-100), np.float32(o["label_smoothing"]), np.float32(o["z_loss"]),
                 np.float32(o["softcap"]))
     module.launch_schedules(variant.dtype_entry("bfloat16"), (3,), (kce.block_threads(704, 8),), make_args, seeds=(1, 2))
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_a_row_near_the_largest_magnitude_on_the_kernel_source(emulated, dtype):
+    """A constant row at -3e38 (fp16: -65504): lse = m + log V rounds back to m, so the gradient must come
+    from e^(s - m) / l and the loss from (m - s_t) + log l. The wrong answer e^(s - lse), which sums to
+    V instead of 1, and a loss of lse - s_t = 0 are shown failing."""
+    big = float(np.finfo(np.float16).max) if dtype == "float16" else 3e38
+    x = checks.to_dtype(np.full((2, 300), -big, np.float32), dtype)
+    t = np.array([299, 4])
+    rows, lse, dx = emulate(emulated, x, t, {}, scale=1.0)
+    options = kernel_options({})
+    passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=1.0, **options)
+    assert passed, message
+    assert np.allclose(rows, np.log(300), rtol=1e-5)
+    onehot = np.zeros((2, 300))
+    onehot[[0, 1], t] = 1
+    wrong = checks.to_dtype((np.exp(checks.as_float64(x) - checks.as_float64(x)[:, :1]) - onehot).astype(np.float32),
+                            dtype)                                     # e^(s - lse) with lse rounded to m
+    assert not compare_cross_entropy(rows, lse, wrong, x, t, scale=1.0, **options)[0]
+    assert not compare_cross_entropy(np.zeros_like(rows), lse, dx, x, t, scale=1.0, **options)[0]

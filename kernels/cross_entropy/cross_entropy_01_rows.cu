@@ -6,7 +6,7 @@
 //   lse     = log sum_j e^{s_j}                  (the online (m, l) of online_state.cuh)
 //   loss    = lse - (1 - eps) s_t - (eps / V) sum_j s_j + z lse^2
 //   dx_j    = scale (p_j (1 + 2 z lse) - (1 - eps) [j = t] - eps / V) (1 - (s_j / c)^2 if capped)
-// with p_j = e^{s_j - lse}, eps the label smoothing, z the z-loss weight and scale = *grad_scale
+// with p_j = e^{s_j - m} / l (= e^{s_j - lse}), eps the label smoothing, z the z-loss weight and scale = *grad_scale
 // (1 / the number of counted rows for a mean, 1 for a sum; read from device memory, so that the
 // count never comes to the host). A row whose target is ignore_index has loss 0 and dx = 0; its
 // LSE is still written. The loss of row i is written to loss[i] and its LSE to lse[i] (fp32).
@@ -71,8 +71,10 @@ __device__ __forceinline__ void cross_entropy_row(
     const float lse = whole.m + logf(whole.l);   // -inf + log 0 only for an all -inf row: -inf
 
     if (threadIdx.x == 0) {
-        const float value = lse - (1.0f - label_smoothing) * s_t - label_smoothing / n_cols * total
-                            + z_loss * lse * lse;
+        // lse - (1 - eps) s_t - eps mean(s), written around m: (m - s_t) keeps the digits that
+        // m + log l would round away when |m| is near the dtype's largest value.
+        const float value = logf(whole.l) + (1.0f - label_smoothing) * (whole.m - s_t)
+                            + (smoothing ? label_smoothing * (whole.m - total / n_cols) : 0.0f) + z_loss * lse * lse;
         loss[row] = ignored ? 0.0f : value;
         lse_out[row] = lse;
     }
@@ -81,12 +83,14 @@ __device__ __forceinline__ void cross_entropy_row(
     // pass 2: the gradient, written in place of x or to its own buffer
     typename Row::Elem* row_dx = dx + row * dx_stride;
     const float scale = ignored ? 0.0f : *grad_scale;
-    const float p_scale = scale * (1.0f + 2.0f * z_loss * lse);
+    // p_j = e^{s_j - m} / l, from the state rather than e^{s_j - lse}: where |m| is so large that
+    // lse = m + log l rounds back to m (rows of -3e38), e^{s_j - lse} would sum to l, not 1.
+    const float p_scale = scale * (1.0f + 2.0f * z_loss * lse) / whole.l;
     const float uniform = scale * label_smoothing / n_cols;
     const float hit = scale * (1.0f - label_smoothing);
     auto gradient = [&](float x_j, int j) {
         const float s_j = capped(x_j, softcap);
-        float g = p_scale * expf(s_j - lse) - uniform - (j == target ? hit : 0.0f);
+        float g = p_scale * expf(s_j - whole.m) - uniform - (j == target ? hit : 0.0f);
         if (softcap > 0.0f) g *= 1.0f - (s_j / softcap) * (s_j / softcap);
         return ignored ? 0.0f : g;   // 0, never 0 * NaN, on an ignored row
     };

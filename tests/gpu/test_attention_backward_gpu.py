@@ -25,14 +25,22 @@ def make(batch, heads, kv_heads, n_q, n_k, d, dtype, causal, seed=0):
 
 
 def judge(grads, dout, q, k, v, out, lse, causal):
+    """Each gradient within checks.tolerance of the model's error against float64. In float32 the model's
+    products are BLAS's blocked sums while the kernel adds n terms one after another (dq over the n_k
+    keys, dk and dv over the group's n_q queries): a sequential fp32 sum of n terms carries about
+    sqrt(n) ulps of its scale, which the rule adds (twice) for float32."""
     refs = bb.reference(dout, q, k, v, causal)
     model = bb.simulate(dout, q, k, v, out, lse, causal)
+    terms = {"dq": k.shape[2], "dk": q.shape[2] * q.shape[1] // k.shape[1], "dv": q.shape[2] * q.shape[1] // k.shape[1]}
     for name, got, ref, mod in zip(("dq", "dk", "dv"), grads, refs, model):
         y = checks.as_float64(checks.host(got))
         assert not np.isnan(y).any(), f"{name}: NaN"
         model_err = float(np.abs(checks.as_float64(mod) - ref).max())
         err = float(np.abs(y - ref).max())
-        assert err <= checks.tolerance(model_err, ref, q.dtype.name), f"{name}: error {err:.3g}, the model's {model_err:.3g}"
+        allowed = checks.tolerance(model_err, ref, q.dtype.name)
+        if q.dtype == np.float32:
+            allowed += 2 * np.sqrt(terms[name]) * checks.EPS["float32"] * float(np.abs(ref).max())
+        assert err <= allowed, f"{name}: error {err:.3g}, the model's {model_err:.3g}, allowed {allowed:.3g}"
 
 
 def run(dout, q, k, v, out, lse, causal, deterministic=False):
