@@ -16,9 +16,15 @@ BASELINE = re.compile(r"^(copy|copy_\w+|read|cupy_\w+|torch_\w+|fast|(torch|cupy
 DEFINE_SUFFIXES = ("_unguarded",)
 
 
+QUALIFIED = re.compile(r"^(\w+) \([a-z ]+\)$")   # a kernel with the mode it ran in: "... (deterministic)"
+
+
 def recorded_kernel_name_ok(name) -> bool:
     if not isinstance(name, str):
         return False
+    qualified = QUALIFIED.match(name)
+    if qualified:
+        name = qualified[1]
     known = set(osm.REGISTRY)
     return (name in known or name in RETIRED_NAMES.values() or bool(BASELINE.match(name))
             or any(name == key + suffix for key in known for suffix in DEFINE_SUFFIXES))
@@ -27,7 +33,9 @@ def recorded_kernel_name_ok(name) -> bool:
 def test_kernel_name_check_is_exact():
     assert recorded_kernel_name_ok("softmax_03_online_masked_unguarded")
     assert recorded_kernel_name_ok("softmax_08_registers") and recorded_kernel_name_ok("torch.softmax")
-    for bad in ("softmax_08_registers_typo", "softmax_02_online_fp16", "softmax_03_online_masked_unguardedx", None):
+    assert recorded_kernel_name_ok("attention_backward_01_blocked (deterministic)")
+    for bad in ("softmax_08_registers_typo", "softmax_02_online_fp16", "softmax_03_online_masked_unguardedx", None,
+                "softmax_08_typo (deterministic)", "softmax_08_registers (Deterministic!)"):
         assert not recorded_kernel_name_ok(bad), bad
 
 
