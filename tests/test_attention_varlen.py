@@ -62,7 +62,7 @@ MUTANTS = [   # (text of attention_09_varlen.cu, replacement, what it breaks)
     ("kv_at = ((long long)k_start * kv_heads + kv_head) * D", "kv_at = ((long long)k_start * heads + kv_head) * D",
      "the keys' row stride of a grouped cache"),
     ("heads * D, kv_heads * D, n_q, n_k}", "heads * D, heads * D, n_q, n_k}", "the keys' stride taken as the queries'"),
-    ("lse + (long long)head * total_q + q_end", "lse + (long long)head * total_q", "each sequence's LSE offset"),
+    ("lse + (long long)head * total_q + q_first", "lse + (long long)head * total_q", "each sequence's LSE offset"),
 ]
 
 

@@ -43,9 +43,9 @@ __device__ __forceinline__ void attention_09(const typename T::Elem* __restrict_
     extern __shared__ int4 shared_raw[];
     WarpRows<D> state;
     fragment_reuse_forward<T, D, REUSE_KEYS(D)>(rows, q0, scale_log2, causal, shared_raw, state);
-    const int q_end = cu_seqlens_q[batch];   // read again: nothing about the outputs is kept through the loop
-    store_rows<T, D>(state, out + ((long long)q_end * heads + head) * D,
-                     lse == nullptr ? nullptr : lse + (long long)head * total_q + q_end, heads * D, q0, n_q);
+    const int q_first = cu_seqlens_q[batch];   // read again: nothing about the outputs is kept through the loop
+    store_rows<T, D>(state, out + ((long long)q_first * heads + head) * D,
+                     lse == nullptr ? nullptr : lse + (long long)head * total_q + q_first, heads * D, q0, n_q);
 }
 
 #define ATTENTION_09(TAG, T, D)                                                                                    \

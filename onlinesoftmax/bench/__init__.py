@@ -46,6 +46,8 @@ SUITES = {
     "kernel-exercises": Suite("kernel_exercises", "the CUDA exercises' official solutions, timed"),
     "torch-ops": Suite("torch_ops", "the kernels through PyTorch (operator, public call, direct) and the backward kernels"),
     "training": Suite("training", "cross-entropy from logits, forward and backward, against torch and Liger"),
+    "training-attention": Suite("training", "the attention backward alone: ours against torch SDPA's FLASH and cuDNN",
+                                argv=("--only", "attention"), quick=False),
     "serving": Suite("serving", "sampling one token per row against torch's sort path and FlashInfer; paged decode; "
                      "packed-prompt prefill against torch's nested tensors"),
     "multi-gpu": Suite("multi_gpu", "the distributed softmax and decode over NCCL (two or more GPUs)"),
