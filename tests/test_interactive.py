@@ -319,3 +319,18 @@ def test_every_chapter_says_at_its_top_how_to_run_it():
         assert "execution_mode()" in code_cells(path)[0] + code_cells(path)[1], (
             f"{path.name}: its first cells do not print book.execution_mode() (where the page ran, and the "
             "loud message when a GPU is there but CuPy cannot use it)")
+
+
+def test_chapter_12_memory_counterpart():
+    """The chunked path holds one chunk's logits and the float32 sum of dW; torch's path the logits and
+    their gradient. A count that forgot the float32 sum (or counted the logits once) is shown wrong."""
+    from onlinesoftmax.book.readings import training_figures as tf
+
+    fig = tf.linear_loss_memory_figure()
+    assert check(fig.spec()) == []
+    assert tf.held_bytes(8192, 128256, None) == 2 * 8192 * 128256 * 2
+    assert tf.held_bytes(8192, 128256, 128) == 128 * 128256 * 2 + 128256 * tf.HIDDEN * 4
+    shown = visible(table(fig.spec()), {"vocabulary": 262144, "tokens": 8192})
+    ours = next(r for r in shown if r["series"].startswith("linear_cross_entropy"))["y"]
+    assert ours == sorted(ours) and min(ours) > 262144 * tf.HIDDEN * 4 / tf.GIB   # never under the dW floor
+    assert not tf.held_bytes(8192, 128256, 128) == 128 * 128256 * 2             # the floor is counted
