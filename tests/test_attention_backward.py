@@ -146,3 +146,28 @@ def test_the_row_backward_grader_passes_the_answer_and_rejects_wrong_ones():
              if K.shape in ((3, 2), (50, 16), (20, 8), (1, 4)) else (np.zeros_like(q), np.zeros_like(K), np.zeros_like(V))}
     for name, fn in wrong.items():
         assert not eb.check_row_backward(fn, quiet=True), name
+
+
+def test_the_causal_backward_grader_passes_the_answer_and_rejects_wrong_ones():
+    from onlinesoftmax.book.exercises import exercises_attention_backward as eb
+
+    assert eb.check_causal_backward(eb.causal_backward, quiet=True)
+
+    def top_left(Q, K, V, dO, lse, scale):              # torch's is_causal alignment instead of bottom-right
+        seen = (np.arange(K.shape[0])[None, :] <= np.arange(Q.shape[0])[:, None]) & np.isfinite(lse)[:, None]
+        p = np.where(seen, np.exp(np.where(seen, scale * (Q @ K.T) - lse[:, None], 0.0)), 0.0)
+        ds = p * (dO @ V.T - (dO * (p @ V)).sum(axis=1, keepdims=True))
+        return scale * (ds @ K), scale * (ds.T @ Q), p.T @ dO
+
+    def mask_in_ds_only(Q, K, V, dO, lse, scale):       # dS masked, but dV still takes the unmasked P
+        dq, dk, _ = eb.causal_backward(Q, K, V, dO, lse, scale)
+        with np.errstate(all="ignore"):
+            p = np.exp(scale * (Q @ K.T) - lse[:, None])
+        return dq, dk, np.nan_to_num(p).T @ dO
+
+    wrong = {"the stub": lambda *a: None, "the mask forgotten": eb.causal_backward_unmasked, "top-left": top_left,
+             "the mask in dS only": mask_in_ds_only,
+             "right on the visible shapes only": lambda Q, K, V, dO, lse, scale: eb.causal_backward(Q, K, V, dO, lse, scale)
+             if Q.shape in ((4, 2), (3, 8), (9, 4)) else (np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V))}
+    for name, fn in wrong.items():
+        assert not eb.check_causal_backward(fn, quiet=True), name

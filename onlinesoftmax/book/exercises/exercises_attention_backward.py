@@ -58,3 +58,66 @@ def row_backward(q, K, V, dout, lse, scale):
     delta = dout @ (p @ V)                 # D = dO . O
     ds = p * (V @ dout - delta)
     return scale * (ds @ K), scale * np.outer(ds, q), np.outer(p, dout)
+
+
+# --- fix a causal backward that forgets the mask ------------------------------------------------
+# `check_causal_backward(fn)`: fn(Q, K, V, dO, lse, scale) -> (dQ, dK, dV) of a block of n_q queries
+# against n_k keys under the bottom-right causal mask (query i sees keys j <= i + n_k - n_q), Q and dO
+# (n_q, d), K and V (n_k, d), lse (n_q,) from the masked forward (-inf for a query that sees no key).
+
+def visible(n_q: int, n_k: int) -> np.ndarray:
+    """(n_q, n_k) booleans: key j is visible to query i (bottom-right causal)."""
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q
+
+
+def expected_causal_backward(Q, K, V, dO, lse, scale):
+    seen = visible(Q.shape[0], K.shape[0]) & np.isfinite(lse)[:, None]
+    p = np.where(seen, np.exp(np.where(seen, scale * (Q @ K.T) - lse[:, None], 0.0)), 0.0)
+    ds = p * (dO @ V.T - (dO * (p @ V)).sum(axis=1, keepdims=True))
+    return scale * (ds @ K), scale * (ds.T @ Q), p.T @ dO
+
+
+def _causal_case(name, rng, n_q, n_k, d):
+    Q, dO = rng.standard_normal((n_q, d)), rng.standard_normal((n_q, d))
+    K, V = rng.standard_normal((n_k, d)), rng.standard_normal((n_k, d))
+    scale = 1 / np.sqrt(d)
+    s = np.where(visible(n_q, n_k), scale * (Q @ K.T), -np.inf)
+    top = s.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lse = np.where(np.isfinite(top[:, 0]), top[:, 0] + np.log(np.exp(s - np.where(np.isfinite(top), top, 0))
+                                                                     .sum(axis=1)), -np.inf)
+    return Case(name, (Q, K, V, dO, lse, scale), rows_arg=None)
+
+
+def causal_cases():
+    rng = np.random.default_rng(12)
+    return [_causal_case("4 queries, 4 keys, d = 2 (square)", rng, 4, 4, 2),
+            _causal_case("3 queries at the end of 10 keys, d = 8", rng, 3, 10, 8),
+            _causal_case("9 queries, 5 keys, d = 4: the first 4 queries see no key", rng, 9, 5, 4)]
+
+
+def hidden_causal_cases(rng):
+    n_q, n_k, d = int(rng.integers(11, 60)), int(rng.integers(11, 60)), int(rng.choice([12, 24]))
+    return [_causal_case(f"{n_q} queries, {n_k} keys, d = {d}", rng, n_q, n_k, d)]
+
+
+def check_causal_backward(fn, quiet: bool = False) -> bool:
+    """fn(Q, K, V, dO, lse, scale) -> (dQ, dK, dV), bottom-right causal, float64."""
+    with np.errstate(all="ignore"):
+        return grade("causal_backward", fn, causal_cases(), expected_causal_backward, ("dQ", "dK", "dV"),
+                     Tolerance(rtol=1e-9, atol=1e-12, row_rtol=1e-9), quiet=quiet, hidden=hidden_causal_cases)
+
+
+def causal_backward_unmasked(Q, K, V, dO, lse, scale):
+    """The exercise's starting point: P recomputed for every key, the mask forgotten."""
+    p = np.exp(scale * (Q @ K.T) - lse[:, None])
+    ds = p * (dO @ V.T - (dO * (p @ V)).sum(axis=1, keepdims=True))
+    return scale * (ds @ K), scale * (ds.T @ Q), p.T @ dO
+
+
+def causal_backward(Q, K, V, dO, lse, scale):
+    """The exercise's answer: P set to 0 wherever the forward never looked (masked keys, blind rows)."""
+    seen = visible(Q.shape[0], K.shape[0]) & np.isfinite(lse)[:, None]
+    p = np.where(seen, np.exp(np.where(seen, scale * (Q @ K.T) - lse[:, None], 0.0)), 0.0)
+    ds = p * (dO @ V.T - (dO * (p @ V)).sum(axis=1, keepdims=True))
+    return scale * (ds @ K), scale * (ds.T @ Q), p.T @ dO
