@@ -5,6 +5,8 @@ located through that package's installed files; a cuobjdump on PATH is the fallb
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.metadata
 import re
 import shutil
@@ -36,22 +38,43 @@ def cuobjdump_path() -> Path:
                       "'nvidia-cuda-nvdisasm==13.4.*' (see requirements.txt)")
 
 
+CACHE_DIR = loader.REPO_ROOT / "build" / "disasm"   # cubins by what went into them (ignored by git)
+
+
+@functools.lru_cache(maxsize=1)
+def _nvcc_version() -> str:
+    return subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+
+
 def cubin(path, defines=()) -> bytes:
-    """Compile a kernel file with nvcc exactly as the CPU-side checks do; return the cubin."""
+    """Compile a kernel file with nvcc exactly as the CPU-side checks do; return the cubin. A build is
+    kept under build/disasm/, found again by the expanded source, the command line and nvcc's version
+    (the tests and the book's pages ask for the same cubins)."""
     if not loader.nvcc_available():
         raise ToolMissing("nvcc not found: the disassembly needs the CUDA toolkit's nvcc on PATH")
     path = Path(path)
     if not path.is_absolute():
         path = loader.KERNELS_DIR / path
+    flags = [*loader.COMPILE_OPTIONS, loader.NVCC_ARCH, "--cubin", *(f"-I{d}" for d in loader.INCLUDE_DIRS),
+             *loader.define_flags(defines)]
+    key = hashlib.sha256("\0".join((loader.expand_source(path)[0], *flags, _nvcc_version())).encode()).hexdigest()[:20]
+    kept = CACHE_DIR / f"{path.stem}-{key}.cubin"
+    if kept.is_file():
+        return kept.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "kernel.cubin"
-        cmd = ["nvcc", *loader.COMPILE_OPTIONS, loader.NVCC_ARCH, "--cubin",
-               *(f"-I{d}" for d in loader.INCLUDE_DIRS), *loader.define_flags(defines),
-               "-o", str(target), str(path)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(["nvcc", *flags, "-o", str(target), str(path)], capture_output=True, text=True)
         if done.returncode != 0:
             raise loader.KernelCompileError(f"{path} failed to compile with nvcc:\n{done.stderr}")
-        return target.read_bytes()
+        binary = target.read_bytes()
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_suffix(f".{id(binary)}.part")
+        partial.write_bytes(binary)
+        partial.replace(kept)          # atomic: two processes building the same cubin never see half of one
+    except OSError:
+        pass                           # a read-only checkout: no cache, the same answer
+    return binary
 
 
 def sass(path, entry: str, defines=()) -> str:
