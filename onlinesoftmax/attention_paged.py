@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.inputs import describe
+from onlinesoftmax.inputs import check_same_kind, describe
 from onlinesoftmax.kernels.attention import paged as kpaged
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import REGISTRY
-from onlinesoftmax.runtime import device, torch_bridge
+from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
 
 
@@ -55,12 +55,7 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
     """Every argument checked (the page numbers in use and the lengths on the host); returns the page
     table and the lengths as contiguous int32 arrays, and the scale."""
     named = {"q": q, "k_pages": k_pages, "v_pages": v_pages, "page_table": page_table, "cache_lengths": cache_lengths}
-    for name, a in named.items():
-        if not (isinstance(a, np.ndarray) or device.is_cupy_array(a)):
-            raise TypeError(f"attention: {name} must be a numpy or cupy array (or a torch tensor), got {describe(a)}")
-    if len({type(a) for a in named.values()}) != 1:
-        raise TypeError("attention: q, the pools, page_table and cache_lengths must all be numpy or all cupy, got "
-                        + ", ".join(f"{n}: {describe(a)}" for n, a in named.items()))
+    check_same_kind(named, "attention", "q, the pools, page_table and cache_lengths")
     if q.ndim != 4 or k_pages.ndim != 4 or tuple(k_pages.shape) != tuple(v_pages.shape):
         raise ValueError(f"attention: q must be (batch, heads, n_q, d) and k_pages, v_pages both (pages, page_size, "
                          f"kv_heads, d), got q {describe(q)}, k_pages {describe(k_pages)}, v_pages {describe(v_pages)}")

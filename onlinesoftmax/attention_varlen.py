@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.inputs import describe
+from onlinesoftmax.inputs import check_same_kind, describe
 from onlinesoftmax.kernels.attention import varlen as kvarlen
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import REGISTRY
-from onlinesoftmax.runtime import device, torch_bridge
+from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
 
 
@@ -57,12 +57,7 @@ def check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, retu
     """Every argument checked (the offsets on the host); returns the offsets as contiguous int32
     arrays, the grid's query length and the scale."""
     named = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
-    for name, a in named.items():
-        if not (isinstance(a, np.ndarray) or device.is_cupy_array(a)):
-            raise TypeError(f"attention: {name} must be a numpy or cupy array (or a torch tensor), got {describe(a)}")
-    if len({type(a) for a in named.values()}) != 1:
-        raise TypeError("attention: q, k, v, cu_seqlens_q and cu_seqlens_k must all be numpy or all cupy, got "
-                        + ", ".join(f"{n}: {describe(a)}" for n, a in named.items()))
+    check_same_kind(named, "attention", "q, k, v, cu_seqlens_q and cu_seqlens_k")
     if q.ndim != 3 or k.ndim != 3 or tuple(k.shape) != tuple(v.shape):
         raise ValueError(f"attention: with cu_seqlens, q must be (total_q, heads, d) and k, v both (total_k, kv_heads, "
                          f"d), got q {describe(q)}, k {describe(k)}, v {describe(v)}")

@@ -24,6 +24,17 @@ def describe(x) -> str:
     return f"a {type(x).__module__}.{type(x).__name__}" if type(x).__module__ != "builtins" else f"a {type(x).__name__}"
 
 
+def check_same_kind(named: dict, function: str, together: str) -> None:
+    """Every array in `named` ({name: array}) numpy or cupy, and all of one kind; TypeError naming each
+    otherwise (`together`: how the message names them as a group)."""
+    for name, a in named.items():
+        if not (isinstance(a, np.ndarray) or device.is_cupy_array(a)):
+            raise TypeError(f"{function}: {name} must be a numpy or cupy array (or a torch tensor), got {describe(a)}")
+    if len({type(a) for a in named.values()}) != 1:
+        raise TypeError(f"{function}: {together} must all be numpy or all cupy, got "
+                        + ", ".join(f"{n}: {describe(a)}" for n, a in named.items()))
+
+
 def check_array(x, function: str, *, exact: bool = False):
     """x must be a numpy or cupy array of float32, float16 or bfloat16 with at least one dimension and
     an element; with `exact` (the functions that compute those exactly: onlinesoftmax/exact.py) also
