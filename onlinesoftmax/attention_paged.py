@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.inputs import check_same_kind, describe
+from onlinesoftmax.inputs import check_flags_and_scale, check_same_kind, describe
 from onlinesoftmax.kernels.attention import paged as kpaged
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import REGISTRY
@@ -78,13 +78,7 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
                          f"{describe(page_table)}")
     if tuple(cache_lengths.shape) != (batch,) or cache_lengths.dtype.kind not in "iu":
         raise ValueError(f"attention: cache_lengths must be integers of shape ({batch},), got {describe(cache_lengths)}")
-    for name, flag in (("causal", causal), ("return_lse", return_lse)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"attention: {name} must be True or False, got {flag!r}")
-    if scale is None:
-        scale = 1.0 / np.sqrt(d)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
-        raise TypeError(f"attention: scale must be a finite number or None, got {scale!r}")
+    scale = check_flags_and_scale("attention", scale, d, causal=causal, return_lse=return_lse)
     xp = array_module(q)
     table = xp.ascontiguousarray(page_table.astype(np.int32, copy=False))
     lengths = xp.ascontiguousarray(cache_lengths.astype(np.int32, copy=False))

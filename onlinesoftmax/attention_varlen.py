@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.inputs import check_same_kind, describe
+from onlinesoftmax.inputs import check_flags_and_scale, check_same_kind, describe
 from onlinesoftmax.kernels.attention import varlen as kvarlen
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.registry import REGISTRY
@@ -79,13 +79,7 @@ def check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, retu
     if cu_seqlens_q.shape != cu_seqlens_k.shape:
         raise ValueError(f"attention: cu_seqlens_q and cu_seqlens_k must have one length (batch + 1), got "
                          f"{cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}")
-    for name, flag in (("causal", causal), ("return_lse", return_lse)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"attention: {name} must be True or False, got {flag!r}")
-    if scale is None:
-        scale = 1.0 / np.sqrt(d)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
-        raise TypeError(f"attention: scale must be a finite number or None, got {scale!r}")
+    scale = check_flags_and_scale("attention", scale, d, causal=causal, return_lse=return_lse)
     longest = 0
     for name, a, total in (("cu_seqlens_q", cu_seqlens_q, total_q), ("cu_seqlens_k", cu_seqlens_k, total_k)):
         host = np.asarray(a.get() if hasattr(a, "get") else a, np.int64)   # one synchronization on the GPU

@@ -35,6 +35,19 @@ def check_same_kind(named: dict, function: str, together: str) -> None:
                         + ", ".join(f"{n}: {describe(a)}" for n, a in named.items()))
 
 
+def check_flags_and_scale(function: str, scale, d: int, **flags) -> float:
+    """Each of `flags` a bool (TypeError naming it otherwise); the scale: 1/sqrt(d) for None, else a
+    finite number (TypeError otherwise). Returns the scale as a float."""
+    for name, flag in flags.items():
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{function}: {name} must be True or False, got {flag!r}")
+    if scale is None:
+        return float(1.0 / np.sqrt(d))
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
+        raise TypeError(f"{function}: scale must be a finite number or None, got {scale!r}")
+    return float(scale)
+
+
 def check_array(x, function: str, *, exact: bool = False):
     """x must be a numpy or cupy array of float32, float16 or bfloat16 with at least one dimension and
     an element; with `exact` (the functions that compute those exactly: onlinesoftmax/exact.py) also

@@ -14,18 +14,9 @@ import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax.kernels.attention import backward_blocked as bb
 from onlinesoftmax.kernels.attention import backward_mma as bm
+from test_attention_backward_gpu import make   # q, k, v, dout and the forward's out and LSE
 
 pytestmark = pytest.mark.gpu
-
-
-def make(batch, heads, kv_heads, n_q, n_k, d, dtype, causal, seed=0):
-    rng = np.random.default_rng(seed)
-    f = lambda shape: checks.to_dtype(rng.standard_normal(shape).astype(np.float32), dtype)   # noqa: E731
-    q, k, v, dout = f((batch, heads, n_q, d)), f((batch, kv_heads, n_k, d)), f((batch, kv_heads, n_k, d)), \
-        f((batch, heads, n_q, d))
-    out, lse = osm.attention(*(checks.from_float32(cp.asarray(np.asarray(a, np.float32)), dtype) for a in (q, k, v)),
-                             causal=causal, return_lse=True)
-    return dout, q, k, v, checks.host(out), cp.asnumpy(lse)
 
 
 def judge(grads, dout, q, k, v, out, lse, causal):
