@@ -166,6 +166,7 @@ def test_the_causal_backward_grader_passes_the_answer_and_rejects_wrong_ones():
         return dq, dk, np.nan_to_num(p).T @ dO
 
     wrong = {"the stub": lambda *a: None, "the mask forgotten": eb.causal_backward_unmasked, "top-left": top_left,
+             "all zeros": lambda Q, K, V, dO, lse, scale: (np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)),
              "the mask in dS only": mask_in_ds_only,
              "right on the visible shapes only": lambda Q, K, V, dO, lse, scale: eb.causal_backward(Q, K, V, dO, lse, scale)
              if Q.shape in ((4, 2), (3, 8), (9, 4)) else (np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V))}
