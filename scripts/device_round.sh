@@ -21,15 +21,16 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEN
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 tests=${1-tests/gpu}; benches=${2:-}; chapters=${3:-}; sanitize=${4:-}   # tests "" = none
 day=$(date -u +%F)
-gpu_dir=data/h200     # measured suites
-log_dir=logs/h200     # what ran: test tiers, chapters, sanitizers
-mkdir -p "$gpu_dir" "$log_dir"
+# 'NVIDIA H200' -> h200 (the suites write to data/<results.gpu_slug of the GPU's name>/)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
+log_dir=logs/${gpu:-h200}     # what ran: test tiers, chapters, sanitizers
+mkdir -p "$log_dir"
 started_mark=$(mktemp); touch "$started_mark"
 log="$OUT/round.log"
 status=0
 trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }   # (xargs would drop quotes)
 pack() {   # after every step, what this round wrote (a timeout keeps what was done)
-  find "$gpu_dir" "$log_dir" -type f -newer "$started_mark" | tar czf "$OUT/round.tar.gz" -T - 2>/dev/null; }
+  find data logs -type f -newer "$started_mark" | tar czf "$OUT/round.tar.gz" -T - 2>/dev/null; }
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
