@@ -6,8 +6,9 @@ set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/scripts/chapter_shims:$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
 day=$(date -u +%F)
-log="logs/h200/$day-chapters-on-gpu.log"
-mkdir -p logs/h200
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
+log="logs/${gpu:-h200}/$day-chapters-on-gpu.log"
+mkdir -p "$(dirname "$log")"
 status=0
 {
   echo "# chapters run as scripts (jupytext py:percent, IPython) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
