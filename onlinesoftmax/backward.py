@@ -65,12 +65,14 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     (batch, heads, n_q, d); k, v (batch, kv_heads, n_k, d), d = 64 or 128; lse float32 (batch, heads,
     n_q). Gradients in q's dtype. variant "auto" runs attention_backward_02_mma (tensor cores) for
     float16 and bfloat16 on compute capability 8.0 or newer, else attention_backward_01_blocked (fp32 on
-    CUDA cores); "mma" or "blocked" chooses one. dq is gathered by fp32 atomics (its last bits may
+    CUDA cores); "mma", "pipelined" (attention_backward_03_pipelined: 128 keys a block, the next query
+    tile copied during this one) or "blocked" chooses one. dq is gathered by fp32 atomics (its last bits may
     differ from run to run); deterministic=True runs attention_backward_01_blocked's second pass
     instead (the same bits every run, on CUDA cores)."""
     from onlinesoftmax import attention_api
     from onlinesoftmax.kernels.attention import backward_blocked as kab
     from onlinesoftmax.kernels.attention import backward_mma as kbm
+    from onlinesoftmax.kernels.attention import backward_pipelined as kbp
     from onlinesoftmax.runtime import device
 
     arrays = (dout, q, k, v, out, lse)
@@ -93,17 +95,18 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
         (not on_gpu or device.compute_capability() >= kbm.BACKWARD_MMA.min_cc)
     if variant == "auto":
         chosen = kbm if tensor_cores else kab
-    elif variant in ("mma", kbm.NAME):
+    elif variant in ("mma", kbm.NAME, "pipelined", kbp.NAME):
+        short = "mma" if variant in ("mma", kbm.NAME) else "pipelined"
         if q.dtype.name not in kbm.DTYPES or deterministic:
-            raise ValueError(f"attention_backward: variant 'mma' takes float16 or bfloat16 and deterministic=False, got "
-                             f"{q.dtype.name}, deterministic={deterministic} (variant 'blocked' takes every dtype)")
+            raise ValueError(f"attention_backward: variant {short!r} takes float16 or bfloat16 and deterministic=False, "
+                             f"got {q.dtype.name}, deterministic={deterministic} (variant 'blocked' takes every dtype)")
         if on_gpu and device.compute_capability() < kbm.BACKWARD_MMA.min_cc:
-            raise RuntimeError("attention_backward: variant 'mma' needs compute capability 8.0")
-        chosen = kbm
+            raise RuntimeError(f"attention_backward: variant {short!r} needs compute capability 8.0")
+        chosen = kbm if short == "mma" else kbp
     elif variant in ("blocked", kab.NAME):
         chosen = kab
     else:
-        raise ValueError(f"attention_backward: variant must be 'auto', 'mma' or 'blocked', got {variant!r}")
+        raise ValueError(f"attention_backward: variant must be 'auto', 'mma', 'pipelined' or 'blocked', got {variant!r}")
     if not on_gpu:
         return chosen.simulate(dout, q, k, v, out, lse, causal=bool(causal), scale=scale)
     import cupy

@@ -12,6 +12,7 @@ import onlinesoftmax as osm
 from onlinesoftmax import checks
 from onlinesoftmax.kernels.attention import backward_blocked as bb
 from onlinesoftmax.kernels.attention import backward_mma as bm
+from onlinesoftmax.kernels.attention import backward_pipelined as bp
 from test_attention_backward import make
 
 
@@ -92,5 +93,52 @@ def test_the_api_chooses_tensor_cores_for_16_bit_inputs():
         osm.attention_backward(*args, variant="mma", deterministic=True)
     with pytest.raises(ValueError, match="variant 'mma' takes"):
         osm.attention_backward(*make(1, 1, 1, 3, 3, 64, "float32", False), variant="mma")
-    with pytest.raises(ValueError, match="variant must be 'auto', 'mma' or 'blocked'"):
+    with pytest.raises(ValueError, match="variant must be 'auto', 'mma', 'pipelined' or 'blocked'"):
         osm.attention_backward(*args, variant="fast")
+
+
+# attention_backward_03_pipelined: the same arithmetic and model, 128 keys a block, Q and dO double-buffered
+# across query tiles and the group's heads, dq split over the warps by column halves.
+PIPELINED_SHAPES = SHAPES[:2] + [(1, 4, 2, 200, 300, 64, "bfloat16", True),   # tiles across two heads, 3 key blocks
+                                 (1, 2, 1, 130, 260, 128, "float16", False)]
+
+
+@pytest.mark.parametrize("shape", PIPELINED_SHAPES, ids=str)
+def test_the_pipelined_kernel_on_the_emulator(shape, needs_emulator):
+    *dims, dtype, causal = shape
+    args = make(*dims, dtype, causal, seed=sum(dims))
+    assert problems(bp.emulate(*args, causal, seed=4), *args, causal) == []
+
+
+PIPELINED_MUTANTS = [
+    ("if (more) load_tile(buffer ^ 1, next_base, next_q0);", "if (more) load_tile(buffer, next_base, next_q0);",
+     "the next tile copied over the one being computed"),
+    ("if (more) store_row_terms(buffer ^ 1);", "if (more) store_row_terms(buffer);",
+     "the next tile's LSE and D stored in this tile's slots"),
+    ("dq_half * (D / 2) + 2 * t", "2 * t", "both warps of a row group adding to the first column half"),
+    ("(causal && k0 + BWD3_KEYS - 1 > q0 + n_k - n_q)", "(causal && k0 + 63 > q0 + n_k - n_q)",
+     "02's block width in the causal test"),
+]
+
+
+@pytest.mark.parametrize("old, new, why", PIPELINED_MUTANTS, ids=[m[2].replace(" ", "_") for m in PIPELINED_MUTANTS])
+def test_a_broken_pipelined_kernel_is_rejected(old, new, why, needs_emulator):
+    from onlinesoftmax.runtime import emulator
+
+    source = bp.BACKWARD_PIPELINED.path.read_text()
+    assert old in source, "the mutant's text is gone from attention_backward_03_pipelined.cu: update PIPELINED_MUTANTS"
+    args = make(1, 4, 2, 150, 200, 64, "bfloat16", True, seed=8)   # tiles across heads, a partial key block
+    try:
+        grads = bp.emulate(*args, True, seed=5, source=source.replace(old, new, 1))
+    except emulator.EmulatorFault:
+        return
+    assert problems(grads, *args, True), f"a kernel with {why} passed"
+
+
+def test_the_api_runs_the_pipelined_kernel_by_name():
+    args = make(1, 2, 1, 9, 12, 64, "bfloat16", True, seed=7)
+    got = osm.attention_backward(*args, causal=True, variant="pipelined")
+    assert all(np.array_equal(checks.as_float64(a), checks.as_float64(b))
+               for a, b in zip(got, bp.simulate(*args, True)))
+    with pytest.raises(ValueError, match="variant 'pipelined' takes float16 or bfloat16"):
+        osm.attention_backward(*make(1, 1, 1, 3, 3, 64, "float32", False), variant="pipelined")

@@ -3,7 +3,8 @@
 bf16, d = 128, batch 2 x 16 heads (as many kv heads: torch's FLASH backend takes equal heads), N in
 ATTENTION_N, causal and not. Each call is the backward alone,
 on the forward's saved output (device time, timer.time_gpu):
-  attention_backward_02_mma                onlinesoftmax.attention_backward (tensor cores; atomic dq), every N
+  attention_backward_02_mma                onlinesoftmax.attention_backward, variant="mma" (tensor cores; atomic dq), every N
+  attention_backward_03_pipelined          the same with variant="pipelined" (128 keys a block, Q/dO double-buffered)
   attention_backward_01_blocked            the same with variant="blocked" (fp32 on CUDA cores; atomic dq)
   attention_backward_01_blocked (deterministic)   the same with the second pass for dq
   torch_sdpa_flash, torch_sdpa_cudnn       torch.autograd.grad through scaled_dot_product_attention under
@@ -56,6 +57,8 @@ def attention_rows() -> list[dict]:
             out, lse = osm.attention(qc, kc, vc, causal=causal, return_lse=True)
             found["attention_backward_02_mma"] = (lambda out=out, lse=lse: osm.attention_backward(
                 gc, qc, kc, vc, out, lse, causal=causal, variant="mma"))
+            found["attention_backward_03_pipelined"] = (lambda out=out, lse=lse: osm.attention_backward(
+                gc, qc, kc, vc, out, lse, causal=causal, variant="pipelined"))
             if n <= OURS_MAX_N:
                 for deterministic in (False, True):
                     name = "attention_backward_01_blocked" + (" (deterministic)" if deterministic else "")

@@ -1,4 +1,5 @@
-"""GPU tier for attention_backward_02_mma (the backward on tensor cores): dq, dk, dv against the float64
+"""GPU tier for attention_backward_02_mma and attention_backward_03_pipelined (the backward on tensor
+cores; the second has the first's arithmetic and NumPy model): dq, dk, dv against the float64
 gradients (at most twice the kernel's NumPy model's error plus two ulps of the gradient's scale) over N
 in {1, 63, 64, 65, 1000, 4097}, both dtypes and head dimensions, causal and not, grouped heads, n_q !=
 n_k; against torch's FLASH backend at training shapes (each gradient's error at most twice torch's
@@ -35,28 +36,34 @@ def on_gpu(args):
     return [checks.from_float32(cp.asarray(np.asarray(a, np.float32)), dtype) for a in args[:5]] + [cp.asarray(args[5])]
 
 
-def run(args, causal):
-    return osm.attention_backward(*on_gpu(args), causal=causal, variant="mma")
+VARIANTS = ("mma", "pipelined")
 
 
+def run(args, causal, variant):
+    return osm.attention_backward(*on_gpu(args), causal=causal, variant=variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("n", (1, 63, 64, 65, 1000, 4097))
 @pytest.mark.parametrize("causal", (False, True))
-def test_lengths_dtypes_and_masks(dtype, n, causal):
+def test_lengths_dtypes_and_masks(dtype, n, causal, variant):
     args = make(1, 4, 2, n, n, 64 if n > 1000 else 128, dtype, causal, seed=n)
-    judge(run(args, causal), *args, causal)
+    judge(run(args, causal, variant), *args, causal)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", [(2, 8, 2, 100, 333), (1, 4, 4, 333, 100), (2, 6, 1, 1, 2000), (1, 32, 8, 700, 700)],
                          ids=str)
 @pytest.mark.parametrize("d", (64, 128))
-def test_groups_and_unequal_lengths(shape, d):
+def test_groups_and_unequal_lengths(shape, d, variant):
     args = make(*shape, d, "bfloat16", True, seed=sum(shape))
-    judge(run(args, True), *args, True)
+    judge(run(args, True, variant), *args, True)
 
 
+@pytest.mark.parametrize("variant", ("auto", "pipelined"))
 @pytest.mark.parametrize("causal", (False, True))
-def test_against_torchs_flash_backward(causal):
+def test_against_torchs_flash_backward(causal, variant):
     """bf16, d = 128, N = 2048: each gradient within twice the FLASH backend's error against float64."""
     torch = pytest.importorskip("torch")
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -68,7 +75,7 @@ def test_against_torchs_flash_backward(causal):
         theirs = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal),
                                      (qg, kg, vg), g)
     out, lse = osm.attention(q, k, v, causal=causal, return_lse=True)            # torch tensors in and out
-    ours = osm.attention_backward(g, q, k, v, out, lse, causal=causal)
+    ours = osm.attention_backward(g, q, k, v, out, lse, causal=causal, variant=variant)
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
     exact = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=causal),
                                 (q64, k64, v64), g.double())
@@ -79,16 +86,17 @@ def test_against_torchs_flash_backward(causal):
             f"{name}: ours {ours_err:.3g}, FLASH {torch_err:.3g}"
 
 
-def test_two_threads_on_two_streams():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_two_threads_on_two_streams(variant):
     cases = [make(2, 8, 2, 500, 700, 128, "bfloat16", True, seed=s) for s in (1, 2)]
     inputs = [on_gpu(c) for c in cases]
-    alone = [[cp.asnumpy(g) for g in osm.attention_backward(*i, causal=True)] for i in inputs]
+    alone = [[cp.asnumpy(g) for g in osm.attention_backward(*i, causal=True, variant=variant)] for i in inputs]
     got = [None, None]
 
     def work(i):
         with cp.cuda.Stream(non_blocking=True) as stream:
             for _ in range(5):
-                result = osm.attention_backward(*inputs[i], causal=True)
+                result = osm.attention_backward(*inputs[i], causal=True, variant=variant)
             stream.synchronize()
             got[i] = [cp.asnumpy(g) for g in result]
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
