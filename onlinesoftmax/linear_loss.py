@@ -10,9 +10,20 @@ logits (chunk x V) come from one matrix product, cross_entropy_01_rows writes th
 loss over them in place, and two more products turn that into the chunk's rows of d hidden and its
 share of d weight (and d bias). So the forward computes the gradients too, and keeps only them; the
 logits of all the tokens never exist at once. `chunk` (default: about 1/64 of the tokens, at least
-64) bounds the logits in memory to chunk x V. d weight is summed over the chunks in float32 (a 16-bit
-running sum would round once per chunk): for 16-bit weights that float32 sum, V x H x 4 bytes, is the
-largest buffer the call holds besides its inputs and gradients.
+64) bounds the logits in memory to chunk x V.
+
+d weight, two ways (`weight_grad`):
+  "sum" (default)  each token chunk's share is added into a float32 sum (a 16-bit running sum would
+                   round once per chunk): for 16-bit weights that sum, V x H x 4 bytes, is the largest
+                   buffer the call holds besides its inputs and gradients, as large as the logits at
+                   8192 tokens. Three matrix products in all.
+  "recompute"      the token chunks give the loss, d hidden and each row's max m and log l (l the sum
+                   of e^(s - m)); then the vocabulary is taken `vocab_chunk` entries at a time: that
+                   block's logits of every token are made again, their gradient is e^(s - m - log l)
+                   and the other terms of the loss (float32), and the block's rows of d weight are one
+                   product over all the tokens, written once in the weight's dtype. No running sum, at
+                   the price of a fourth matrix product; the call holds one token chunk's logits or one
+                   vocabulary block's (6 bytes an element, 10 under a soft cap), never both.
 
 torch tensors (CPU: the NumPy model of the loss kernel; CUDA: the kernel, torch's matrix products,
 torch's stream) go through a torch.autograd.Function when they need a gradient; NumPy arrays return
@@ -33,24 +44,46 @@ def default_chunk(tokens: int) -> int:
     return max(64, -(-tokens // 64))
 
 
+WEIGHT_GRADS = ("sum", "recompute")
+SUB_ROWS = 4   # rows a time when the token pass reads a chunk's m and log l (a float32 copy of 4 rows)
+
+
+def default_vocab_chunk(vocabulary: int, softcap=None) -> int:
+    """A multiple of 128 entries whose block of every token's logits, at the bytes an element the
+    vocabulary pass holds (6: the 16-bit logits and a float32 copy; 10 under a soft cap, which keeps
+    both and its derivative), is about 1.5 % of the 16-bit logits' size (tokens x V x 2 bytes)."""
+    per_element = 10 if softcap else 6
+    return max(128, min(vocabulary, int(0.015 * 2 * vocabulary / per_element) // 128 * 128))
+
+
 def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore_index: int = -100,
                                    label_smoothing: float = 0.0, z_loss: float = 0.0, softcap=None,
-                                   reduction: str = "mean", chunk: int | None = None):
+                                   reduction: str = "mean", chunk: int | None = None, weight_grad: str = "sum",
+                                   vocab_chunk: int | None = None):
     """(loss, d hidden, d weight, d bias or None) of cross_entropy(hidden @ weight.T + bias, targets), the
-    logits made `chunk` tokens at a time and never all at once (see the module doc)."""
+    logits made `chunk` tokens at a time and never all at once; weight_grad "sum" or "recompute" (and
+    its vocab_chunk): how d weight is made (see the module doc)."""
     check(hidden, weight, targets, bias, reduction, chunk)
+    if weight_grad not in WEIGHT_GRADS:
+        raise ValueError(f"linear_cross_entropy: weight_grad must be 'sum' or 'recompute', got {weight_grad!r}")
+    if vocab_chunk is not None and (isinstance(vocab_chunk, bool) or not isinstance(vocab_chunk, (int, np.integer))
+                                    or vocab_chunk < 1):
+        raise ValueError(f"linear_cross_entropy: vocab_chunk must be a positive int or None, got {vocab_chunk!r}")
     h = hidden.reshape(-1, hidden.shape[-1])
     t = targets.reshape(-1)
     n_tokens = h.shape[0]
     chunk = default_chunk(n_tokens) if chunk is None else int(chunk)
     tensor = torch_bridge.is_tensor(h)
     lib = _torch() if tensor else np
+    options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": softcap}
+    if weight_grad == "recompute":
+        loss, dh, dw, db = _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, options)
+        return loss, dh.reshape(hidden.shape), dw, db
     dh = lib.empty_like(h)
     dw = lib.zeros_like(weight, dtype=lib.float32)
     db = None if bias is None else lib.zeros_like(bias, dtype=lib.float32)
     total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
     counted = int((t != ignore_index).sum())   # one synchronization on the GPU: the mean's divisor
-    options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": softcap}
     for first in range(0, n_tokens, chunk):
         rows = slice(first, min(n_tokens, first + chunk))
         logits = h[rows] @ weight.T
@@ -82,14 +115,144 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
 
 
 def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-                         z_loss: float = 0.0, softcap=None, reduction: str = "mean", chunk: int | None = None):
+                         z_loss: float = 0.0, softcap=None, reduction: str = "mean", chunk: int | None = None,
+                         weight_grad: str = "sum", vocab_chunk: int | None = None):
     """cross_entropy(hidden @ weight.T + bias, targets) without the logits in memory; with torch tensors
-    that need a gradient, differentiable with respect to hidden, weight and bias."""
+    that need a gradient, differentiable with respect to hidden, weight and bias. weight_grad="recompute"
+    makes d weight a vocabulary block at a time instead of a float32 sum (see the module doc)."""
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss,
-               "softcap": softcap, "reduction": reduction, "chunk": chunk}
+               "softcap": softcap, "reduction": reduction, "chunk": chunk, "weight_grad": weight_grad,
+               "vocab_chunk": vocab_chunk}
     if torch_bridge.is_tensor(hidden):
         return _LinearCrossEntropy.apply(hidden, weight, targets, bias, options)
     return linear_cross_entropy_with_grad(hidden, weight, targets, bias, **options)[0]
+
+
+def _as_float32(a, tensor):
+    """A float32 copy of a (never a view of it: the callers work on it in place)."""
+    return a.to(dtype=_torch().float32, copy=True) if tensor else a.astype(np.float32)
+
+
+def _softcap_(s, softcap, tensor):
+    """s <- softcap tanh(s / softcap), in place."""
+    if tensor:
+        s.div_(softcap).tanh_().mul_(softcap)
+    else:
+        np.divide(s, softcap, out=s)
+        np.tanh(s, out=s)
+        np.multiply(s, softcap, out=s)
+
+
+def _row_terms(logits, softcap, tensor, lib):
+    """(m, log l) per row of a chunk's logits, float32: m the row's max of s (0 where every s is -inf),
+    l the sum of e^(s - m); SUB_ROWS rows at a time, so a float32 copy of the chunk never exists."""
+    n = logits.shape[0]
+    m, log_l = lib.empty(n, dtype=lib.float32), lib.empty(n, dtype=lib.float32)
+    for first in range(0, n, SUB_ROWS):
+        rows = slice(first, min(n, first + SUB_ROWS))
+        s = _as_float32(logits[rows], tensor)
+        if softcap:
+            _softcap_(s, softcap, tensor)
+        top = s.amax(1) if tensor else s.max(axis=1)
+        top = lib.where(lib.isneginf(top), lib.zeros_like(top), top)
+        s -= top[:, None]
+        if tensor:
+            s.exp_()
+        else:
+            np.exp(s, out=s)
+        m[rows], log_l[rows] = top, lib.log(s.sum(1))
+    return m, log_l
+
+
+def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, options):
+    """weight_grad="recompute": the token pass (loss, d hidden, m and log l per row), then the vocabulary
+    pass (d weight and d bias a block at a time), as the module doc says."""
+    n_tokens, vocabulary = h.shape[0], weight.shape[0]
+    softcap, eps, z = options["softcap"], float(options["label_smoothing"]), float(options["z_loss"])
+    valid = t != options["ignore_index"]
+    counted = int(valid.sum())   # one synchronization on the GPU: the mean's divisor
+    scale = (1.0 / counted if counted else float("nan")) if reduction == "mean" else 1.0
+    dh = lib.empty_like(h)
+    m, log_l = lib.empty(n_tokens, dtype=lib.float32), lib.empty(n_tokens, dtype=lib.float32)
+    total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
+    for first in range(0, n_tokens, chunk):
+        rows = slice(first, min(n_tokens, first + chunk))
+        logits = h[rows] @ weight.T
+        if bias is not None:
+            logits += bias
+        if not tensor:
+            logits = np.ascontiguousarray(logits.astype(h.dtype))
+        m[rows], log_l[rows] = _row_terms(logits, softcap, tensor, lib)
+        part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
+                                                               **options)
+        total = total + part
+        dh[rows] = dlogits @ weight
+        del logits, dlogits
+    dh *= scale
+    # The vocabulary pass: d loss / d s = p (1 + 2 z lse) - eps / V - (1 - eps) [target], times 1 - (s / c)^2
+    # under a soft cap, with p = e^(s - m - log l); 0 on ignored rows; the mean's scale folded in.
+    lse_factor = (1 + 2 * z * (m + log_l)) if z else None
+    valid_rows = valid[:, None]
+    dw = lib.empty_like(weight)
+    db = None if bias is None else lib.empty_like(bias)
+    block = default_vocab_chunk(vocabulary, softcap) if vocab_chunk is None else int(vocab_chunk)
+    for first in range(0, vocabulary, block):
+        cols = slice(first, min(vocabulary, first + block))
+        x = h @ weight[cols].T
+        if bias is not None:
+            x += bias[cols]
+        if not tensor:
+            x = x.astype(h.dtype, copy=False)   # the logits in the inputs' dtype, as the token pass has them
+        p = _as_float32(x, tensor)
+        if softcap:   # x is kept for the cap's derivative
+            _softcap_(p, softcap, tensor)
+        else:
+            del x
+        p -= m[:, None]
+        p -= log_l[:, None]
+        if tensor:
+            p.exp_()
+        else:
+            np.exp(p, out=p)
+        if lse_factor is not None:
+            p *= lse_factor[:, None]
+        if eps:
+            p -= eps / vocabulary
+        # the target's -(1 - eps), for rows whose target falls in this block (no host synchronization)
+        inside = valid & (t >= first) & (t < cols.stop)
+        where = (t - first).clip(0, cols.stop - first - 1)
+        if tensor:
+            p.scatter_add_(1, where[:, None], lib.where(inside, -(1 - eps), 0.0).to(p.dtype)[:, None])
+        else:
+            np.add.at(p, (np.arange(n_tokens), where), np.where(inside, -(1 - eps), 0).astype(p.dtype))
+        if softcap:   # times the cap's derivative 1 - tanh(x / c)^2
+            slope = _as_float32(x, tensor)
+            del x
+            slope /= softcap
+            if tensor:
+                slope.tanh_()
+            else:
+                np.tanh(slope, out=slope)
+            slope *= slope
+            slope *= -1
+            slope += 1
+            p *= slope
+            del slope
+        p *= scale
+        if tensor:
+            p.masked_fill_(~valid_rows, 0)
+        else:
+            p[~valid] = 0
+        g = p.to(h.dtype) if tensor else p.astype(h.dtype, copy=False)
+        if tensor:
+            lib.matmul(g.T, h, out=dw[cols])
+        else:
+            dw[cols] = (g.T @ h).astype(dw.dtype, copy=False)
+        if db is not None:
+            db[cols] = p.sum(0).to(db.dtype) if tensor else p.sum(0).astype(db.dtype)
+        del p, g
+    loss = total * scale
+    return loss, dh, dw, db
 
 
 def check(hidden, weight, targets, bias, reduction, chunk):

@@ -334,3 +334,9 @@ def test_chapter_12_memory_counterpart():
     ours = next(r for r in shown if r["series"].startswith("linear_cross_entropy"))["y"]
     assert ours == sorted(ours) and min(ours) > 262144 * tf.HIDDEN * 4 / tf.GIB   # never under the dW floor
     assert not tf.held_bytes(8192, 128256, 128) == 128 * 128256 * 2             # the floor is counted
+    # weight_grad="recompute": under 2 % of the logits at the default chunk (tokens / 64) and block
+    logits = 8192 * 128256 * 2
+    assert tf.held_bytes(8192, 128256, 128, "recompute") <= 0.02 * logits
+    assert tf.held_bytes(8192, 128256, 128, "recompute") >= 128 * 128256 * 2   # the chunk's logits are counted
+    dashed = next(r for r in shown if "recompute" in r["series"])["y"]
+    assert max(dashed) < min(ours)

@@ -2,7 +2,9 @@
 hidden, weight and bias, made chunk by chunk, against the float64 loss of the whole logits matrix
 (NumPy) and against torch's autograd of F.cross_entropy(hidden @ weight.T + bias) (torch tensors), for
 every option, chunk sizes that do and do not divide the tokens, ignored rows; wrong gradients
-rejected by the comparison; the argument checks."""
+rejected by the comparison; the argument checks. weight_grad="recompute" (d weight a vocabulary block
+at a time) the same, and its memory: the peak the NumPy path allocates beyond its inputs and outputs
+(tracemalloc) stays under half of a float32 V x H sum, which weight_grad="sum" is shown holding."""
 import numpy as np
 import pytest
 
@@ -48,6 +50,59 @@ def test_numpy_against_the_whole_matrix(options, chunk):
                  exact(h, w, np.zeros_like(b), t, **options)[:3])
 
 
+@pytest.mark.parametrize("options", OPTIONS + [{"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 5.0}],
+                         ids=lambda o: ",".join(o) or "plain")
+@pytest.mark.parametrize("vocab_chunk", (None, 64, 77, 1000))
+def test_recompute_against_the_whole_matrix(options, vocab_chunk):
+    h, w, b, t = problem(seed=1)
+    got = osm.linear_cross_entropy_with_grad(h, w, t, b, chunk=64, weight_grad="recompute", vocab_chunk=vocab_chunk,
+                                             **options)
+    assert close(got, exact(h, w, b, t, **options))
+    got = osm.linear_cross_entropy_with_grad(h, w, t, None, chunk=100, weight_grad="recompute",
+                                             vocab_chunk=vocab_chunk, **options)
+    assert got[3] is None and close(got[:3], exact(h, w, np.zeros_like(b), t, **options)[:3])
+
+
+def test_recompute_wrong_gradients_are_rejected():
+    """What a vocabulary block could get wrong, each caught by the same comparison."""
+    h, w, b, t = problem(seed=2)
+    options = {"label_smoothing": 0.1, "softcap": 5.0}
+    want = exact(h, w, b, t, **options)
+    loss, dh, dw, db = osm.linear_cross_entropy_with_grad(h, w, t, b, weight_grad="recompute", vocab_chunk=128,
+                                                          **options)
+    assert close((loss, dh, dw, db), want)
+    shifted = np.roll(dw, 1, axis=0)                                 # a block's rows written one entry off
+    last_block = dw.copy()
+    last_block[:-(w.shape[0] % 128)] = 0                              # only the last block kept
+    no_cap = osm.linear_cross_entropy_with_grad(h, w, t, b, weight_grad="recompute", label_smoothing=0.1)[2]
+    for wrong in (shifted, last_block, no_cap):                       # ... or the cap's derivative left out
+        assert not close((loss, dh, wrong, db), want)
+
+
+def peak_extra_bytes(call, *arrays) -> int:
+    """The most the call had allocated at once beyond what it returned (tracemalloc sees NumPy's buffers)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    result = call(*arrays)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    kept = sum(a.nbytes for a in result if isinstance(a, np.ndarray))
+    return peak - kept
+
+
+def test_recompute_never_holds_a_float32_sum_of_the_weight_gradient():
+    h, w, b, t = problem(tokens=256, hidden=512, vocab=2000, seed=3)
+    f32_sum = w.shape[0] * w.shape[1] * 4
+    summed = peak_extra_bytes(lambda *a: osm.linear_cross_entropy_with_grad(*a, chunk=16), h, w, t, b)
+    recomputed = peak_extra_bytes(lambda *a: osm.linear_cross_entropy_with_grad(
+        *a, chunk=16, weight_grad="recompute", vocab_chunk=128), h, w, t, b)
+    assert summed >= f32_sum, f"the float32 sum was not seen ({summed} bytes at peak)"
+    assert recomputed <= f32_sum / 2, f"recompute held {recomputed} bytes at once, the float32 sum is {f32_sum}"
+
+
 def test_wrong_gradients_are_rejected():
     h, w, b, t = problem()
     want = exact(h, w, b, t)
@@ -63,8 +118,10 @@ def test_against_torch_autograd():
     torch = pytest.importorskip("torch")
     h, w, b, t = (torch.from_numpy(a) for a in problem(tokens=257))
     h, w, b = (a.clone().requires_grad_() for a in (h, w, b))
-    for options in ({}, {"label_smoothing": 0.05, "reduction": "sum"}):
-        loss = osm.linear_cross_entropy(h, w, t, b, chunk=100, **options)
+    for options, mode in (({}, {}), ({"label_smoothing": 0.05, "reduction": "sum"}, {}),
+                          ({}, {"weight_grad": "recompute", "vocab_chunk": 128}),
+                          ({"label_smoothing": 0.05, "reduction": "sum"}, {"weight_grad": "recompute"})):
+        loss = osm.linear_cross_entropy(h, w, t, b, chunk=100, **options, **mode)
         grads = torch.autograd.grad(loss * 3, (h, w, b))
         h64, w64, b64 = (a.detach().double().requires_grad_() for a in (h, w, b))
         ref = torch.nn.functional.cross_entropy(h64 @ w64.T + b64, t, **options)
@@ -86,6 +143,10 @@ def test_the_arguments_are_checked():
         osm.linear_cross_entropy(h, w, t, reduction="none")
     with pytest.raises(ValueError, match="chunk must be a positive int"):
         osm.linear_cross_entropy(h, w, t, chunk=0)
+    with pytest.raises(ValueError, match="weight_grad must be 'sum' or 'recompute', got 'float32'"):
+        osm.linear_cross_entropy(h, w, t, weight_grad="float32")
+    with pytest.raises(ValueError, match="vocab_chunk must be a positive int or None, got 0"):
+        osm.linear_cross_entropy(h, w, t, weight_grad="recompute", vocab_chunk=0)
     with pytest.raises(TypeError, match="share a dtype"):
         osm.linear_cross_entropy(h.astype(np.float16), w, t)
     with pytest.raises(ValueError, match="outside"):

@@ -1,6 +1,8 @@
 """GPU tier for linear_cross_entropy: bf16 and fp32 losses and gradients against the float64 ones,
 within twice torch's same-dtype error (torch's F.cross_entropy(hidden @ weight.T) and its autograd)
-plus a floor; the peak memory of a call below torch's path; a few training steps against torch's."""
+plus a floor, for weight_grad "sum" and "recompute"; the peak memory of a call below torch's path, and
+with "recompute" at most 2 % of the logits beyond the gradients the call returns; a few training
+steps against torch's."""
 import numpy as np
 import pytest
 
@@ -19,12 +21,13 @@ def problem(tokens, hidden, vocab, dtype, seed=0):
     return h, w, t
 
 
+@pytest.mark.parametrize("weight_grad", ("sum", "recompute"))
 @pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
 @pytest.mark.parametrize("shape", [(1000, 256, 32000), (257, 512, 128256), (64, 128, 1000)], ids=str)
-def test_against_float64_within_twice_torchs_error(dtype, shape):
+def test_against_float64_within_twice_torchs_error(dtype, shape, weight_grad):
     h, w, t = problem(*shape, getattr(torch, dtype))
     results = []
-    for fn, precision in ((lambda h, w: osm.linear_cross_entropy(h, w, t), None),         # ours, in dtype
+    for fn, precision in ((lambda h, w: osm.linear_cross_entropy(h, w, t, weight_grad=weight_grad), None),   # ours
                           (lambda h, w: torch.nn.functional.cross_entropy(h @ w.T, t), torch.float64),   # exact
                           (lambda h, w: torch.nn.functional.cross_entropy(h @ w.T, t), None)):         # torch's
         hh, ww = (a.detach().to(precision or a.dtype).requires_grad_() for a in (h, w))
@@ -48,6 +51,21 @@ def test_peak_memory_below_torchs_path():
         torch.cuda.synchronize()
         peaks.append(torch.cuda.max_memory_allocated() - base)
     assert peaks[0] < peaks[1], f"ours {peaks[0] / 2**20:.0f} MiB, torch's {peaks[1] / 2**20:.0f} MiB"
+
+
+def test_recompute_holds_at_most_two_percent_of_the_logits():
+    """Beyond the inputs and the gradients it returns (dh and dW, which every path writes)."""
+    tokens, hidden, vocab = 8192, 1024, 128256
+    h, w, t = problem(tokens, hidden, vocab, torch.bfloat16)
+    hh, ww = (a.detach().clone().requires_grad_() for a in (h, w))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    osm.linear_cross_entropy(hh, ww, t, weight_grad="recompute").backward()
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base - hh.grad.nbytes - ww.grad.nbytes
+    logits = tokens * vocab * 2
+    assert extra <= 0.02 * logits, f"{extra / 2**20:.0f} MiB beyond the gradients, logits {logits / 2**20:.0f} MiB"
 
 
 def test_training_steps_match_torch():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from onlinesoftmax.book.readings.figures import color
 from onlinesoftmax.book.widgets.interactive import Figure, select
+from onlinesoftmax.linear_loss import SUB_ROWS, default_vocab_chunk
 
 HIDDEN = 4096
 VOCABULARIES = (32000, 128256, 151936, 262144)
@@ -15,21 +16,28 @@ CHUNKS = (64, 128, 256, 512, 1024, 2048, 4096)
 GIB = 2.0 ** 30
 
 
-def held_bytes(tokens: int, vocabulary: int, chunk: int | None) -> float:
+def held_bytes(tokens: int, vocabulary: int, chunk: int | None, weight_grad: str = "sum") -> float:
     """Bytes the loss holds at once beyond its inputs and the gradients it returns. chunk None: torch's
     path, the logits and their gradient (bf16); else the chunked path: one chunk's logits (bf16, their
-    gradient written over them) and the float32 sum of the weight's gradient."""
+    gradient written over them) and, with weight_grad "sum", the float32 sum of the weight's gradient;
+    with "recompute" the larger of the token pass (a chunk's logits and a float32 copy of SUB_ROWS of
+    its rows) and the vocabulary pass (every token's logits of one block of default_vocab_chunk
+    entries, 6 bytes an element)."""
     if chunk is None:
         return 2.0 * tokens * vocabulary * 2
-    return min(chunk, tokens) * vocabulary * 2 + vocabulary * HIDDEN * 4.0
+    token_pass = min(chunk, tokens) * vocabulary * 2
+    if weight_grad == "recompute":
+        return max(token_pass + SUB_ROWS * vocabulary * 4.0, tokens * default_vocab_chunk(vocabulary) * 6.0)
+    return token_pass + vocabulary * HIDDEN * 4.0
 
 
 def linear_loss_memory_figure(vocabularies=VOCABULARIES, tokens=TOKENS, chunks=CHUNKS) -> Figure:
     fig = Figure("linear-loss-memory", "Memory the loss holds at once",
                  [select("vocabulary", "vocabulary", list(vocabularies), 128256),
                   select("tokens", "tokens", list(tokens), 8192)],
-                 caption=f"counted from the shapes: bf16, hidden size {HIDDEN}; the chunked path's float32 sum "
-                         "of the weight's gradient is the floor it cannot go under")
+                 caption=f"counted from the shapes: bf16, hidden size {HIDDEN}; the float32 sum of the weight's "
+                         "gradient is the floor of the summing path; the recomputing path makes the logits twice "
+                         "instead")
     panel = fig.panel("bytes", x="tokens per chunk", y="GiB held at once", x_scale="log2", width=420, height=220,
                       y_zero=True)
     for vocabulary in vocabularies:
@@ -41,13 +49,16 @@ def linear_loss_memory_figure(vocabularies=VOCABULARIES, tokens=TOKENS, chunks=C
             fig.series(panel, "linear_cross_entropy: a chunk's logits and the float32 sum of dW", xs,
                        [held_bytes(n, vocabulary, c) / GIB for c in xs], color=color("cross_entropy_01_rows"),
                        mark="line", when=when)
+            fig.series(panel, "linear_cross_entropy, weight_grad='recompute': a chunk's or a vocabulary block's "
+                       "logits", xs, [held_bytes(n, vocabulary, c, "recompute") / GIB for c in xs],
+                       color=color("cross_entropy_01_rows"), mark="line", dash=True, when=when)
             fig.note(f"{n:,} tokens x {vocabulary:,}: all the logits {2 * n * vocabulary / GIB:.2f} GiB; "
                      f"the float32 sum of dW {vocabulary * HIDDEN * 4 / GIB:.2f} GiB", when=when)
     return fig
 
 
 def chunk_table(tokens: int, vocabulary: int) -> list[list]:
-    """Rows (chunk, GiB held by the chunked path, by torch's) for the widget's print-out."""
-    return [[c, held_bytes(tokens, vocabulary, c) / GIB, held_bytes(tokens, vocabulary, None) / GIB]
-            for c in CHUNKS if c <= tokens]
+    """Rows (chunk, GiB held by the summing path, by torch's, by the recomputing path) for the widget."""
+    return [[c, held_bytes(tokens, vocabulary, c) / GIB, held_bytes(tokens, vocabulary, None) / GIB,
+             held_bytes(tokens, vocabulary, c, "recompute") / GIB] for c in CHUNKS if c <= tokens]
 
