@@ -66,18 +66,24 @@ MUTANTS = [   # (text of attention_backward_02_mma.cu, replacement, what it brea
 ]
 
 
-@pytest.mark.parametrize("old, new, why", MUTANTS, ids=[m[2].replace(" ", "_") for m in MUTANTS])
-def test_a_broken_kernel_is_rejected(old, new, why, needs_emulator):
+def assert_rejected(module, variant, old, new, why, args):
+    """The kernel of `variant` with `old` replaced by `new`, run by module.emulate on causal args: a fault
+    or a problem found, never a pass."""
     from onlinesoftmax.runtime import emulator
 
-    source = bm.BACKWARD_MMA.path.read_text()
-    assert old in source, "the mutant's text is gone from attention_backward_02_mma.cu: update MUTANTS"
-    args = make(1, 2, 1, 70, 40, 64, "bfloat16", True, seed=6)        # causal, blind rows, partial tiles
+    source = variant.path.read_text()
+    assert old in source, f"the mutant's text is gone from {variant.file}: update its list of mutants"
     try:
-        grads = bm.emulate(*args, True, seed=5, source=source.replace(old, new, 1))
+        grads = module.emulate(*args, True, seed=5, source=source.replace(old, new, 1))
     except emulator.EmulatorFault:
         return
-    assert problems(grads, *args, True), f"a kernel without {why} passed"
+    assert problems(grads, *args, True), f"a broken kernel ({why}) passed"
+
+
+@pytest.mark.parametrize("old, new, why", MUTANTS, ids=[m[2].replace(" ", "_") for m in MUTANTS])
+def test_a_broken_kernel_is_rejected(old, new, why, needs_emulator):
+    args = make(1, 2, 1, 70, 40, 64, "bfloat16", True, seed=6)        # causal, blind rows, partial tiles
+    assert_rejected(bm, bm.BACKWARD_MMA, old, new, why, args)
 
 
 def test_the_api_chooses_tensor_cores_for_16_bit_inputs():
@@ -123,16 +129,8 @@ PIPELINED_MUTANTS = [
 
 @pytest.mark.parametrize("old, new, why", PIPELINED_MUTANTS, ids=[m[2].replace(" ", "_") for m in PIPELINED_MUTANTS])
 def test_a_broken_pipelined_kernel_is_rejected(old, new, why, needs_emulator):
-    from onlinesoftmax.runtime import emulator
-
-    source = bp.BACKWARD_PIPELINED.path.read_text()
-    assert old in source, "the mutant's text is gone from attention_backward_03_pipelined.cu: update PIPELINED_MUTANTS"
     args = make(1, 4, 2, 150, 200, 64, "bfloat16", True, seed=8)   # tiles across heads, a partial key block
-    try:
-        grads = bp.emulate(*args, True, seed=5, source=source.replace(old, new, 1))
-    except emulator.EmulatorFault:
-        return
-    assert problems(grads, *args, True), f"a kernel with {why} passed"
+    assert_rejected(bp, bp.BACKWARD_PIPELINED, old, new, why, args)
 
 
 def test_the_api_runs_the_pipelined_kernel_by_name():
