@@ -320,7 +320,7 @@ def _keepdims(x, axis, keepdims, variant, out):
 
 _tensor_type = None            # torch.Tensor, once a tensor was passed (torch is never imported here)
 _tensor_stream = _tensor_device = None   # torch's C calls: the current stream's address, the current device
-_tracing = None                # torch_bridge.transforming: under torch.compile or torch.func, to the operator
+_tracing = None                # torch_bridge.transforming_or_dual: torch.compile, torch.func or forward_ad, to the operator
 
 
 def _tensor_plain(function: str, x, axis):
@@ -350,7 +350,7 @@ def _from_torch(public, function: str, x, axis, plain: bool, **options):
     if _tensor_type is None:
         _tensor_stream = torch_bridge.stream_address_function()
         _tensor_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
-        _tracing = torch_bridge.transforming
+        _tracing = torch_bridge.transforming_or_dual
         _tensor_type = torch.Tensor
     index = x.get_device()
     stream = _tensor_stream(index)

@@ -115,9 +115,10 @@ _ops = torch.ops.onlinesoftmax
 
 # ---- autograd -----------------------------------------------------------------------------------
 
-def _from_the_output(forward, backward):
-    """An autograd rule whose gradient needs only the output y and dy: softmax's and log-softmax's
-    (dx = backward(y, dy, dim), one of the backward kernels)."""
+def _from_the_output(forward, backward, tangent):
+    """An autograd rule whose gradients need only the output y: softmax's and log-softmax's. Reverse mode
+    dx = backward(y, dy, dim) (one of the backward kernels); forward mode (forward_ad) the tangent of y
+    is tangent(y, dx, dim)."""
 
     class FromTheOutput(torch.autograd.Function):
         @staticmethod
@@ -128,16 +129,28 @@ def _from_the_output(forward, backward):
         def setup_context(ctx, inputs, y):
             ctx.dim = inputs[1]
             ctx.save_for_backward(y)
+            ctx.save_for_forward(y)
 
         @staticmethod
         def backward(ctx, dy):
             (y,) = ctx.saved_tensors
             return backward(y, dy, ctx.dim), None
+
+        @staticmethod
+        def jvp(ctx, dx, _):
+            (y,) = ctx.saved_tensors
+            return tangent(y, dx, ctx.dim)
     return FromTheOutput
 
 
-_Softmax = _from_the_output(_ops.softmax, _ops.softmax_backward)
-_LogSoftmax = _from_the_output(_ops.log_softmax, _ops.log_softmax_backward)
+def _log_softmax_tangent(z, dx, dim):
+    """z = x - lse(x): dz = dx - sum(e^z dx) (the Jacobian is not symmetric, so not the backward kernel)."""
+    return dx - (z.exp() * dx).sum(dim, keepdim=True)
+
+
+# softmax's Jacobian diag(y) - y y^T is symmetric: its tangent y (dx - sum y dx) is the backward kernel's formula
+_Softmax = _from_the_output(_ops.softmax, _ops.softmax_backward, _ops.softmax_backward)
+_LogSoftmax = _from_the_output(_ops.log_softmax, _ops.log_softmax_backward, _log_softmax_tangent)
 
 
 class _LogSumExp(torch.autograd.Function):
@@ -151,6 +164,7 @@ class _LogSumExp(torch.autograd.Function):
     def setup_context(ctx, inputs, _):
         x, ctx.dim, ctx.keepdim = inputs
         ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, dlse):
@@ -158,6 +172,12 @@ class _LogSumExp(torch.autograd.Function):
         if not ctx.keepdim:
             dlse = dlse.unsqueeze(ctx.dim)
         return (_ops.softmax(x, ctx.dim) * dlse).to(x.dtype), None, None
+
+    @staticmethod
+    def jvp(ctx, dx, *_):
+        """d lse = sum(softmax(x) dx) along dim."""
+        (x,) = ctx.saved_tensors
+        return (_ops.softmax(x, ctx.dim) * dx).sum(ctx.dim, keepdim=ctx.keepdim).to(x.dtype)
 
 
 def _second_derivative(operator, rule):
@@ -280,21 +300,29 @@ def _refuse_tangents(name: str, args) -> None:
                                       f"reverse mode (backward, torch.func.vjp or grad), or torch's own {name}")
 
 
-def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad, outputs=None):
+def _has_tangent(args) -> bool:
+    return any(isinstance(a, _Tensor) and _forward_ad.unpack_dual(a).tangent is not None for a in args)
+
+
+def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].requires_grad, outputs=None,
+                     forward_mode: bool = False):
     """The operator's kernel at the Autograd key: the Function when a gradient is wanted (its first
-    `outputs` results, or with outputs=0 its first result alone; None: all of them); a plain
+    `outputs` results, or with outputs=0 its first result alone; None: all of them) or, for an operator
+    with a forward-mode rule (the Function's jvp), when an input carries a tangent; a plain
     tensor, with no dispatch mode active (a tracer, a FLOP counter), straight to the implementation;
     anything else (torch.compile's fake and functional tensors, a mode) below autograd, to the
     kernel of its mode."""
     implementation, op = OPERATORS[name][1], getattr(_ops, name).default
 
     def kernel(*args):
-        if _forward_ad.__dict__["_current_level"] >= 0:   # inside forward_ad.dual_level(): a tangent would be lost
-            _refuse_tangents(name, args)
+        tangent = _forward_ad.__dict__["_current_level"] >= 0 and _has_tangent(args)   # inside forward_ad.dual_level()
+        if tangent and not forward_mode:
+            _refuse_tangents(name, args)   # a tangent would be lost
         if _functorch_level() is not None and not torch.compiler.is_compiling():
             raise NotImplementedError(f"onlinesoftmax::{name} does not run under torch.func transforms (grad, vmap, "
-                                      "jacrev, jvp): use torch.autograd (loss.backward(), torch.autograd.grad)")
-        wanted = _grad_enabled() and differentiable(args)
+                                      "jacrev, jvp): use torch.autograd (loss.backward(), torch.autograd.grad"
+                                      + (", or forward_ad.dual_level() for forward mode)" if forward_mode else ")"))
+        wanted = tangent or (_grad_enabled() and differentiable(args))
         if wanted:
             result = function.apply(*args)
             return result if outputs is None else result[0] if outputs == 0 else result[:outputs]
@@ -305,9 +333,9 @@ def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].re
     _lib.impl(name, kernel, "Autograd")
 
 
-_autograd_kernel("softmax", _Softmax)
-_autograd_kernel("log_softmax", _LogSoftmax)
-_autograd_kernel("logsumexp", _LogSumExp)
+_autograd_kernel("softmax", _Softmax, forward_mode=True)
+_autograd_kernel("log_softmax", _LogSoftmax, forward_mode=True)
+_autograd_kernel("logsumexp", _LogSumExp, forward_mode=True)
 _autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]), outputs=0)
 _autograd_kernel("cross_entropy", _CrossEntropy, outputs=2)
 _autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)

@@ -233,17 +233,37 @@ def test_dispatch_modes_see_the_operators():
 
 
 def test_forward_mode_and_torch_func_are_errors_or_right():
-    """A tangent is never dropped: forward-mode AD (forward_ad, torch.func.jvp) and torch.func.grad raise
-    NotImplementedError naming the operator; vmap runs torch's per-slice fallback, which is right."""
+    """A tangent is never dropped: forward-mode AD (forward_ad) of softmax, log_softmax and logsumexp
+    equals torch's, through the operators and the public functions; the other operators and functions
+    given a dual tensor, torch.func.jvp and torch.func.grad raise NotImplementedError naming what was
+    called; vmap runs torch's per-slice fallback, which is right. A log_softmax tangent made with the
+    backward's formula (the transposed Jacobian) is shown wrong."""
     import torch.autograd.forward_ad as forward_ad
 
     x = torch.randn(3, 5, dtype=torch.float64)
     tangent = torch.randn(3, 5, dtype=torch.float64)
+    pairs = [(lambda a: OPS.softmax(a, -1), lambda a: torch.softmax(a, -1)),
+             (lambda a: osm.softmax(a, axis=0), lambda a: torch.softmax(a, 0)),
+             (lambda a: osm.log_softmax(a), lambda a: torch.log_softmax(a, -1)),
+             (lambda a: OPS.logsumexp(a, 0, True), lambda a: torch.logsumexp(a, 0, True)),
+             (lambda a: osm.logsumexp(a, -1), lambda a: torch.logsumexp(a, -1))]
     with forward_ad.dual_level():
-        with pytest.raises(NotImplementedError, match="onlinesoftmax::softmax has no forward-mode AD rule"):
-            torch.ops.onlinesoftmax.softmax(forward_ad.make_dual(x, tangent), -1)
-        assert torch.equal(torch.ops.onlinesoftmax.softmax(x, -1), torch.ops.onlinesoftmax.softmax(x, -1))
-    with pytest.raises(NotImplementedError, match="forward-mode"):
+        for ours, theirs in pairs:
+            got = forward_ad.unpack_dual(ours(forward_ad.make_dual(x, tangent)))
+            want = forward_ad.unpack_dual(theirs(forward_ad.make_dual(x, tangent)))
+            assert got.tangent is not None
+            torch.testing.assert_close(got.primal, want.primal)
+            torch.testing.assert_close(got.tangent, want.tangent)
+        z = torch.log_softmax(x, -1)
+        true_tangent = forward_ad.unpack_dual(torch.log_softmax(forward_ad.make_dual(x, tangent), -1)).tangent
+        assert not torch.allclose(OPS.log_softmax_backward(z, tangent, -1), true_tangent)   # the transposed rule
+        dual = forward_ad.make_dual(x, tangent)
+        with pytest.raises(NotImplementedError, match="onlinesoftmax::cross_entropy has no forward-mode AD rule"):
+            OPS.cross_entropy(dual, torch.tensor([0, 1, 2]), -100, 0.0, 0.0, 0.0, "mean")
+        with pytest.raises(NotImplementedError, match="attention has no forward-mode AD rule"):
+            osm.attention(*(forward_ad.make_dual(torch.randn(1, 1, 4, 64), torch.randn(1, 1, 4, 64)) for _ in range(3)))
+        assert torch.equal(OPS.softmax(x, -1), OPS.softmax(x, -1))
+    with pytest.raises(NotImplementedError, match="forward_ad.dual_level"):
         torch.func.jvp(lambda a: osm.log_softmax(a), (x,), (tangent,))
     with pytest.raises(NotImplementedError, match="torch.func transforms"):
         torch.func.grad(lambda a: osm.logsumexp(a, -1).sum())(x)

@@ -39,12 +39,28 @@ def stream_address_function():
 
 
 def wants_operator(x) -> bool:
-    """A tensor that requires a gradient (grad mode on), or any tensor while torch.compile traces or a
-    torch.func transform (vmap, grad, jvp) is active: softmax, log_softmax, logsumexp and cross_entropy
-    then go through their operators (`autograd` above), whose rules those transforms call."""
+    """A tensor that requires a gradient (grad mode on) or carries a forward-mode tangent, or any tensor
+    while torch.compile traces or a torch.func transform (vmap, grad, jvp) is active: softmax,
+    log_softmax, logsumexp and cross_entropy then go through their operators (`autograd` above), whose
+    rules those transforms call."""
     import torch
 
-    return (x.requires_grad and torch.is_grad_enabled()) or transforming()
+    return (x.requires_grad and torch.is_grad_enabled()) or has_tangent(x) or transforming()
+
+
+def transforming_or_dual() -> bool:
+    """transforming(), or a forward_ad.dual_level() is open (a tensor may carry a tangent): the public
+    functions' fast path for plain CUDA tensors steps aside for the operator."""
+    import torch.autograd.forward_ad as forward_ad
+
+    return forward_ad.__dict__["_current_level"] >= 0 or transforming()
+
+
+def has_tangent(x) -> bool:
+    """x is a dual tensor of torch.autograd.forward_ad (inside a dual_level, with a tangent)."""
+    import torch.autograd.forward_ad as forward_ad
+
+    return forward_ad.__dict__["_current_level"] >= 0 and forward_ad.unpack_dual(x).tangent is not None
 
 
 def transforming() -> bool:
@@ -111,6 +127,10 @@ def call(function, *args, **kwargs):
     import torch
 
     tensors = [a for a in (*args, *kwargs.values()) if is_tensor(a)]
+    if any(map(has_tangent, tensors)):
+        raise NotImplementedError(f"{function.__name__} has no forward-mode AD rule: called on a dual tensor "
+                                  "(torch.autograd.forward_ad), its result would silently drop the tangent. "
+                                  "softmax, log_softmax and logsumexp have one (onlinesoftmax.torch_ops)")
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         raise RuntimeError(f"{function.__name__} computes no gradient: called on a tensor that requires one, its "
                            "result would silently cut the graph. Call it under torch.no_grad() or on x.detach(); "
