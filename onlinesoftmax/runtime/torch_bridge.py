@@ -12,6 +12,8 @@ torch is never imported here: a tensor can only be passed where torch is loaded 
 """
 from __future__ import annotations
 
+import functools
+
 import sys
 import threading
 
@@ -50,10 +52,17 @@ def wants_operator(x) -> bool:
 
 def transforming_or_dual() -> bool:
     """transforming(), or a forward_ad.dual_level() is open (a tensor may carry a tangent): the public
-    functions' fast path for plain CUDA tensors steps aside for the operator."""
+    functions' fast path for plain CUDA tensors steps aside for the operator (a dict lookup per call
+    once torch is loaded)."""
+    return _forward_ad_state()["_current_level"] >= 0 or transforming()
+
+
+@functools.cache
+def _forward_ad_state() -> dict:
+    """forward_ad's module namespace, whose `_current_level` is -1 outside every dual_level."""
     import torch.autograd.forward_ad as forward_ad
 
-    return forward_ad.__dict__["_current_level"] >= 0 or transforming()
+    return forward_ad.__dict__
 
 
 def has_tangent(x) -> bool:
