@@ -50,5 +50,7 @@ SUITES = {
                                 argv=("--only", "attention"), quick=False),
     "serving": Suite("serving", "sampling one token per row against torch's sort path and FlashInfer; paged decode; "
                      "packed-prompt prefill against torch's nested tensors"),
+    "peers": Suite("peers", "softmax, log_softmax and logsumexp through the API against torch eager, torch.compile, "
+                   "Liger and Quack on the same tensors, with the copy"),
     "multi-gpu": Suite("multi_gpu", "the distributed softmax and decode over NCCL (two or more GPUs)"),
 }

@@ -8,6 +8,8 @@ gradients of h and W every path returns (`peak_beyond_grads_bytes`), beside the 
   linear_cross_entropy              onlinesoftmax.linear_cross_entropy(h, W, t).backward()
   linear_cross_entropy (recompute)  the same with weight_grad="recompute"
   torch linear+cross_entropy        F.cross_entropy(h @ W.T, t).backward()
+  liger fused linear cross-entropy  Liger-Kernel's liger_fused_linear_cross_entropy(h, W, t).backward(),
+                                    where it imports (else a row with its reason)
 Targets: peak memory beyond the gradients <= 2 % of the logits, time <= 1.0x torch's.
 """
 from __future__ import annotations
@@ -27,11 +29,20 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
     t = torch.randint(0, vocab, (tokens,), device="cuda", generator=g)
     here = {"op": "linear_cross_entropy", "dtype": "bfloat16", "tokens": tokens, "hidden": hidden, "vocab": vocab,
             "logits_bytes": tokens * vocab * 2}
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy as liger
+        liger_why = None
+    except Exception as error:   # not installed, or its Triton kernels do not load here
+        liger, liger_why = None, f"{type(error).__name__}: {error}"
     calls = {"linear_cross_entropy": lambda: osm.linear_cross_entropy(h, w, t).backward(),
              "linear_cross_entropy (recompute)":
                  lambda: osm.linear_cross_entropy(h, w, t, weight_grad="recompute").backward(),
              "torch linear+cross_entropy": lambda: torch.nn.functional.cross_entropy(h @ w.T, t).backward()}
+    if liger is not None:
+        calls["liger fused linear cross-entropy"] = lambda: liger(h, w, t).backward()
     rows, timed = [], {}
+    if liger is None:
+        rows.append({"kernel": "liger fused linear cross-entropy", "correct": None, "error": liger_why, **here})
     for name, fn in calls.items():
         h.grad = w.grad = None
         torch.cuda.synchronize()
@@ -48,7 +59,8 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
                      "peak_beyond_grads_bytes": peak - grads,
                      "peak_beyond_grads_fraction_of_logits": (peak - grads) / here["logits_bytes"]})
     for row in rows:
-        row["vs_torch"] = timed["torch linear+cross_entropy"] / row["ms"]
+        if "ms" in row:
+            row["vs_torch"] = timed["torch linear+cross_entropy"] / row["ms"]
     print(f"linear cross-entropy {tokens}x{hidden}x{vocab}: " + "  ".join(
         f"{k} {v:.1f} ms" for k, v in timed.items()), flush=True)
     return rows
