@@ -18,12 +18,14 @@ d weight, two ways (`weight_grad`):
                    buffer the call holds besides its inputs and gradients, as large as the logits at
                    8192 tokens. Three matrix products in all.
   "recompute"      the token chunks give the loss, d hidden and each row's max m and log l (l the sum
-                   of e^(s - m)); then the vocabulary is taken `vocab_chunk` entries at a time: that
+                   of e^(s - m), from the loss kernel run with each row's largest logit as its
+                   target); then the vocabulary is taken `vocab_chunk` entries at a time: that
                    block's logits of every token are made again, their gradient is e^(s - m - log l)
                    and the other terms of the loss (float32), and the block's rows of d weight are one
                    product over all the tokens, written once in the weight's dtype. No running sum, at
-                   the price of a fourth matrix product; the call holds one token chunk's logits or one
-                   vocabulary block's (6 bytes an element, 10 under a soft cap), never both.
+                   the price of a fourth matrix product and a second read of each chunk's logits; the call
+                   holds one token chunk's logits or one vocabulary block's (6 bytes an element, 10
+                   under a soft cap), never both.
 
 torch tensors (CPU: the NumPy model of the loss kernel; CUDA: the kernel, torch's matrix products,
 torch's stream) go through a torch.autograd.Function when they need a gradient; NumPy arrays return
@@ -45,7 +47,6 @@ def default_chunk(tokens: int) -> int:
 
 
 WEIGHT_GRADS = ("sum", "recompute")
-SUB_ROWS = 4   # rows a time when the token pass reads a chunk's m and log l (a float32 copy of 4 rows)
 
 
 def default_vocab_chunk(vocabulary: int, softcap=None) -> int:
@@ -144,23 +145,19 @@ def _softcap_(s, softcap, tensor):
 
 
 def _row_terms(logits, softcap, tensor, lib):
-    """(m, log l) per row of a chunk's logits, float32: m the row's max of s (0 where every s is -inf),
-    l the sum of e^(s - m); SUB_ROWS rows at a time, so a float32 copy of the chunk never exists."""
-    n = logits.shape[0]
-    m, log_l = lib.empty(n, dtype=lib.float32), lib.empty(n, dtype=lib.float32)
-    for first in range(0, n, SUB_ROWS):
-        rows = slice(first, min(n, first + SUB_ROWS))
-        s = _as_float32(logits[rows], tensor)
-        if softcap:
-            _softcap_(s, softcap, tensor)
-        top = s.amax(1) if tensor else s.max(axis=1)
-        top = lib.where(lib.isneginf(top), lib.zeros_like(top), top)
-        s -= top[:, None]
-        if tensor:
-            s.exp_()
-        else:
-            np.exp(s, out=s)
-        m[rows], log_l[rows] = top, lib.log(s.sum(1))
+    """(m, log l) per row of a chunk's logits, float32: m the row's largest s, l the sum of e^(s - m).
+    log l is the loss kernel's own, with no float32 copy of the chunk: the loss of a row whose target
+    is its largest logit, with no smoothing and no z-loss, is log l + (m - s_t) = log l exactly. A row
+    of -inf only gets NaN, as its loss does."""
+    if tensor:
+        top, where = logits.max(1)
+        m = top.float()
+    else:
+        where = logits.argmax(1)
+        m = logits[np.arange(logits.shape[0]), where].astype(np.float32)
+    if softcap:
+        _softcap_(m, softcap, tensor)
+    log_l = _loss_module.cross_entropy(logits, where, softcap=softcap, reduction="none")
     return m, log_l
 
 
@@ -202,7 +199,9 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
         if bias is not None:
             x += bias[cols]
         if not tensor:
-            x = x.astype(h.dtype, copy=False)   # the logits in the inputs' dtype, as the token pass has them
+            x = x.astype(h.dtype, copy=False)   # the logits in the inputs' dtype
+        # (made by a product of another shape than the token pass's, a logit may differ from that pass's
+        # by a rounding: the block's p then sums with the others to 1 within that rounding)
         p = _as_float32(x, tensor)
         if softcap:   # x is kept for the cap's derivative
             _softcap_(p, softcap, tensor)
@@ -221,6 +220,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
         # the target's -(1 - eps), for rows whose target falls in this block (no host synchronization)
         inside = valid & (t >= first) & (t < cols.stop)
         where = (t - first).clip(0, cols.stop - first - 1)
+        where = where.long() if tensor else where
         if tensor:
             p.scatter_add_(1, where[:, None], lib.where(inside, -(1 - eps), 0.0).to(p.dtype)[:, None])
         else:
@@ -238,18 +238,26 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
             slope += 1
             p *= slope
             del slope
-        p *= scale
         if tensor:
             p.masked_fill_(~valid_rows, 0)
         else:
             p[~valid] = 0
+        # the mean's scale (NaN for a mean over no token, as the summing path): on p before it is
+        # rounded, except in float16, whose range it would push p's smallest values out of; there on
+        # the block's product instead
+        late = h.dtype == lib.float16
+        if not late:
+            p *= scale
         g = p.to(h.dtype) if tensor else p.astype(h.dtype, copy=False)
         if tensor:
             lib.matmul(g.T, h, out=dw[cols])
         else:
             dw[cols] = (g.T @ h).astype(dw.dtype, copy=False)
         if db is not None:
-            db[cols] = p.sum(0).to(db.dtype) if tensor else p.sum(0).astype(db.dtype)
+            db[cols] = (p.sum(0) * (scale if late else 1.0)).to(db.dtype) if tensor else \
+                (p.sum(0) * (scale if late else 1.0)).astype(db.dtype)
+        if late:
+            dw[cols] *= scale
         del p, g
     loss = total * scale
     return loss, dh, dw, db

@@ -140,3 +140,11 @@ def test_the_api_runs_the_pipelined_kernel_by_name():
                for a, b in zip(got, bp.simulate(*args, True)))
     with pytest.raises(ValueError, match="variant 'pipelined' takes float16 or bfloat16"):
         osm.attention_backward(*make(1, 1, 1, 3, 3, 64, "float32", False), variant="pipelined")
+    from onlinesoftmax.runtime import device
+
+    wide = make(1, 2, 1, 9, 12, 128, "bfloat16", True, seed=7)
+    with device.simulate_device(shared_memory_optin=101376):   # sm_86 / sm_89: 99 KiB a block
+        with pytest.raises(RuntimeError, match="variant 'pipelined' at d = 128 needs 148480 bytes"):
+            osm.attention_backward(*wide, causal=True, variant="pipelined")
+        osm.attention_backward(*args, causal=True, variant="pipelined")    # d = 64: 82 KiB fits
+        osm.attention_backward(*wide, causal=True)                          # auto: attention_backward_02_mma

@@ -79,6 +79,28 @@ def test_recompute_wrong_gradients_are_rejected():
         assert not close((loss, dh, wrong, db), want)
 
 
+def test_recompute_in_float16_keeps_the_small_gradients():
+    """float16: the mean's 1/tokens would flush p's small values to 0 before the cast; recompute's d weight
+    stays within twice the summing path's error against float64 (plus 2 ulps of its scale)."""
+    h, w, b, t = problem(tokens=2048, hidden=4, vocab=16000, seed=4)   # p / 2048 under float16's range
+    want = exact(h, w, b, t)
+    h16, w16, b16 = (a.astype(np.float16) for a in (h, w, b))
+    errors = {}
+    for mode in ("sum", "recompute"):
+        dw = osm.linear_cross_entropy_with_grad(h16, w16, t, b16, weight_grad=mode)[2]
+        errors[mode] = float(np.abs(dw.astype(np.float64) - want[2]).max())
+    floor = 2 * 2.0 ** -10 * float(np.abs(want[2]).max())
+    assert errors["recompute"] <= 2 * errors["sum"] + floor, errors
+
+
+def test_a_mean_over_no_token_is_nan_in_both_paths():
+    h, w, b, t = problem(tokens=20, seed=5)
+    t[:] = -100
+    for mode in ("sum", "recompute"):
+        loss, dh, dw, db = osm.linear_cross_entropy_with_grad(h, w, t, b, weight_grad=mode)
+        assert np.isnan(loss) and np.isnan(dh).all() and np.isnan(dw).all() and np.isnan(db).all(), mode
+
+
 def peak_extra_bytes(call, *arrays) -> int:
     """The most the call had allocated at once beyond what it returned (tracemalloc sees NumPy's buffers)."""
     import tracemalloc
@@ -118,10 +140,11 @@ def test_against_torch_autograd():
     torch = pytest.importorskip("torch")
     h, w, b, t = (torch.from_numpy(a) for a in problem(tokens=257))
     h, w, b = (a.clone().requires_grad_() for a in (h, w, b))
+    t32 = t.to(torch.int32)   # int32 targets: the vocabulary pass indexes with them too
     for options, mode in (({}, {}), ({"label_smoothing": 0.05, "reduction": "sum"}, {}),
                           ({}, {"weight_grad": "recompute", "vocab_chunk": 128}),
                           ({"label_smoothing": 0.05, "reduction": "sum"}, {"weight_grad": "recompute"})):
-        loss = osm.linear_cross_entropy(h, w, t, b, chunk=100, **options, **mode)
+        loss = osm.linear_cross_entropy(h, w, t32 if mode else t, b, chunk=100, **options, **mode)
         grads = torch.autograd.grad(loss * 3, (h, w, b))
         h64, w64, b64 = (a.detach().double().requires_grad_() for a in (h, w, b))
         ref = torch.nn.functional.cross_entropy(h64 @ w64.T + b64, t, **options)

@@ -62,7 +62,8 @@ __device__ __forceinline__ void attention_backward_keys_pipelined(
     const int first_q = causal ? max(0, k0 - (n_k - n_q)) / BACKWARD_QUERIES * BACKWARD_QUERIES : 0;
     const long long q_end = q_head0 + (long long)group * n_q;   // past the group's last head
     // Tiles run through a head's rows from first_q, then on to the group's next head. The next
-    // tile's LSE (log2) and D wait in registers of threads 0..63 until its buffer is free.
+    // tile's LSE (log2) and D are loaded into registers of threads 0..63 when its copies are issued
+    // and stored into its shared slots after this tile's products, so the loads' latency is hidden.
     float next_lse2 = 0.0f, next_delta = 0.0f;
     auto load_tile = [&](int buffer, long long base, int r0) {   // Q and dO by cp.async; LSE and D
         issue_tile_rows<D, BWD3_THREADS>(tiles.q + buffer * BACKWARD_QUERIES * D, q + base * D, r0,

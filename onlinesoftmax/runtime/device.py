@@ -150,7 +150,9 @@ def current_device_id() -> int:
 
 _properties = Cache("device properties", 1024, about="attributes asked of a device")
 _simulated: dict = {}
-ASSUMED_WITHOUT_GPU = {"compute_capability": 90, "sm_count": 132}   # the H200 the book was measured on
+# the H200 the book was measured on (shared_memory_optin: the most shared memory one block may ask for)
+ASSUMED_WITHOUT_GPU = {"compute_capability": 90, "sm_count": 132, "shared_memory_optin": 232448}
+ATTRIBUTES = {"sm_count": "MultiProcessorCount", "shared_memory_optin": "MaxSharedMemoryPerBlockOptin"}
 
 
 def _property(name: str):
@@ -165,7 +167,7 @@ def _property(name: str):
 
         dev = cupy.cuda.Device()
         value = int(dev.compute_capability) if name == "compute_capability" else \
-            int(dev.attributes["MultiProcessorCount"])
+            int(dev.attributes[ATTRIBUTES[name]])
         _properties[key] = value
     return value
 
@@ -179,6 +181,12 @@ def compute_capability() -> int:
 def sm_count() -> int:
     """Streaming multiprocessors of the current device (132 without a GPU: the H200). Asked once."""
     return _property("sm_count")
+
+
+def shared_memory_optin() -> int:
+    """The most dynamic shared memory one block of the current device may opt in to, in bytes (232448,
+    227 KiB, on an H100/H200 and without a GPU; 101376 on sm_86 and sm_89). Asked once."""
+    return _property("shared_memory_optin")
 
 
 class simulate_device:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from onlinesoftmax.book.readings.figures import color
 from onlinesoftmax.book.widgets.interactive import Figure, select
-from onlinesoftmax.linear_loss import SUB_ROWS, default_vocab_chunk
+from onlinesoftmax.linear_loss import default_vocab_chunk
 
 HIDDEN = 4096
 VOCABULARIES = (32000, 128256, 151936, 262144)
@@ -20,14 +20,13 @@ def held_bytes(tokens: int, vocabulary: int, chunk: int | None, weight_grad: str
     """Bytes the loss holds at once beyond its inputs and the gradients it returns. chunk None: torch's
     path, the logits and their gradient (bf16); else the chunked path: one chunk's logits (bf16, their
     gradient written over them) and, with weight_grad "sum", the float32 sum of the weight's gradient;
-    with "recompute" the larger of the token pass (a chunk's logits and a float32 copy of SUB_ROWS of
-    its rows) and the vocabulary pass (every token's logits of one block of default_vocab_chunk
-    entries, 6 bytes an element)."""
+    with "recompute" the larger of the token pass (a chunk's logits) and the vocabulary pass (every
+    token's logits of one block of default_vocab_chunk entries, 6 bytes an element)."""
     if chunk is None:
         return 2.0 * tokens * vocabulary * 2
     token_pass = min(chunk, tokens) * vocabulary * 2
     if weight_grad == "recompute":
-        return max(token_pass + SUB_ROWS * vocabulary * 4.0, tokens * default_vocab_chunk(vocabulary) * 6.0)
+        return max(token_pass, tokens * default_vocab_chunk(vocabulary) * 6.0)
     return token_pass + vocabulary * HIDDEN * 4.0
 
 
