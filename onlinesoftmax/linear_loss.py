@@ -157,7 +157,7 @@ def _row_terms(logits, softcap, tensor, lib):
         m = logits[np.arange(logits.shape[0]), where].astype(np.float32)
     if softcap:
         _softcap_(m, softcap, tensor)
-    log_l = _loss_module.cross_entropy(logits, where, softcap=softcap, reduction="none")
+    log_l = _loss_module.cross_entropy(logits, where, ignore_index=-1, softcap=softcap, reduction="none")   # no row ignored
     return m, log_l
 
 

@@ -63,6 +63,15 @@ def test_recompute_against_the_whole_matrix(options, vocab_chunk):
     assert got[3] is None and close(got[:3], exact(h, w, np.zeros_like(b), t, **options)[:3])
 
 
+def test_recompute_with_a_non_negative_ignore_index():
+    """ignore_index=0: the token pass's run for log l (targets at each row's largest logit) must not
+    take a row whose largest logit is entry 0 for an ignored one."""
+    h, w, b, t = problem(seed=6, ignore=0)
+    w[0] += 3.0                                           # entry 0 is the largest logit of many rows
+    got = osm.linear_cross_entropy_with_grad(h, w, t, b, weight_grad="recompute", ignore_index=0)
+    assert close(got, exact(h, w, b, t, ignore_index=0))
+
+
 def test_recompute_wrong_gradients_are_rejected():
     """What a vocabulary block could get wrong, each caught by the same comparison."""
     h, w, b, t = problem(seed=2)
