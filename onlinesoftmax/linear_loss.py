@@ -87,7 +87,7 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     counted = int((t != ignore_index).sum())   # one synchronization on the GPU: the mean's divisor
     for first in range(0, n_tokens, chunk):
         rows = slice(first, min(n_tokens, first + chunk))
-        logits = h[rows] @ weight.T
+        logits = _mm(h[rows], weight.T)
         if bias is not None:
             logits = logits + bias
         if not tensor:
@@ -95,13 +95,13 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
         part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
                                                                **options)
         total = total + part
-        dh[rows] = dlogits @ weight
+        dh[rows] = _mm(dlogits, weight)
         if tensor:   # added into the float32 sums in place: no float32 copy of the chunk's product
             dw.add_(dlogits.T @ h[rows])
             if db is not None:
                 db.add_(dlogits.sum(0))
         else:
-            dw += (dlogits.T @ h[rows]).astype(dw.dtype)
+            dw += _mm(dlogits.T, h[rows]).astype(dw.dtype)
             if db is not None:
                 db += dlogits.sum(0).astype(db.dtype)
     scale = 1.0 / max(counted, 1) if reduction == "mean" else 1.0
@@ -127,6 +127,14 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
     if torch_bridge.is_tensor(hidden):
         return _LinearCrossEntropy.apply(hidden, weight, targets, bias, options)
     return linear_cross_entropy_with_grad(hidden, weight, targets, bias, **options)[0]
+
+
+def _mm(a, b):
+    """a @ b as a GPU's 16-bit product computes it: float32 sums, one rounding to a's dtype at the end
+    (NumPy's own float16 product is slow and sums in float16; torch tensors go straight to @)."""
+    if isinstance(a, np.ndarray) and a.dtype != np.float32:
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(a.dtype)
+    return a @ b
 
 
 def _as_float32(a, tensor):
@@ -174,7 +182,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
     for first in range(0, n_tokens, chunk):
         rows = slice(first, min(n_tokens, first + chunk))
-        logits = h[rows] @ weight.T
+        logits = _mm(h[rows], weight.T)
         if bias is not None:
             logits += bias
         if not tensor:
@@ -183,7 +191,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
         part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
                                                                **options)
         total = total + part
-        dh[rows] = dlogits @ weight
+        dh[rows] = _mm(dlogits, weight)
         del logits, dlogits
     dh *= scale
     # The vocabulary pass: d loss / d s = p (1 + 2 z lse) - eps / V - (1 - eps) [target], times 1 - (s / c)^2
@@ -195,7 +203,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     block = default_vocab_chunk(vocabulary, softcap) if vocab_chunk is None else int(vocab_chunk)
     for first in range(0, vocabulary, block):
         cols = slice(first, min(vocabulary, first + block))
-        x = h @ weight[cols].T
+        x = _mm(h, weight[cols].T)
         if bias is not None:
             x += bias[cols]
         if not tensor:
@@ -252,7 +260,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
         if tensor:
             lib.matmul(g.T, h, out=dw[cols])
         else:
-            dw[cols] = (g.T @ h).astype(dw.dtype, copy=False)
+            dw[cols] = _mm(g.T, h).astype(dw.dtype, copy=False)
         if db is not None:
             db[cols] = (p.sum(0) * (scale if late else 1.0)).to(db.dtype) if tensor else \
                 (p.sum(0) * (scale if late else 1.0)).astype(db.dtype)
