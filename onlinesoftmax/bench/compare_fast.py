@@ -55,7 +55,7 @@ def shape_table(data: dict) -> list[dict]:
 
 
 def summarize(data: dict) -> dict:
-    """The targets of issue #5, each with its measured value and the shapes that miss it."""
+    """The copy and torch targets of the fast kernels, each with its measured value and the shapes that miss it."""
     table = shape_table(data)
     out: dict = {"table": table}
 

@@ -1,4 +1,4 @@
-"""Suite `softmax-fast-attempts`: issue #5 round 2, the shapes that miss the copy targets.
+"""Suite `softmax-fast-attempts`: the kernels and cluster sizes tried at the shapes that miss the copy targets.
 
 Batch 4000 (1024 rows at N = 1M) where `softmax-fast` stays below 0.90 / 0.85 of the copy:
 the dispatcher ("fast"), the copy of the same bytes, softmax_10_cluster and softmax_12_pipelined

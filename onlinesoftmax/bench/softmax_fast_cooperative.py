@@ -1,4 +1,4 @@
-"""Suite `softmax-fast-cooperative`: issue #5 round 3, softmax_13_cooperative against the kernels it may replace.
+"""Suite `softmax-fast-cooperative`: softmax_13_cooperative against the kernels it may replace.
 
 Shapes where `softmax-fast` misses its copy target or leaves SMs idle: batch 4000 at N = 16K, 64K
 and 256K, 1024 rows at N = 1M, and few rows (1, 10, 64) of 64K .. 1M, in fp32 / fp16 / bf16.

@@ -9,7 +9,7 @@ Cases (`case` in each row):
             K in {1, 5, 10, 15, 30}, its four kernels softmax_topk_01_topk_only ..
             softmax_topk_04_online_fused (online fused over safe unfused, split into the fusion
             gain 02 / 03 and the online gain 03 / 04, as the paper does), plus torch; 4000 x 32768,
-            k = 5 is the headline shape (the issue's targets: >= 10x torch.softmax -> torch.topk,
+            k = 5 is the headline shape (its targets: >= 10x torch.softmax -> torch.topk,
             >= 0.7 of the read ceiling)
   sampling  batch {1, 8, 64, 256} x vocabulary {32000, 128256, 151936, 262144} x k {1, 20, 50},
             fp32 and bf16: auto (the split kernel for few rows) and the other of 04 / 06 that applies
