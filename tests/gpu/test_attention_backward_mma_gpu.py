@@ -1,7 +1,7 @@
 """GPU tier for attention_backward_02_mma and attention_backward_03_pipelined (the backward on tensor
 cores; the second has the first's arithmetic and NumPy model): dq, dk, dv against the float64
 gradients (at most twice the kernel's NumPy model's error plus two ulps of the gradient's scale) over N
-in {1, 63, 64, 65, 1000, 4097}, both dtypes and head dimensions, causal and not, grouped heads, n_q !=
+in {1, 31, 63, 64, 65, 127, 129, 257, 1000, 4097}, both dtypes and head dimensions, causal and not, grouped heads, n_q !=
 n_k; against torch's FLASH backend at training shapes (each gradient's error at most twice torch's
 plus two ulps, both against float64 on the same bf16 tensors); gradients poisoned first; two threads
 on two streams."""
@@ -45,7 +45,7 @@ def run(args, causal, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-@pytest.mark.parametrize("n", (1, 63, 64, 65, 1000, 4097))
+@pytest.mark.parametrize("n", (1, 31, 63, 64, 65, 127, 129, 257, 1000, 4097))   # the block edges of both kernels
 @pytest.mark.parametrize("causal", (False, True))
 def test_lengths_dtypes_and_masks(dtype, n, causal, variant):
     args = make(1, 4, 2, n, n, 64 if n > 1000 else 128, dtype, causal, seed=n)
