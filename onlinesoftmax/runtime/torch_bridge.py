@@ -67,9 +67,8 @@ def _forward_ad_state() -> dict:
 
 def has_tangent(x) -> bool:
     """x is a dual tensor of torch.autograd.forward_ad (inside a dual_level, with a tangent)."""
-    import torch.autograd.forward_ad as forward_ad
-
-    return forward_ad.__dict__["_current_level"] >= 0 and forward_ad.unpack_dual(x).tangent is not None
+    state = _forward_ad_state()
+    return state["_current_level"] >= 0 and state["unpack_dual"](x).tangent is not None
 
 
 def transforming() -> bool:
