@@ -80,33 +80,20 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     if weight_grad == "recompute":
         loss, dh, dw, db = _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, options)
         return loss, dh.reshape(hidden.shape), dw, db
-    dh = lib.empty_like(h)
     dw = lib.zeros_like(weight, dtype=lib.float32)
     db = None if bias is None else lib.zeros_like(bias, dtype=lib.float32)
-    total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
-    counted = int((t != ignore_index).sum())   # one synchronization on the GPU: the mean's divisor
-    for first in range(0, n_tokens, chunk):
-        rows = slice(first, min(n_tokens, first + chunk))
-        logits = _mm(h[rows], weight.T)
-        if bias is not None:
-            logits = logits + bias
-        if not tensor:
-            logits = np.ascontiguousarray(logits.astype(h.dtype))
-        part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
-                                                               **options)
-        total = total + part
-        dh[rows] = _mm(dlogits, weight)
-        if tensor:   # added into the float32 sums in place: no float32 copy of the chunk's product
+
+    def add_share(rows, dlogits):   # the chunk's share of d weight and d bias, into the float32 sums
+        if tensor:   # in place: no float32 copy of the chunk's product
             dw.add_(dlogits.T @ h[rows])
             if db is not None:
                 db.add_(dlogits.sum(0))
         else:
-            dw += _mm(dlogits.T, h[rows]).astype(dw.dtype)
+            np.add(dw, _mm(dlogits.T, h[rows]), out=dw, casting="unsafe")
             if db is not None:
-                db += dlogits.sum(0).astype(db.dtype)
-    scale = 1.0 / max(counted, 1) if reduction == "mean" else 1.0
-    if reduction == "mean" and counted == 0:
-        scale = float("nan")          # a mean over no counted token, as torch's
+                np.add(db, dlogits.sum(0), out=db, casting="unsafe")
+    scale = _mean_scale(t, ignore_index, reduction)
+    total, dh = _token_pass(h, weight, t, bias, lib, tensor, chunk, options, after=add_share)
     loss = total * scale
     dh = dh * scale if scale != 1.0 else dh
     as_weight = (lambda a: a.to(weight.dtype)) if tensor else (lambda a: a.astype(weight.dtype))
@@ -132,9 +119,43 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
 def _mm(a, b):
     """a @ b as a GPU's 16-bit product computes it: float32 sums, one rounding to a's dtype at the end
     (NumPy's own float16 product is slow and sums in float16; torch tensors go straight to @)."""
-    if isinstance(a, np.ndarray) and a.dtype != np.float32:
+    if isinstance(a, np.ndarray) and a.dtype.itemsize == 2:
         return (a.astype(np.float32) @ b.astype(np.float32)).astype(a.dtype)
     return a @ b
+
+
+def _mean_scale(t, ignore_index, reduction) -> float:
+    """What the summed loss and gradients are multiplied by: 1 / the counted tokens for a mean (NaN
+    over none, as torch's mean), 1 for a sum. One synchronization on the GPU."""
+    if reduction != "mean":
+        return 1.0
+    counted = int((t != ignore_index).sum())
+    return 1.0 / counted if counted else float("nan")
+
+
+def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, after=None):
+    """(summed loss, unscaled d hidden): `chunk` tokens at a time, the chunk's logits (one product),
+    before(rows, logits), the loss kernel's gradient written over them, the chunk's rows of d hidden
+    (a second product), after(rows, dlogits)."""
+    dh = lib.empty_like(h)
+    total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
+    for first in range(0, h.shape[0], chunk):
+        rows = slice(first, min(h.shape[0], first + chunk))
+        logits = _mm(h[rows], weight.T)
+        if bias is not None:
+            logits += bias
+        if not tensor:
+            logits = np.ascontiguousarray(logits.astype(h.dtype))
+        if before is not None:
+            before(rows, logits)
+        part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
+                                                               **options)
+        total = total + part
+        dh[rows] = _mm(dlogits, weight)
+        if after is not None:
+            after(rows, dlogits)
+        del logits, dlogits
+    return total, dh
 
 
 def _as_float32(a, tensor):
@@ -175,24 +196,12 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     n_tokens, vocabulary = h.shape[0], weight.shape[0]
     softcap, eps, z = options["softcap"], float(options["label_smoothing"]), float(options["z_loss"])
     valid = t != options["ignore_index"]
-    counted = int(valid.sum())   # one synchronization on the GPU: the mean's divisor
-    scale = (1.0 / counted if counted else float("nan")) if reduction == "mean" else 1.0
-    dh = lib.empty_like(h)
+    scale = _mean_scale(t, options["ignore_index"], reduction)
     m, log_l = lib.empty(n_tokens, dtype=lib.float32), lib.empty(n_tokens, dtype=lib.float32)
-    total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
-    for first in range(0, n_tokens, chunk):
-        rows = slice(first, min(n_tokens, first + chunk))
-        logits = _mm(h[rows], weight.T)
-        if bias is not None:
-            logits += bias
-        if not tensor:
-            logits = np.ascontiguousarray(logits.astype(h.dtype))
+
+    def keep_row_terms(rows, logits):
         m[rows], log_l[rows] = _row_terms(logits, softcap, tensor, lib)
-        part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
-                                                               **options)
-        total = total + part
-        dh[rows] = _mm(dlogits, weight)
-        del logits, dlogits
+    total, dh = _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=keep_row_terms)
     dh *= scale
     # The vocabulary pass: d loss / d s = p (1 + 2 z lse) - eps / V - (1 - eps) [target], times 1 - (s / c)^2
     # under a soft cap, with p = e^(s - m - log l); 0 on ignored rows; the mean's scale folded in.
