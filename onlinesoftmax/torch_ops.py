@@ -56,16 +56,22 @@ def _lse_shape(x, dim, keepdim):
 
 # ---- the kernels, as each operator's CPU and CUDA implementation --------------------------------
 
+def _values(x):
+    """x, or inside a forward_ad.dual_level() its values alone: the public function must not send a dual
+    x back to the operator."""
+    return x if _forward_ad.__dict__["_current_level"] < 0 else x.detach()
+
+
 def _softmax(x, dim):
-    return api.softmax(x, dim).contiguous()
+    return api.softmax(_values(x), dim).contiguous()
 
 
 def _log_softmax(x, dim):
-    return api.log_softmax(x, dim).contiguous()
+    return api.log_softmax(_values(x), dim).contiguous()
 
 
 def _logsumexp(x, dim, keepdim):
-    return api.logsumexp(x, dim, keepdims=keepdim).contiguous()
+    return api.logsumexp(_values(x), dim, keepdims=keepdim).contiguous()
 
 
 def _attention(q, k, v, causal, scale, causal_align="bottom_right"):
@@ -175,14 +181,16 @@ class _LogSumExp(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, dx, *_):
-        """d lse = sum(softmax(x) dx) along dim."""
+        """d lse = sum(softmax(x) dx) along dim, in float32 and in the LSE's dtype (float32 for 16-bit x)."""
         (x,) = ctx.saved_tensors
-        return (_ops.softmax(x, ctx.dim) * dx).sum(ctx.dim, keepdim=ctx.keepdim).to(x.dtype)
+        p = _ops.softmax(x, ctx.dim)
+        return (p.float() * dx.float()).sum(ctx.dim, keepdim=ctx.keepdim).to(_lse_dtype(x))
 
 
-def _second_derivative(operator, rule):
+def _second_derivative(operator, rule, tangent):
     """An autograd rule for a backward operator (y, dy, dim) -> dx, differentiated again in torch's ops:
-    rule(y, dy, g, dim) -> (d/dy, d/d(dy)) of <g, dx>."""
+    rule(y, dy, g, dim) -> (d/dy, d/d(dy)) of <g, dx>; forward mode tangent(y, dy, ty, tdy, dim) -> the
+    tangent of dx (ty or tdy None where that input carries none)."""
 
     class GradientOfGradient(torch.autograd.Function):
         @staticmethod
@@ -193,11 +201,17 @@ def _second_derivative(operator, rule):
         def setup_context(ctx, inputs, _):
             y, dy, ctx.dim = inputs
             ctx.save_for_backward(y, dy)
+            ctx.save_for_forward(y, dy)
 
         @staticmethod
         def backward(ctx, g):
             y, dy = ctx.saved_tensors
             return (*rule(y, dy, g, ctx.dim), None)
+
+        @staticmethod
+        def jvp(ctx, ty, tdy, _):
+            y, dy = ctx.saved_tensors
+            return tangent(y, dy, ty, tdy, ctx.dim)
     return GradientOfGradient
 
 
@@ -215,8 +229,28 @@ def _log_softmax_second(z, dy, g, dim):
     return -g * p * dy.sum(dim, keepdim=True), g - (g * p).sum(dim, keepdim=True)
 
 
-_SoftmaxBackward = _second_derivative(_ops.softmax_backward, _softmax_second)
-_LogSoftmaxBackward = _second_derivative(_ops.log_softmax_backward, _log_softmax_second)
+def _softmax_backward_tangent(y, dy, ty, tdy, dim):
+    """dx = y (dy - s), s = sum y dy: d(dx) = ty (dy - s) + y (tdy - ds), ds = sum(ty dy + y tdy)."""
+    out = torch.zeros_like(y)
+    if ty is not None:
+        out = out + ty * (dy - (y * dy).sum(dim, keepdim=True)) - y * (ty * dy).sum(dim, keepdim=True)
+    if tdy is not None:
+        out = out + _ops.softmax_backward(y, tdy, dim)
+    return out
+
+
+def _log_softmax_backward_tangent(z, dy, tz, tdy, dim):
+    """dx = dy - e^z S, S = sum dy: d(dx) = tdy - e^z tz S - e^z sum(tdy)."""
+    out = torch.zeros_like(z)
+    if tz is not None:
+        out = out - z.exp() * tz * dy.sum(dim, keepdim=True)
+    if tdy is not None:
+        out = out + _ops.log_softmax_backward(z, tdy, dim)
+    return out
+
+
+_SoftmaxBackward = _second_derivative(_ops.softmax_backward, _softmax_second, _softmax_backward_tangent)
+_LogSoftmaxBackward = _second_derivative(_ops.log_softmax_backward, _log_softmax_second, _log_softmax_backward_tangent)
 
 
 class _Attention(torch.autograd.Function):
@@ -291,15 +325,6 @@ class _CrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None, None, None
 
 
-def _refuse_tangents(name: str, args) -> None:
-    """Forward-mode AD (torch.func.jvp, forward_ad.make_dual) has no rule here: a dual tensor is an error,
-    never a result whose tangent was silently dropped."""
-    for a in args:
-        if isinstance(a, _Tensor) and _forward_ad.unpack_dual(a).tangent is not None:
-            raise NotImplementedError(f"onlinesoftmax::{name} has no forward-mode AD rule (jvp): use "
-                                      f"reverse mode (backward, torch.func.vjp or grad), or torch's own {name}")
-
-
 def _has_tangent(args) -> bool:
     return any(isinstance(a, _Tensor) and _forward_ad.unpack_dual(a).tangent is not None for a in args)
 
@@ -315,9 +340,10 @@ def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].re
     implementation, op = OPERATORS[name][1], getattr(_ops, name).default
 
     def kernel(*args):
-        tangent = _forward_ad.__dict__["_current_level"] >= 0 and _has_tangent(args)   # inside forward_ad.dual_level()
-        if tangent and not forward_mode:
-            _refuse_tangents(name, args)   # a tangent would be lost
+        tangent = _forward_ad.__dict__["_current_level"] >= 0 and _has_tangent(args)   # inside a dual_level()
+        if tangent and not forward_mode:   # an error, never a result whose tangent was silently dropped
+            raise NotImplementedError(f"onlinesoftmax::{name} has no forward-mode AD rule (jvp): use "
+                                      f"reverse mode (backward, torch.func.vjp or grad), or torch's own {name}")
         if _functorch_level() is not None and not torch.compiler.is_compiling():
             raise NotImplementedError(f"onlinesoftmax::{name} does not run under torch.func transforms (grad, vmap, "
                                       "jacrev, jvp): use torch.autograd (loss.backward(), torch.autograd.grad"
@@ -338,8 +364,10 @@ _autograd_kernel("log_softmax", _LogSoftmax, forward_mode=True)
 _autograd_kernel("logsumexp", _LogSumExp, forward_mode=True)
 _autograd_kernel("attention", _Attention, lambda args: any(t.requires_grad for t in args[:3]), outputs=0)
 _autograd_kernel("cross_entropy", _CrossEntropy, outputs=2)
-_autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
-_autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad)
+_autograd_kernel("softmax_backward", _SoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad,
+                 forward_mode=True)
+_autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[0].requires_grad or args[1].requires_grad,
+                 forward_mode=True)
 
 softmax, log_softmax, logsumexp, attention = _ops.softmax, _ops.log_softmax, _ops.logsumexp, _ops.attention
 softmax_backward, log_softmax_backward = _ops.softmax_backward, _ops.log_softmax_backward
@@ -359,7 +387,7 @@ def differentiable(function: str, x: torch.Tensor, dim, keepdim: bool = False, *
              and not (name == "causal" and value is False) and not (name == "causal_align" and value == "bottom_right")}
     if asked:
         raise TypeError(f"{function}: gradients are computed for the plain call only (variant='auto', no out=, "
-                        f"no mask); got {sorted(asked)} with a tensor that requires grad. "
+                        f"no mask); got {sorted(asked)} with a tensor that requires grad or carries a tangent. "
                         f"Pass x.detach() for a forward-only call")
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"{function}: axis must be an int, got {type(dim).__name__} {dim!r}")

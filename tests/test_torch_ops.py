@@ -234,14 +234,18 @@ def test_dispatch_modes_see_the_operators():
 
 def test_forward_mode_and_torch_func_are_errors_or_right():
     """A tangent is never dropped: forward-mode AD (forward_ad) of softmax, log_softmax and logsumexp
-    equals torch's, through the operators and the public functions; the other operators and functions
+    equals torch's, through the operators and the public functions, and over reverse mode (the backward
+    operators' own tangents); a dispatch mode inside a dual level still runs; the other operators and functions
     given a dual tensor, torch.func.jvp and torch.func.grad raise NotImplementedError naming what was
     called; vmap runs torch's per-slice fallback, which is right. A log_softmax tangent made with the
     backward's formula (the transposed Jacobian) is shown wrong."""
     import torch.autograd.forward_ad as forward_ad
 
+    from torch.utils.flop_counter import FlopCounterMode
+
     x = torch.randn(3, 5, dtype=torch.float64)
     tangent = torch.randn(3, 5, dtype=torch.float64)
+    w = torch.arange(5, dtype=torch.float64)
     pairs = [(lambda a: OPS.softmax(a, -1), lambda a: torch.softmax(a, -1)),
              (lambda a: osm.softmax(a, axis=0), lambda a: torch.softmax(a, 0)),
              (lambda a: osm.log_softmax(a), lambda a: torch.log_softmax(a, -1)),
@@ -263,6 +267,20 @@ def test_forward_mode_and_torch_func_are_errors_or_right():
         with pytest.raises(NotImplementedError, match="attention has no forward-mode AD rule"):
             osm.attention(*(forward_ad.make_dual(torch.randn(1, 1, 4, 64), torch.randn(1, 1, 4, 64)) for _ in range(3)))
         assert torch.equal(OPS.softmax(x, -1), OPS.softmax(x, -1))
+        with FlopCounterMode(display=False):   # a dispatch mode inside a dual level: plain tensors still run
+            assert torch.allclose(OPS.log_softmax(x, -1), torch.log_softmax(x, -1))
+        half = forward_ad.unpack_dual(OPS.logsumexp(forward_ad.make_dual(x.half(), tangent.half()), -1, False))
+        assert half.primal.dtype == half.tangent.dtype == torch.float32   # the tangent in the LSE's dtype
+    for ours, theirs in ((lambda a: OPS.softmax(a, -1), lambda a: torch.softmax(a, -1)),
+                         (lambda a: OPS.log_softmax(a, -1), lambda a: torch.log_softmax(a, -1))):
+        found = []   # forward over reverse: the gradient of a dual that requires grad, and its tangent
+        for f in (ours, theirs):
+            leaf = x.clone().requires_grad_()
+            with forward_ad.dual_level():
+                (g,) = torch.autograd.grad((f(forward_ad.make_dual(leaf, tangent)) * w).sum(), leaf, create_graph=True)
+                found.append(forward_ad.unpack_dual(g))
+        torch.testing.assert_close(found[0].primal, found[1].primal)
+        torch.testing.assert_close(found[0].tangent, found[1].tangent)
     with pytest.raises(NotImplementedError, match="forward_ad.dual_level"):
         torch.func.jvp(lambda a: osm.log_softmax(a), (x,), (tangent,))
     with pytest.raises(NotImplementedError, match="torch.func transforms"):

@@ -12,8 +12,6 @@ torch is never imported here: a tensor can only be passed where torch is loaded 
 """
 from __future__ import annotations
 
-import functools
-
 import sys
 import threading
 
@@ -52,23 +50,22 @@ def wants_operator(x) -> bool:
 
 def transforming_or_dual() -> bool:
     """transforming(), or a forward_ad.dual_level() is open (a tensor may carry a tangent): the public
-    functions' fast path for plain CUDA tensors steps aside for the operator (a dict lookup per call
-    once torch is loaded)."""
-    return _forward_ad_state()["_current_level"] >= 0 or transforming()
-
-
-@functools.cache
-def _forward_ad_state() -> dict:
-    """forward_ad's module namespace, whose `_current_level` is -1 outside every dual_level."""
+    functions' fast path for plain CUDA tensors steps aside for the operator."""
     import torch.autograd.forward_ad as forward_ad
 
-    return forward_ad.__dict__
+    return forward_ad.__dict__["_current_level"] >= 0 or transforming()
 
 
 def has_tangent(x) -> bool:
-    """x is a dual tensor of torch.autograd.forward_ad (inside a dual_level, with a tangent)."""
-    state = _forward_ad_state()
-    return state["_current_level"] >= 0 and state["unpack_dual"](x).tangent is not None
+    """x is a dual tensor of torch.autograd.forward_ad (inside a dual_level, with a tangent). Below the
+    autograd keys (an operator's implementation, a dispatch mode) no tensor is dual: not asked there."""
+    import torch
+    import torch.autograd.forward_ad as forward_ad
+
+    if forward_ad.__dict__["_current_level"] < 0 or \
+            torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutogradOther):
+        return False
+    return forward_ad.unpack_dual(x).tangent is not None
 
 
 def transforming() -> bool:
