@@ -150,6 +150,7 @@ inline void __threadfence_block() {}
 #include "simt_machine.h"
 #include "simt_checks.h"
 #include "simt_warp.h"
+#include "simt_wgmma.h"
 
 // Atomics: bounds-checked and counted, never a race (not instrumented; simt_checks.h).
 #define SIMT_ATOMIC(name, body)                                                                      \

@@ -6,7 +6,7 @@
 #define SIMT_SHARED_CAPACITY (227 * 1024)   // the H200's most dynamic shared memory per block
 #define SIMT_SHARED_GUARD 4096
 extern "C" {
-alignas(128) unsigned char simt_dynamic_shared[SIMT_SHARED_CAPACITY + SIMT_SHARED_GUARD];
+alignas(1024) unsigned char simt_dynamic_shared[SIMT_SHARED_CAPACITY + SIMT_SHARED_GUARD];
 }
 // The linker marks where the section of the static __shared__ variables starts and ends (hidden:
 // each library its own).
@@ -33,6 +33,18 @@ struct Post {
 
 struct Copy { void* dst; unsigned char bytes[16]; uintptr_t pc; };   // a cp.async on its way (and where it was issued)
 
+// A wgmma on its way (simt_wgmma.h): computed when a wait retires its group, from the shared memory
+// of that moment and the A registers of the issue.
+struct Wgmma {
+    float* d;                // the issuing thread's accumulators
+    int n;                   // the instruction's N
+    bool bf16, a_in_registers, transpose_b, accumulate;
+    float a[2][16];          // A from registers: this thread's two rows (g and g + 8 of its warp)
+    uint64_t a_desc, b_desc;
+    int group;               // -1 until committed
+    int line;
+};
+
 struct Fiber {
     ucontext_t context;
     char* stack = nullptr;
@@ -44,6 +56,8 @@ struct Fiber {
     const char* what = "";
     Post* post = nullptr;
     std::vector<Copy> pending;
+    std::vector<Wgmma> wgmma;
+    int wgmma_groups = 0;      // groups committed so far
 };
 
 struct State {
@@ -232,6 +246,7 @@ inline void fiber_entry(int index) {
     state.body(state.body_arg);
     Fiber& f = state.fibers[index];
     if (!f.pending.empty()) fail("a thread ended with cp.async copies it never waited for");
+    if (!f.wgmma.empty()) fail("a thread ended with wgmma instructions it never waited for (line %d)", f.wgmma[0].line);
     f.wait = DONE;   // returning goes to uc_link: the scheduler
 }
 
@@ -260,6 +275,8 @@ inline int run_block() {
         f.tid = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
         f.wait = RUNNABLE;
         f.pending.clear();
+        f.wgmma.clear();
+        f.wgmma_groups = 0;
     }
     int runnable[MAX_THREADS];
     for (;;) {

@@ -113,31 +113,16 @@ def load_widths(sass_text: str) -> dict[str, int]:
 
 
 def nvrtc_cubin(path, define_flags=()) -> bytes:
-    """Compile a kernel file with NVRTC — the runtime compiler cupy uses — for sm_90; return the cubin.
+    """Compile a kernel file with NVRTC — the runtime compiler cupy uses — for sm_90 (sm_90a for a
+    kernel of sm_90a's own instructions); return the cubin.
 
     nvcc and NVRTC can allocate differently (a local pointer array that nvcc keeps in registers went
     to the stack under NVRTC on the H200), so resource checks look at this build too."""
     try:
-        from cuda.bindings import nvrtc
+        import cuda.bindings.nvrtc  # noqa: F401
     except ImportError as error:
         raise ToolMissing("NVRTC bindings not found: pip install cuda-bindings nvidia-cuda-nvrtc") from error
-    path = Path(path)
-    if not path.is_absolute():
-        path = loader.KERNELS_DIR / path
-    text, _ = loader.expand_source(path)
-    err, program = nvrtc.nvrtcCreateProgram(text.encode(), path.name.encode(), 0, [], [])
-    options = [o.encode() for o in (*loader.COMPILE_OPTIONS, "-arch=sm_90", *define_flags)]
-    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        _, size = nvrtc.nvrtcGetProgramLogSize(program)
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(program, log)
-        raise loader.KernelCompileError(f"{path} failed to compile with NVRTC:\n{log.decode(errors='replace')}")
-    _, size = nvrtc.nvrtcGetCUBINSize(program)
-    binary = b" " * size
-    nvrtc.nvrtcGetCUBIN(program, binary)
-    nvrtc.nvrtcDestroyProgram(program)
-    return binary
+    return loader.nvrtc_cubin(path, define_flags)
 
 
 RESOURCE_LINE = re.compile(r"Function (\S+):\s*(.*)")

@@ -30,6 +30,9 @@ COMPILE_OPTIONS = ("-std=c++17",)
 NVCC_ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"\s*$')
+# Headers of sm_90a's own instructions (wgmma): a kernel that includes one is built for sm_90a,
+# which cupy's RawModule cannot ask NVRTC for, so the loader compiles it to a cubin itself.
+ARCH_SPECIFIC_HEADERS = ("kernels/common/wgmma.cuh",)
 
 
 class KernelCompileError(RuntimeError):
@@ -100,19 +103,72 @@ def define_flags(defines) -> tuple[str, ...]:
 _modules = Cache("compiled modules", 1024, about="one cupy.RawModule per (source text, defines)")
 
 
+def nvrtc_arch(files) -> str:
+    """The NVRTC arch of a build made of `files` (expand_source's second value): sm_90a for a kernel
+    that uses sm_90a's own instructions, else sm_90 (what cupy builds on the H200)."""
+    return "sm_90a" if any(f in ARCH_SPECIFIC_HEADERS for f in files) else "sm_90"
+
+
+def nvrtc_cubin(path, flags=(), arch: str | None = None) -> bytes:
+    """Compile a kernel file with NVRTC (the runtime compiler cupy uses) for `arch` (nvrtc_arch's
+    choice when None); return the cubin."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:
+        raise KernelCompileError("NVRTC bindings not found: pip install cuda-bindings nvidia-cuda-nvrtc") from error
+    text, files = expand_source(path)
+    path = Path(path)
+    err, program = nvrtc.nvrtcCreateProgram(text.encode(), path.name.encode(), 0, [], [])
+    options = [o.encode() for o in (*COMPILE_OPTIONS, f"-arch={arch or nvrtc_arch(files)}", *flags)]
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(program)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(program, log)
+            raise KernelCompileError(f"{_rel(path)} failed to compile with NVRTC:\n{log.decode(errors='replace')}")
+        _, size = nvrtc.nvrtcGetCUBINSize(program)
+        binary = b" " * size
+        nvrtc.nvrtcGetCUBIN(program, binary)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return binary
+
+
+def _arch_specific_module(path, defines, files):
+    """A cupy.RawModule of an sm_90a build (nvrtc_cubin), on an sm_90 GPU only."""
+    import cupy
+
+    capability = cupy.cuda.Device().compute_capability
+    if capability != "90":
+        raise KernelCompileError(f"{_rel(Path(path))} uses sm_90a instructions ({', '.join(ARCH_SPECIFIC_HEADERS)}): "
+                                 f"it runs on compute capability 9.0 (H100, H200) only, not on this GPU's "
+                                 f"{capability[:-1]}.{capability[-1]}")
+    binary = nvrtc_cubin(path, define_flags(defines), "sm_90a")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(binary)
+        module = cupy.RawModule(path=str(cubin))
+        module.compile()      # loads the cubin now, while the file exists
+    return module
+
+
 def load_module(path, defines=()):
     """Compile (or fetch from the in-process memo) the module for `path` and `defines`."""
     import cupy
 
-    text, _ = expand_source(path)
+    text, files = expand_source(path)
     key = source_key(path, defines, text)
     module = _modules.get(key)
     if module is None:
-        module = cupy.RawModule(code=text, options=COMPILE_OPTIONS + define_flags(defines))
-        try:
-            module.compile()
-        except cupy.cuda.compiler.CompileException as error:
-            raise KernelCompileError(f"{_rel(Path(path))} failed to compile:\n{error}") from None
+        if nvrtc_arch(files) != "sm_90":
+            module = _arch_specific_module(path, defines, files)
+        else:
+            module = cupy.RawModule(code=text, options=COMPILE_OPTIONS + define_flags(defines))
+            try:
+                module.compile()
+            except cupy.cuda.compiler.CompileException as error:
+                raise KernelCompileError(f"{_rel(Path(path))} failed to compile:\n{error}") from None
         _modules[key] = module
     return module
 
