@@ -46,6 +46,7 @@ from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
 from onlinesoftmax.kernels.attention import mma as attention_mma
+from onlinesoftmax.kernels.attention import wgmma as attention_wgmma
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
 from onlinesoftmax.runtime import device, torch_bridge
 from onlinesoftmax.runtime.cache import Cache
@@ -133,13 +134,16 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
         raise TypeError(f"attention: variant {chosen.name!r} takes {' or '.join(chosen.dtypes)}, got {dtype} "
                         f"(variant='blocked' takes every dtype)")
     tensor_core_d = attention_decode_mma.SUPPORTED_D if chosen is attention_decode_mma.DECODE_MMA else \
-        attention_mma.SUPPORTED_D if chosen in attention_mma.VARIANTS else SUPPORTED_D
+        attention_mma.SUPPORTED_D if chosen in (*attention_mma.VARIANTS, attention_wgmma.WGMMA) else SUPPORTED_D
     if d not in tensor_core_d:
         raise ValueError(f"attention: variant {chosen.name!r} takes head dimension d in {tensor_core_d}, "
                          f"got d = {d} (variant='blocked' takes {SUPPORTED_D})")
     if on_gpu and device.compute_capability() < chosen.min_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
                            f"this GPU has {device.compute_capability() / 10:.1f}")
+    if on_gpu and chosen is attention_wgmma.WGMMA and device.compute_capability() != 90:
+        raise RuntimeError(f"attention: variant {chosen.name!r} uses sm_90a's wgmma, which only compute capability "
+                           f"9.0 (H100, H200) has; this GPU has {device.compute_capability() / 10:.1f}")
 
 
 def _call_key(q, k, v, causal, scale, return_lse, variant):

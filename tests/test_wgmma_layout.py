@@ -188,8 +188,8 @@ def test_a_wait_left_out_is_an_error():
 
 def test_the_probe_builds_for_sm_90a_into_hgmma_without_local_memory():
     """nvcc (the loader's flags) and NVRTC (the loader's sm_90a path): every entry compiled, no stack,
-    and the instructions are the warpgroup's HGMMA, not mma.sync's HMMA. Built for sm_80 the same file
-    compiles (the functions trap there)."""
+    and the instructions are the warpgroup's HGMMA, not mma.sync's HMMA. Built for sm_80 it stops at
+    the header's #error."""
     import subprocess
     import tempfile
 
@@ -209,4 +209,5 @@ def test_the_probe_builds_for_sm_90a_into_hgmma_without_local_memory():
         cubin.write_bytes(binary)
         sass = subprocess.run([disasm.cuobjdump_path(), "-sass", str(cubin)], capture_output=True, text=True).stdout
     assert sass.count("HGMMA") == 8 * len(ENTRIES) and "HMMA" not in sass.replace("HGMMA", "")
-    assert loader.nvrtc_cubin(PROBE, arch="sm_80")
+    with pytest.raises(loader.KernelCompileError, match="needs sm_90a"):
+        loader.nvrtc_cubin(PROBE, arch="sm_80")

@@ -25,9 +25,9 @@
 // The instruction is asynchronous: its operands must stay unchanged and its accumulators unread
 // until wgmma_wait<n>() says that at most n committed groups are still in flight. Shared memory
 // written by ordinary stores or cp.async must be fenced into the async proxy (fence_proxy_async,
-// by each writing thread, before the barrier) before an instruction reads it. Built for an arch
-// other than sm_90a, every function here traps: the kernels that use them name compute
-// capability 9.0 and the sm_90a build in the registry.
+// by each writing thread, before the barrier) before an instruction reads it. Below sm_90 the
+// header stops the build; for sm_90 without the a, or a later arch, every function here traps (the
+// loader builds a kernel that includes it for sm_90a, on compute capability 9.0 only).
 #pragma once
 #include "mma.cuh"
 
@@ -38,8 +38,11 @@ template <class T> struct WgmmaType;
 template <> struct WgmmaType<Bf16Mma> { static constexpr bool bf16 = true; };
 template <> struct WgmmaType<F16Mma> { static constexpr bool bf16 = false; };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "wgmma.cuh: wgmma needs sm_90a (a kernel that includes it declares min_cc = 90)"
+#endif
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(ONLINESOFTMAX_HOST_EMULATION)
-#define WGMMA_UNAVAILABLE 1
+#define WGMMA_UNAVAILABLE 1   // sm_90 without the a, or a later arch: the functions trap
 #endif
 
 // The descriptor of an operand starting at `start` (shared memory), with the 128-byte swizzle.

@@ -53,6 +53,7 @@ __attribute__((no_sanitize_address)) inline float operand_element(const Wgmma& o
 }
 
 // D = A B (+ D) for the accumulators of the thread that issued `op`; sums in double, rounded once.
+// The thread's N / 4 columns of B are read once (each serves its rows g and g + 8).
 inline void compute_wgmma(const Wgmma& op, int thread) {
     const int lane = thread & 31, warp_row = 16 * ((thread >> 5) & 3), g = lane >> 2, t = lane & 3;
     float a[2][16];
@@ -62,12 +63,16 @@ inline void compute_wgmma(const Wgmma& op, int thread) {
         for (int h = 0; h < 2; ++h)
             for (int k = 0; k < 16; ++k) a[h][k] = operand_element(op, op.a_desc, warp_row + g + 8 * h, k, false);
     }
-    for (int i = 0; i < op.n / 2 && !state.error[0]; ++i) {
-        const int h = (i % 4) >= 2, col = 8 * (i / 4) + 2 * t + i % 2;
-        double sum = op.accumulate ? op.d[i] : 0.0;
-        for (int k = 0; k < 16; ++k)
-            sum += static_cast<double>(a[h][k]) * operand_element(op, op.b_desc, col, k, op.transpose_b);
-        op.d[i] = static_cast<float>(sum);
+    float b[2][16];
+    for (int j = 0; j < op.n / 8 && !state.error[0]; ++j) {   // columns 8j + 2t and 8j + 2t + 1
+        for (int c = 0; c < 2; ++c)
+            for (int k = 0; k < 16; ++k) b[c][k] = operand_element(op, op.b_desc, 8 * j + 2 * t + c, k, op.transpose_b);
+        for (int e = 0; e < 4; ++e) {
+            float& out = op.d[4 * j + e];
+            double sum = op.accumulate ? out : 0.0;
+            for (int k = 0; k < 16; ++k) sum += static_cast<double>(a[e >> 1][k]) * b[e & 1][k];
+            out = static_cast<float>(sum);
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 """GPU tier for the tensor-core attention kernels (attention_03_mma, attention_04_ldmatrix,
-attention_05_pipelined, attention_07_fragment_reuse) in bfloat16 and float16, d = 64 and 128.
+attention_05_pipelined, attention_07_fragment_reuse, attention_10_wgmma) in bfloat16 and float16,
+d = 64 and 128.
 
 Every output is judged against the float64 reference on the same dtype-rounded inputs, with the
 rule of test_attention_gpu.py: error at most twice that of torch's scaled_dot_product_attention in
@@ -26,12 +27,15 @@ import onlinesoftmax as osm
 from onlinesoftmax import attention_api, checks
 from onlinesoftmax.kernels.attention import blocked as ab
 from onlinesoftmax.kernels.attention import mma as am
+from onlinesoftmax.kernels.attention import wgmma as aw
 from test_attention_gpu import check_huge_scores, lse_fp32_error, make_qkv, on_gpu, run_kernel, to_host64, torch_error, visible
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-VARIANTS = am.VARIANTS
+# attention_10_wgmma (sm_90a's wgmma) runs on compute capability 9.0 only.
+VARIANTS = (*am.VARIANTS, pytest.param(aw.WGMMA, marks=pytest.mark.skipif(
+    cp.cuda.Device().compute_capability != "90", reason="attention_10_wgmma needs sm_90a")))
 LENGTHS = (1, 33, 100, 257, 1000, 4097, 16384)
 PAIRS = [(n, n) for n in LENGTHS] + [(1, 1000), (33, 4097), (100, 257), (257, 33), (1000, 100), (4097, 1000),
                                      (16384, 4097)]

@@ -59,6 +59,7 @@ PALETTE = {
     "attention_09_varlen": "#6baed6",
     "attention_backward_02_mma": "#e7cb94",
     "attention_backward_03_pipelined": "#b5651d",
+    "attention_10_wgmma": "#d95f02",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

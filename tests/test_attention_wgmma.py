@@ -1,0 +1,91 @@
+"""CPU tier: attention_10_wgmma's own CUDA source on the CPU emulator (wgmma computed from the PTX ISA's
+descriptor and fragment rules, at the wait, from shared memory as it is then; tests/test_wgmma_layout.py
+checks those rules, and tests/gpu/test_wgmma_gpu.py the hardware against them), judged as the other
+tensor-core kernels are (tests/test_attention_emulated.py's rule: twice the model's error against
+float64 plus two ulps; the kernel against its NumPy model; rows that see no key 0 and -inf).
+
+Shapes: one query and one key, GQA with several query heads on a kv head, causal with rows that see
+no key, two query tiles with a short last key tile, a key tile that some warpgroups skip, scores in
+the hundreds. Broken copies are rejected: K's descriptor one k-step off, V read K-major, the swizzle
+left out of the tile copy, the product used before its wait (the emulator computes it at the wait),
+the next tile copied into the stage being read, the proxy fence in place but the barrier gone.
+"""
+import numpy as np
+import pytest
+
+from onlinesoftmax import attention_api
+from onlinesoftmax.kernels.attention import wgmma as aw
+from onlinesoftmax.runtime import emulator
+from onlinesoftmax.runtime.loader import KERNELS_DIR
+from test_attention_emulated import judge, make_qkv
+
+pytestmark = pytest.mark.usefixtures("needs_emulator")   # tests/conftest.py
+
+SOURCE = KERNELS_DIR / "attention" / "attention_10_wgmma.cu"
+HEADER = KERNELS_DIR / "common" / "wgmma_attention.cuh"
+
+SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale)
+    (1, 2, 1, 1, 1, 64, False, "bfloat16", 1.0),
+    (1, 4, 2, 200, 65, 128, True, "float16", 1.0),        # n_q > n_k: 135 rows see no key
+    (1, 2, 1, 130, 257, 64, False, "bfloat16", 1.0),      # two query tiles, three key tiles, the last short
+    (1, 1, 1, 70, 300, 128, True, "bfloat16", 30.0),      # scores in the hundreds; causal skips by warpgroup
+]
+
+
+def run(shape, *, source=None, seed=1):
+    batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale = shape
+    q, k, v = make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed, q_scale)
+    out, lse = aw.emulate(q, k, v, causal, source=source, seed=seed)
+    return out, lse, (q, k, v, causal)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_kernel_source_on_the_emulator(shape):
+    out, lse, (q, k, v, causal) = run(shape)
+    verdict = judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse")   # the rule's tolerance
+    assert verdict is None, verdict
+    model, _ = aw.simulate(q, k, v, causal)
+    gap = np.abs(out.astype(np.float32) - model.astype(np.float32)).max()
+    assert gap <= 2 * np.abs(model.astype(np.float32)).max() * (2 ** -10), gap   # its own model: rounding apart
+
+
+def inline_header(source: str) -> str:
+    """The kernel's text with wgmma_attention.cuh pasted in its #include, so that a mutation of the
+    header reaches the emulator's build."""
+    return source.replace('#include "wgmma_attention.cuh"', HEADER.read_text().replace("#pragma once", ""))
+
+
+BROKEN = {   # name: (old, new) in the header
+    "K's descriptor one k-step off": ("Ks + block * WG_KEYS * 64 + col, 0, 1024)", "Ks + block * WG_KEYS * 64 + (col ^ 16), 0, 1024)"),
+    "V read K-major": ("wgmma_rs<T, D, 1>", "wgmma_rs<T, D, 0>"),
+    "the tile copy without the swizzle": ("swizzled<64>(r, c % 64)", "r * 64 + c % 64"),
+    "the scores used before their wait": ("        wgmma_commit();\n        wgmma_wait<0>();\n        wgmma_fence_operands(flat<WG_KEYS / 2>(s));\n",
+                                          "        wgmma_commit();\n"),
+    "the next tile copied into the stage being read": ("Elem* next = stages + 2 * (stage ^ 1) * TILE;", "Elem* next = stages + 2 * stage * TILE;"),
+    "the barrier gone": ("        fence_proxy_async();          // ... where the tensor cores will read them\n        __syncthreads();",
+                         "        fence_proxy_async();"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_a_broken_kernel_is_rejected(name):
+    old, new = BROKEN[name]
+    header = HEADER.read_text()
+    assert old in header, old
+    source = inline_header(SOURCE.read_text()).replace(old, new)
+    try:
+        out, lse, (q, k, v, causal) = run(SHAPES[2], source=source)
+    except emulator.EmulatorFault:
+        return   # stopped by the emulator (a race, a wait never made, an unwritten output)
+    assert judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse") is not None
+
+
+def test_the_api_names_the_variant_and_its_limits():
+    q, k, v = make_qkv(1, 1, 1, 8, 8, 96, "bfloat16", 0)
+    with pytest.raises(ValueError, match="head dimension d in"):
+        attention_api.attention(q, k, v, variant="wgmma")
+    q, k, v = make_qkv(1, 1, 1, 8, 8, 64, "bfloat16", 0)
+    with pytest.raises(TypeError, match="takes float16 or bfloat16"):
+        attention_api.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), variant="wgmma")
+    out = attention_api.attention(q, k, v, variant="wgmma")       # NumPy input: the model
+    np.testing.assert_array_equal(out, aw.simulate(q, k, v)[0])
