@@ -134,14 +134,14 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
         raise TypeError(f"attention: variant {chosen.name!r} takes {' or '.join(chosen.dtypes)}, got {dtype} "
                         f"(variant='blocked' takes every dtype)")
     tensor_core_d = attention_decode_mma.SUPPORTED_D if chosen is attention_decode_mma.DECODE_MMA else \
-        attention_mma.SUPPORTED_D if chosen in (*attention_mma.VARIANTS, attention_wgmma.WGMMA) else SUPPORTED_D
+        attention_mma.SUPPORTED_D if chosen in (*attention_mma.VARIANTS, *attention_wgmma.HOPPER) else SUPPORTED_D
     if d not in tensor_core_d:
         raise ValueError(f"attention: variant {chosen.name!r} takes head dimension d in {tensor_core_d}, "
                          f"got d = {d} (variant='blocked' takes {SUPPORTED_D})")
     if on_gpu and device.compute_capability() < chosen.min_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
                            f"this GPU has {device.compute_capability() / 10:.1f}")
-    if on_gpu and chosen is attention_wgmma.WGMMA and device.compute_capability() != 90:
+    if on_gpu and chosen in attention_wgmma.HOPPER and device.compute_capability() != 90:
         raise RuntimeError(f"attention: variant {chosen.name!r} uses sm_90a's wgmma, which only compute capability "
                            f"9.0 (H100, H200) has; this GPU has {device.compute_capability() / 10:.1f}")
 

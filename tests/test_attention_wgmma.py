@@ -1,4 +1,4 @@
-"""CPU tier: attention_10_wgmma's own CUDA source on the CPU emulator (wgmma computed from the PTX ISA's
+"""CPU tier: attention_10_wgmma's and attention_11_wgmma_tma's own CUDA source on the CPU emulator (wgmma computed from the PTX ISA's
 descriptor and fragment rules, at the wait, from shared memory as it is then; tests/test_wgmma_layout.py
 checks those rules, and tests/gpu/test_wgmma_gpu.py the hardware against them), judged as the other
 tensor-core kernels are (tests/test_attention_emulated.py's rule: twice the model's error against
@@ -8,7 +8,10 @@ Shapes: one query and one key, GQA with several query heads on a kv head, causal
 no key, two query tiles with a short last key tile, a key tile that some warpgroups skip, scores in
 the hundreds. Broken copies are rejected: K's descriptor one k-step off, V read K-major, the swizzle
 left out of the tile copy, the product used before its wait (the emulator computes it at the wait),
-the next tile copied into the stage being read, the proxy fence in place but the barrier gone.
+the next tile copied into the stage being read, the proxy fence in place but the barrier gone; and
+for attention_11 (TMA copies by a producer warp, mbarriers, kernels/emulator/simt_tma.h): the
+producer refilling a stage before the consumers release it, the consumers reading a stage before it
+is full, a consumer that never releases its stage, too few bytes announced.
 """
 import numpy as np
 import pytest
@@ -22,6 +25,8 @@ from test_attention_emulated import judge, make_qkv
 pytestmark = pytest.mark.usefixtures("needs_emulator")   # tests/conftest.py
 
 SOURCE = KERNELS_DIR / "attention" / "attention_10_wgmma.cu"
+TMA_SOURCE = KERNELS_DIR / "attention" / f"{aw.TMA_NAME}.cu"
+KERNELS = (aw.NAME, aw.TMA_NAME)
 HEADER = KERNELS_DIR / "common" / "wgmma_attention.cuh"
 
 SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale)
@@ -32,16 +37,17 @@ SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale)
 ]
 
 
-def run(shape, *, source=None, seed=1):
+def run(shape, *, source=None, seed=1, name=aw.NAME):
     batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale = shape
     q, k, v = make_qkv(batch, heads, kv_heads, n_q, n_k, d, dtype, seed, q_scale)
-    out, lse = aw.emulate(q, k, v, causal, source=source, seed=seed)
+    out, lse = aw.emulate(q, k, v, causal, name=name, source=source, seed=seed)
     return out, lse, (q, k, v, causal)
 
 
+@pytest.mark.parametrize("name", KERNELS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_the_kernel_source_on_the_emulator(shape):
-    out, lse, (q, k, v, causal) = run(shape)
+def test_the_kernel_source_on_the_emulator(shape, name):
+    out, lse, (q, k, v, causal) = run(shape, name=name)
     verdict = judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse")   # the rule's tolerance
     assert verdict is None, verdict
     model, _ = aw.simulate(q, k, v, causal)
@@ -59,8 +65,8 @@ BROKEN = {   # name: (old, new) in the header
     "K's descriptor one k-step off": ("Ks + block * WG_KEYS * 64 + col, 0, 1024)", "Ks + block * WG_KEYS * 64 + (col ^ 16), 0, 1024)"),
     "V read K-major": ("wgmma_rs<T, D, 1>", "wgmma_rs<T, D, 0>"),
     "the tile copy without the swizzle": ("swizzled<64>(r, c % 64)", "r * 64 + c % 64"),
-    "the scores used before their wait": ("        wgmma_commit();\n        wgmma_wait<0>();\n        wgmma_fence_operands(flat<WG_KEYS / 2>(s));\n",
-                                          "        wgmma_commit();\n"),
+    "the scores used before their wait": ("    wgmma_commit();\n    wgmma_wait<0>();\n    wgmma_fence_operands(flat<WG_KEYS / 2>(s));\n",
+                                          "    wgmma_commit();\n"),
     "the next tile copied into the stage being read": ("Elem* next = stages + 2 * (stage ^ 1) * TILE;", "Elem* next = stages + 2 * stage * TILE;"),
     "the barrier gone": ("        fence_proxy_async();          // ... where the tensor cores will read them\n        __syncthreads();",
                          "        fence_proxy_async();"),
@@ -77,6 +83,30 @@ def test_a_broken_kernel_is_rejected(name):
         out, lse, (q, k, v, causal) = run(SHAPES[2], source=source)
     except emulator.EmulatorFault:
         return   # stopped by the emulator (a race, a wait never made, an unwritten output)
+    assert judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse") is not None
+
+
+BROKEN_TMA = {   # name: (old, new) in attention_11's source
+    "the producer refilling a stage before it is released": (
+        "if (j >= TMA_STAGES) mbarrier_wait(&empty[s], (j / TMA_STAGES - 1) & 1);", ""),
+    "the consumers reading a stage before it is full": ("        mbarrier_wait(&full[s], (j / TMA_STAGES) & 1);", ""),
+    "a consumer warpgroup that never releases its stage": (
+        "        mbarrier_arrive(&empty[s]);", "        if (keys.group == 0) mbarrier_arrive(&empty[s]);"),
+    "too few bytes announced": ("mbarrier_arrive_expect_tx(&full[s], 2 * TILE * 2);", "mbarrier_arrive_expect_tx(&full[s], TILE * 2);"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN_TMA))
+def test_a_broken_tma_kernel_is_rejected(name):
+    old, new = BROKEN_TMA[name]
+    text = TMA_SOURCE.read_text()
+    assert old in text, old
+    shape = (1, 1, 1, 70, 600, 64, False, "bfloat16", 1.0)     # 5 key tiles: each stage used three times
+    try:
+        out, lse, (q, k, v, causal) = run(shape, source=text.replace(old, new), name=aw.TMA_NAME)
+    except emulator.EmulatorFault as fault:
+        assert "deadlock" in str(fault) or "unwritten" in str(fault), fault
+        return
     assert judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse") is not None
 
 

@@ -211,3 +211,20 @@ def test_the_probe_builds_for_sm_90a_into_hgmma_without_local_memory():
     assert sass.count("HGMMA") == 8 * len(ENTRIES) and "HMMA" not in sass.replace("HGMMA", "")
     with pytest.raises(loader.KernelCompileError, match="needs sm_90a"):
         loader.nvrtc_cubin(PROBE, arch="sm_80")
+
+
+# ---- the page's pictures --------------------------------------------------------------------------
+
+def test_the_pictures_draw_the_model():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from onlinesoftmax.book.readings import wgmma_figures as wf
+
+    _, stored = wf.atom_figure(step=1)
+    for r in range(8):                     # chunk c of row r sits in slot c ^ r
+        assert [int(stored[r, c ^ r]) for c in range(8)] == list(range(8))
+    _, owners = wf.accumulator_figure(16)
+    assert (owners >= 0).all()
+    assert owners[17, 2] == 37 and owners[25, 3] == 37 and owners[0, 0] == 0    # thread 37: warp 1, lane 5
+    assert set(np.unique(owners[:16] // 32)) == {0} and set(np.unique(owners[48:] // 32)) == {3}

@@ -85,6 +85,78 @@ __device__ __forceinline__ float (&flat(float (&x)[C / 4][4]))[C] {
     return reinterpret_cast<float(&)[C]>(x);
 }
 
+// Where a thread's work stops: key tiles from block_end on are invisible to every row of the block;
+// from group_end on to every row of its warpgroup (uniform in it: the instruction is the group's);
+// tiles ending at or before unmasked_end are visible to every row of its warp. limit: its rows g
+// and g + 8.
+struct GroupKeys {
+    int group, block_end, group_end, unmasked_end, limit[2];
+};
+
+__device__ __forceinline__ GroupKeys group_keys(int q0, int n_q, int n_k, int causal) {
+    const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    const int row0 = q0 + 16 * warp;
+    GroupKeys k;
+    k.group = warp >> 2;
+    const int group_row0 = q0 + WG_GROUP_ROWS * k.group;
+    k.block_end = key_limit(min(q0 + WG_BLOCK_Q, n_q) - 1, n_q, n_k, causal);
+    k.group_end = group_row0 < n_q ? key_limit(min(group_row0 + WG_GROUP_ROWS, n_q) - 1, n_q, n_k, causal) : 0;
+    k.unmasked_end = key_limit(row0, n_q, n_k, causal);
+    k.limit[0] = key_limit(row0 + g, n_q, n_k, causal);
+    k.limit[1] = key_limit(row0 + g + 8, n_q, n_k, causal);
+    return k;
+}
+
+// O = 0, m = -inf, l = 0 for the warp's rows.
+template <int D>
+__device__ __forceinline__ void start_rows(float (&o)[D / 8][4], float m[2], float l[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) m[r] = neg_inf(), l[r] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+}
+
+// One key tile for a warpgroup: S = Q K^T (d / 16 instructions of 64 x KEYS x 16, A and B from
+// shared memory), the online softmax of each warp's rows, O += P V (KEYS / 16 instructions of
+// 64 x D x 16, P from registers, V read MN-major). Q, K and V tiles in wgmma's layout; warpgroup
+// `group` takes rows 64 group .. 64 group + 63 of the Q tile.
+template <class T, int D>
+__device__ __forceinline__ void wgmma_tile(const typename T::Elem* Qs, const typename T::Elem* Ks,
+                                           const typename T::Elem* Vs, int group, int k0, float scale_log2,
+                                           bool prescale, bool masked, const int limit[2], float (&o)[D / 8][4],
+                                           float m[2], float l[2]) {
+    float s[WG_KEYS / 8][4];   // S = Q K^T: D / 16 instructions of 64 x KEYS x 16, A and B from shared memory
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const int block = 16 * kk / 64, col = 16 * kk % 64;
+        const u64 q_desc = wgmma_descriptor(Qs + block * WG_BLOCK_Q * 64 + group * WG_GROUP_ROWS * 64 + col, 0, 1024);
+        const u64 k_desc = wgmma_descriptor(Ks + block * WG_KEYS * 64 + col, 0, 1024);
+        wgmma_ss<T, WG_KEYS, 0>(flat<WG_KEYS / 2>(s), q_desc, k_desc, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(flat<WG_KEYS / 2>(s));
+
+    warp_softmax<D, WG_KEYS>(s, m, l, o, scale_log2, prescale, masked, k0, limit);
+
+    u32 p[WG_KEYS / 16][4];   // P as A registers: the accumulators of keys 16kk .. 16kk + 15, paired
+#pragma unroll
+    for (int kk = 0; kk < WG_KEYS / 16; ++kk) {
+        p[kk][0] = T::pack(s[2 * kk][0], s[2 * kk][1]);
+        p[kk][1] = T::pack(s[2 * kk][2], s[2 * kk][3]);
+        p[kk][2] = T::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        p[kk][3] = T::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    wgmma_fence();   // O += P V: KEYS / 16 instructions of 64 x D x 16, V read MN-major
+#pragma unroll
+    for (int kk = 0; kk < WG_KEYS / 16; ++kk)
+        wgmma_rs<T, D, 1>(flat<D / 2>(o), p[kk], wgmma_descriptor(Vs + 16 * kk * 64, WG_KEYS * 128, 1024), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(flat<D / 2>(o));
+}
+
 // Query rows q0 .. q0 + 127 of one (batch, head) against its keys: warpgroup w takes rows
 // q0 + 64w .. q0 + 64w + 63, warp i of it 16 of them. Each warp's O, m and l end in o, m, l.
 template <class T, int D>
@@ -97,70 +169,29 @@ __device__ __forceinline__ void wgmma_forward(const typename T::Elem* __restrict
     constexpr int TILE = WG_KEYS * D;                 // elements of one K or V tile
     Elem* Qs = reinterpret_cast<Elem*>(shared);       // [D / 64][128][64]
     Elem* stages = Qs + WG_BLOCK_Q * D;               // stage s: K at 2s TILE, V at (2s + 1) TILE, each [D / 64][KEYS][64]
-    const int warp = threadIdx.x >> 5, group = warp >> 2, g = (threadIdx.x & 31) >> 2;
-    const int row0 = q0 + 16 * warp, group_row0 = q0 + WG_GROUP_ROWS * group;
-    const int block_end = key_limit(min(q0 + WG_BLOCK_Q, n_q) - 1, n_q, n_k, causal);
-    // Key tiles from group_end on are invisible to every row of the warpgroup (uniform in it: the
-    // instruction is the group's); tiles ending at or before unmasked_end are visible to every row of the warp.
-    const int group_end = group_row0 < n_q ? key_limit(min(group_row0 + WG_GROUP_ROWS, n_q) - 1, n_q, n_k, causal) : 0;
-    const int unmasked_end = key_limit(row0, n_q, n_k, causal);
-    const int limit[2] = {key_limit(row0 + g, n_q, n_k, causal), key_limit(row0 + g + 8, n_q, n_k, causal)};
+    const GroupKeys keys = group_keys(q0, n_q, n_k, causal);
     const bool prescale = !(scale_log2 > 0.0f);
 
-    if (block_end > 0) {   // Q and key tile 0 -> stage 0, one group
+    if (keys.block_end > 0) {   // Q and key tile 0 -> stage 0, one group
         issue_blocks<Elem, D, WG_BLOCK_Q>(Qs, q_head, D, q0, n_q);
         issue_blocks<Elem, D, WG_KEYS>(stages, k_head, D, 0, n_k);
         issue_blocks<Elem, D, WG_KEYS>(stages + TILE, v_head, D, 0, n_k);
         cp_async_commit_group();
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) m[r] = neg_inf(), l[r] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    start_rows<D>(o, m, l);
 
-    for (int k0 = 0, stage = 0; k0 < block_end; k0 += WG_KEYS, stage ^= 1) {
+    for (int k0 = 0, stage = 0; k0 < keys.block_end; k0 += WG_KEYS, stage ^= 1) {
         cp_async_wait_all_groups();   // this thread's copies of tile k0 (and Q) have landed
         fence_proxy_async();          // ... where the tensor cores will read them
         __syncthreads();              // everyone's have; and every warpgroup is done with the other stage
-        if (k0 + WG_KEYS < block_end) {
+        if (k0 + WG_KEYS < keys.block_end) {
             Elem* next = stages + 2 * (stage ^ 1) * TILE;
             issue_blocks<Elem, D, WG_KEYS>(next, k_head, D, k0 + WG_KEYS, n_k);
             issue_blocks<Elem, D, WG_KEYS>(next + TILE, v_head, D, k0 + WG_KEYS, n_k);
             cp_async_commit_group();
         }
-        if (k0 >= group_end) continue;   // no row of this warpgroup sees a key of this tile
-        const Elem* Ks = stages + 2 * stage * TILE;
-        const Elem* Vs = Ks + TILE;
-
-        float s[WG_KEYS / 8][4];   // S = Q K^T: D / 16 instructions of 64 x KEYS x 16, A and B from shared memory
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const int block = 16 * kk / 64, col = 16 * kk % 64;
-            const u64 q_desc = wgmma_descriptor(Qs + block * WG_BLOCK_Q * 64 + group * WG_GROUP_ROWS * 64 + col, 0, 1024);
-            const u64 k_desc = wgmma_descriptor(Ks + block * WG_KEYS * 64 + col, 0, 1024);
-            wgmma_ss<T, WG_KEYS, 0>(flat<WG_KEYS / 2>(s), q_desc, k_desc, kk > 0);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(flat<WG_KEYS / 2>(s));
-
-        warp_softmax<D, WG_KEYS>(s, m, l, o, scale_log2, prescale, k0 + WG_KEYS > unmasked_end, k0, limit);
-
-        u32 p[WG_KEYS / 16][4];   // P as A registers: the accumulators of keys 16kk .. 16kk + 15, paired
-#pragma unroll
-        for (int kk = 0; kk < WG_KEYS / 16; ++kk) {
-            p[kk][0] = T::pack(s[2 * kk][0], s[2 * kk][1]);
-            p[kk][1] = T::pack(s[2 * kk][2], s[2 * kk][3]);
-            p[kk][2] = T::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            p[kk][3] = T::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        wgmma_fence();   // O += P V: KEYS / 16 instructions of 64 x D x 16, V read MN-major
-#pragma unroll
-        for (int kk = 0; kk < WG_KEYS / 16; ++kk)
-            wgmma_rs<T, D, 1>(flat<D / 2>(o), p[kk], wgmma_descriptor(Vs + 16 * kk * 64, WG_KEYS * 128, 1024), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(flat<D / 2>(o));
+        if (k0 >= keys.group_end) continue;   // no row of this warpgroup sees a key of this tile
+        wgmma_tile<T, D>(Qs, stages + 2 * stage * TILE, stages + (2 * stage + 1) * TILE, keys.group, k0, scale_log2,
+                         prescale, k0 + WG_KEYS > keys.unmasked_end, keys.limit, o, m, l);
     }
 }

@@ -151,6 +151,7 @@ inline void __threadfence_block() {}
 #include "simt_checks.h"
 #include "simt_warp.h"
 #include "simt_wgmma.h"
+#include "simt_tma.h"
 
 // Atomics: bounds-checked and counted, never a race (not instrumented; simt_checks.h).
 #define SIMT_ATOMIC(name, body)                                                                      \

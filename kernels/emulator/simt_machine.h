@@ -259,9 +259,11 @@ inline void run_fiber(int t) {
 
 inline void begin_block_checks();
 inline void end_block_checks();
+inline void reset_async_state();   // simt_tma.h: the block's mbarriers
 
 inline int run_block() {
     begin_block_checks();
+    reset_async_state();
     if (__start_simt_shared != __stop_simt_shared)
         std::memset(__start_simt_shared, 0xff, __stop_simt_shared - __start_simt_shared);
     std::memset(simt_dynamic_shared, 0xff, state.shared_bytes + SIMT_SHARED_GUARD);

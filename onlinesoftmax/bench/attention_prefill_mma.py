@@ -2,7 +2,7 @@
 
 Shapes: bf16, d = 128, (batch, heads) in {(32, 16), (4, 32)}, n = n_q = n_k in {1K, 2K, 4K, 8K,
 16K}, causal and not. Kernels: attention_03_mma, attention_04_ldmatrix, attention_05_pipelined,
-attention_07_fragment_reuse, and attention_10_wgmma on a GPU of compute capability 9.0
+attention_07_fragment_reuse, and attention_10_wgmma and attention_11_wgmma_tma on a GPU of compute capability 9.0
 (each through its launch plan, what onlinesoftmax.attention calls), and torch's
 scaled_dot_product_attention with the FLASH, CUDNN and EFFICIENT backends on the same tensors
 (is_causal=True: top-left and bottom-right agree for n_q == n_k). The ceiling is a bf16 matrix
@@ -49,12 +49,12 @@ CEILING_METHOD = "torch.matmul of two 8192 x 8192 bf16 matrices (cuBLAS), device
 
 
 def ladder():
-    """The tensor-core kernels of the ladder this GPU runs (attention_10_wgmma: compute capability 9.0 only)."""
+    """The tensor-core kernels of the ladder this GPU runs (attention_10 and 11: compute capability 9.0 only)."""
     import cupy
 
     from onlinesoftmax.kernels.attention import wgmma as aw
 
-    return (*am.VARIANTS, *((aw.WGMMA,) if cupy.cuda.Device().compute_capability == "90" else ()))
+    return (*am.VARIANTS, *(aw.HOPPER if cupy.cuda.Device().compute_capability == "90" else ()))
 
 
 def to_torch(a):

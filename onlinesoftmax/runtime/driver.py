@@ -110,8 +110,9 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
     stream_ptr = cupy.cuda.get_current_stream().ptr if stream is None else int(stream)
     special = cluster > 1 or cooperative or programmatic
     if not has_driver_bindings():
-        if special:
-            raise ClusterLaunchError("cluster, cooperative and programmatic launches need the cuda-bindings package")
+        if special or any(issubclass(t, ctypes.Array) for t in types):
+            raise ClusterLaunchError("cluster, cooperative and programmatic launches, and structs passed by value, "
+                                     "need the cuda-bindings package")
         raise_shared_limit(fn, shared_bytes)
         return _cupy_launch(fn, grid3, block3, shared_bytes, types, fixed)
     device_id = cupy.cuda.runtime.getDevice()
@@ -156,7 +157,10 @@ def prepare_launch(fn, grid, block, shared_bytes: int, cluster: int, arg_types, 
         def launch(*values) -> None:
             with lock:
                 for holder, value in zip(free, values):
-                    holder.value = value
+                    if isinstance(holder, ctypes.Array):   # a struct by value (a tensor map): its bytes
+                        ctypes.memmove(holder, value, len(holder))
+                    else:
+                        holder.value = value
                 result = launch_call(*call_args)
                 if result[0] != success:
                     failed(result)

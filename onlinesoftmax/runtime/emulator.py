@@ -155,6 +155,8 @@ from onlinesoftmax.runtime.emulator_memory import GUARD_BYTES, _fenced, _shared_
 def _ctype(value):
     if value is None:
         return ctypes.c_void_p(None)
+    if isinstance(value, bytes):   # a struct passed by value (an emulated tensor map), its bytes
+        return (ctypes.c_char * len(value)).from_buffer_copy(value)
     if isinstance(value, np.ndarray):
         if not value.flags.c_contiguous:
             raise ValueError(f"a kernel argument array must be C-contiguous, got one of shape {value.shape} "
@@ -165,7 +167,7 @@ def _ctype(value):
         if isinstance(value, kind):
             return ctype(value.item())
     raise TypeError(f"a kernel argument must be a numpy array, None (a null pointer), np.int32, np.int64, "
-                    f"np.uint32 or np.float32, got {type(value).__name__}")
+                    f"np.uint32, np.float32 or bytes (a struct by value), got {type(value).__name__}")
 
 
 def _dims(value) -> tuple[int, int, int]:

@@ -1,5 +1,5 @@
 """GPU tier for the tensor-core attention kernels (attention_03_mma, attention_04_ldmatrix,
-attention_05_pipelined, attention_07_fragment_reuse, attention_10_wgmma) in bfloat16 and float16,
+attention_05_pipelined, attention_07_fragment_reuse, attention_10_wgmma, attention_11_wgmma_tma) in bfloat16 and float16,
 d = 64 and 128.
 
 Every output is judged against the float64 reference on the same dtype-rounded inputs, with the
@@ -33,9 +33,9 @@ from test_attention_gpu import check_huge_scores, lse_fp32_error, make_qkv, on_g
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-# attention_10_wgmma (sm_90a's wgmma) runs on compute capability 9.0 only.
-VARIANTS = (*am.VARIANTS, pytest.param(aw.WGMMA, marks=pytest.mark.skipif(
-    cp.cuda.Device().compute_capability != "90", reason="attention_10_wgmma needs sm_90a")))
+# attention_10_wgmma and attention_11_wgmma_tma (sm_90a's wgmma) run on compute capability 9.0 only.
+VARIANTS = (*am.VARIANTS, *(pytest.param(v, marks=pytest.mark.skipif(cp.cuda.Device().compute_capability != "90",
+                                                                    reason=f"{v.name} needs sm_90a")) for v in aw.HOPPER))
 LENGTHS = (1, 33, 100, 257, 1000, 4097, 16384)
 PAIRS = [(n, n) for n in LENGTHS] + [(1, 1000), (33, 4097), (100, 257), (257, 33), (1000, 100), (4097, 1000),
                                      (16384, 4097)]

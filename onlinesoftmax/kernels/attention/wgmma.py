@@ -1,12 +1,15 @@
-"""attention_10_wgmma: the FlashAttention-2 forward on Hopper's warpgroup instruction (wgmma.mma_async,
-sm_90a): its NumPy model, plan, emulator launch and registration.
+"""attention_10_wgmma and attention_11_wgmma_tma: the FlashAttention-2 forward on Hopper's warpgroup
+instruction (wgmma.mma_async, sm_90a), the second with TMA copies by a producer warp: their NumPy
+model, plans, emulator launches and registration.
 
 The arithmetic is attention_07_fragment_reuse's (mma.py's `simulate`: scores in fp32, the scale
 applied as the exponent is taken, P rounded to the input dtype before P V), over key tiles of
 KEYS = 128. One block takes BLOCK_Q = 128 query rows with two warpgroups of 64; both products are
 wgmma instructions with operands in shared memory (wgmma_layout.py holds the layout in NumPy).
-The instruction exists only on sm_90a: the variant needs compute capability 9.0, and the loader
-builds it with NVRTC for sm_90a.
+attention_11_wgmma_tma computes the same numbers with the copies handed to TMA: its launch takes three
+tensor maps (onlinesoftmax/runtime/tensor_maps.py), made per call for the tensors given. The
+instruction exists only on sm_90a: the variants need compute capability 9.0, and the loader builds
+them with NVRTC for sm_90a.
 """
 from __future__ import annotations
 
@@ -17,19 +20,25 @@ import numpy as np
 
 from onlinesoftmax.kernels.attention import mma
 from onlinesoftmax.registry import DTYPE_TAGS, Launch, Variant, register
-from onlinesoftmax.runtime import driver, emulator
+from onlinesoftmax.runtime import driver, emulator, tensor_maps
 from onlinesoftmax.runtime.loader import KERNELS_DIR, get_kernel
 
 NAME = "attention_10_wgmma"
+TMA_NAME = "attention_11_wgmma_tma"
 BLOCK_Q, KEYS, THREADS, GROUP_ROWS = 128, 128, 256, 64
+TMA_THREADS, TMA_BARRIERS = 288, 5     # 2 consumer warpgroups and a producer warp; barriers of 8 bytes
 SUPPORTED_D = mma.SUPPORTED_D
 DTYPES = mma.DTYPES
 
 
-def shared_bytes(d: int) -> int:
-    """Dynamic shared memory of one block: the Q tile, two stages of K and V tiles (16-bit), and
-    1 KiB to align them to the swizzle's 1024 bytes."""
-    return (BLOCK_Q + 4 * KEYS) * d * 2 + 1024
+def shared_bytes(d: int, name: str = NAME) -> int:
+    """Dynamic shared memory of one block: the Q tile, two stages of K and V tiles (16-bit), 1 KiB to
+    align them to the swizzle's 1024 bytes, and attention_11's barriers."""
+    return (BLOCK_Q + 4 * KEYS) * d * 2 + 1024 + (8 * TMA_BARRIERS if name == TMA_NAME else 0)
+
+
+def threads(name: str) -> int:
+    return TMA_THREADS if name == TMA_NAME else THREADS
 
 
 def simulate(q, k, v, causal: bool = False, scale: float | None = None):
@@ -55,35 +64,59 @@ def plan(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale
     return run
 
 
-def emulate(q, k, v, causal: bool = False, scale: float | None = None, *, source: str | None = None,
+def plan_tma(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    dtype = q.dtype.name
+    entry = f"{variant.path.stem}_{DTYPE_TAGS[dtype]}_d{d}"
+    launch = driver.prepare_launch(
+        get_kernel(variant.path, entry), grid(batch, heads, n_q), (TMA_THREADS,), shared_bytes(d, TMA_NAME), 1,
+        (tensor_maps.TENSOR_MAP,) * 3 + (mma.POINTER,) * 5 + (mma.INT, mma.INT, mma.INT, mma.INT, mma.FLOAT, mma.INT),
+        fixed={8: heads, 9: kv_heads, 10: n_q, 11: n_k, 12: scale * mma.LOG2E, 13: int(bool(causal))})
+
+    def run(q, out, k=None, v=None, lse=None, **_):
+        maps = (tensor_maps.encode(q.data.ptr, dtype, batch * heads, n_q, d, BLOCK_Q),
+                tensor_maps.encode(k.data.ptr, dtype, batch * kv_heads, n_k, d, KEYS),
+                tensor_maps.encode(v.data.ptr, dtype, batch * kv_heads, n_k, d, KEYS))
+        launch(*maps, q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, None if lse is None else lse.data.ptr)
+    return run
+
+
+def emulate(q, k, v, causal: bool = False, scale: float | None = None, *, name: str = NAME, source: str | None = None,
             optimize: str = "-O2", schedule: str = "random", seed: int = 1):
     """(out, lse) of one launch of the kernel's own CUDA source (or `source` in its place) on the CPU
-    emulator, with this plan's grid, block, shared memory and arguments, isolated in a child process;
+    emulator, with kernel `name`'s grid, block, shared memory and arguments (attention_11's tensor maps
+    in the emulator's form), isolated in a child process;
     q (batch, heads, n_q, d), k and v (batch, kv_heads, n_k, d) numpy arrays in float16 or bfloat16.
     EmulatorFault when the emulator stops the launch or outputs are left unwritten."""
     batch, heads, n_q, d = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     if q.dtype.name not in DTYPES or d not in SUPPORTED_D:
         raise ValueError(f"{NAME} takes {' or '.join(DTYPES)} with d in {SUPPORTED_D}, got {q.dtype.name} with d = {d}")
-    path = KERNELS_DIR / "attention" / f"{NAME}.cu"
-    entry = f"{NAME}_{DTYPE_TAGS[q.dtype.name]}_d{d}"
+    path = KERNELS_DIR / "attention" / f"{name}.cu"
+    entry = f"{name}_{DTYPE_TAGS[q.dtype.name]}_d{d}"
     module = emulator.Module(path, [entry], source=source, optimize=optimize, schedule=schedule, seed=seed)
     out = np.full(q.shape, mma.POISON_BITS, np.uint16)
     lse = np.full(q.shape[:3], mma.LSE_POISON, np.float32)
     scale_log2 = np.float32((1 / math.sqrt(d) if scale is None else scale) * mma.LOG2E)
-    inputs = (np.ascontiguousarray(a).view(np.uint16) for a in (q, k, v))
-    module.launch(entry, grid(batch, heads, n_q), (THREADS,),
-                  (*inputs, out, lse, *map(np.int32, (heads, kv_heads, n_q, n_k)), scale_log2, np.int32(bool(causal))),
-                  shared_bytes(d), isolated=True)
+    inputs = tuple(np.ascontiguousarray(a).view(np.uint16) for a in (q, k, v))
+    maps = () if name != TMA_NAME else (tensor_maps.emulated(batch * heads, n_q, d, BLOCK_Q),
+                                         tensor_maps.emulated(batch * kv_heads, n_k, d, KEYS),
+                                         tensor_maps.emulated(batch * kv_heads, n_k, d, KEYS))
+    module.launch(entry, grid(batch, heads, n_q), (threads(name),),
+                  (*maps, *inputs, out, lse, *map(np.int32, (heads, kv_heads, n_q, n_k)), scale_log2,
+                   np.int32(bool(causal))), shared_bytes(d, name), isolated=True)
     unwritten = int((out == mma.POISON_BITS).sum())
     if unwritten:
         raise emulator.EmulatorFault(f"{Path(path).name} left {unwritten} of {out.size} outputs unwritten")
     return out.view(q.dtype), lse
 
 
-def _geometry(n_q: int, n_k: int) -> Launch:
-    """One head's launch (the grid grows by heads and batch), at d = 128."""
-    return Launch(grid=(math.ceil(n_q / BLOCK_Q),), block=(THREADS,), shared_bytes=shared_bytes(128))
+def _geometry(name: str):
+    def geometry(n_q: int, n_k: int) -> Launch:
+        """One head's launch (the grid grows by heads and batch), at d = 128."""
+        return Launch(grid=(math.ceil(n_q / BLOCK_Q),), block=(threads(name),), shared_bytes=shared_bytes(128, name))
+    return geometry
 
 
 def _entries(variant: Variant) -> tuple[str, ...]:
@@ -94,5 +127,11 @@ WGMMA = register(Variant(
     name=NAME, family="attention", file=f"attention/{NAME}.cu", short="wgmma",
     story="Hopper's warpgroup instruction: S = Q K^T and O += P V as wgmma, 64 rows by 128 keys each, "
           "operands read by the tensor cores from shared memory",
-    geometry=_geometry, simulate=simulate, plan=plan, reads_per_element=1, writes_per_element=1,
+    geometry=_geometry(NAME), simulate=simulate, plan=plan, reads_per_element=1, writes_per_element=1,
     dtypes=DTYPES, entry=f"{NAME}_bf16_d128", entries=_entries, min_cc=90))
+WGMMA_TMA = register(Variant(
+    name=TMA_NAME, family="attention", file=f"attention/{TMA_NAME}.cu", short="wgmma_tma",
+    story="copies by TMA from one producer warp, mbarriers per stage: the two consumer warpgroups only compute",
+    geometry=_geometry(TMA_NAME), simulate=simulate, plan=plan_tma, reads_per_element=1, writes_per_element=1,
+    dtypes=DTYPES, entry=f"{TMA_NAME}_bf16_d128", entries=_entries, min_cc=90))
+HOPPER = (WGMMA, WGMMA_TMA)
