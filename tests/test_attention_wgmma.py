@@ -28,6 +28,7 @@ SOURCE = KERNELS_DIR / "attention" / "attention_10_wgmma.cu"
 TMA_SOURCE = KERNELS_DIR / "attention" / f"{aw.TMA_NAME}.cu"
 KERNELS = (aw.NAME, aw.TMA_NAME)
 HEADER = KERNELS_DIR / "common" / "wgmma_attention.cuh"
+TMA_HEADER = KERNELS_DIR / "common" / "tma_attention.cuh"
 
 SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, dtype, q_scale)
     (1, 2, 1, 1, 1, 64, False, "bfloat16", 1.0),
@@ -55,18 +56,18 @@ def test_the_kernel_source_on_the_emulator(shape, name):
     assert gap <= 2 * np.abs(model.astype(np.float32)).max() * (2 ** -10), gap   # its own model: rounding apart
 
 
-def inline_header(source: str) -> str:
-    """The kernel's text with wgmma_attention.cuh pasted in its #include, so that a mutation of the
-    header reaches the emulator's build."""
-    return source.replace('#include "wgmma_attention.cuh"', HEADER.read_text().replace("#pragma once", ""))
+def inline_header(source: str, header=HEADER) -> str:
+    """The kernel's text with `header` pasted in its #include, so that a mutation of the header
+    reaches the emulator's build."""
+    return source.replace(f'#include "{header.name}"', header.read_text().replace("#pragma once", ""))
 
 
 BROKEN = {   # name: (old, new) in the header
     "K's descriptor one k-step off": ("Ks + block * WG_KEYS * 64 + col, 0, 1024)", "Ks + block * WG_KEYS * 64 + (col ^ 16), 0, 1024)"),
     "V read K-major": ("wgmma_rs<T, D, 1>", "wgmma_rs<T, D, 0>"),
     "the tile copy without the swizzle": ("swizzled<64>(r, c % 64)", "r * 64 + c % 64"),
-    "the scores used before their wait": ("    wgmma_commit();\n    wgmma_wait<0>();\n    wgmma_fence_operands(flat<WG_KEYS / 2>(s));\n",
-                                          "    wgmma_commit();\n"),
+    "the scores used before their wait": ("    issue_scores<T, D>(s, Qs, Ks, group);\n    wgmma_wait<0>();\n",
+                                          "    issue_scores<T, D>(s, Qs, Ks, group);\n"),
     "the next tile copied into the stage being read": ("Elem* next = stages + 2 * (stage ^ 1) * TILE;", "Elem* next = stages + 2 * stage * TILE;"),
     "the barrier gone": ("        fence_proxy_async();          // ... where the tensor cores will read them\n        __syncthreads();",
                          "        fence_proxy_async();"),
@@ -86,20 +87,21 @@ def test_a_broken_kernel_is_rejected(name):
     assert judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse") is not None
 
 
-BROKEN_TMA = {   # name: (old, new) in attention_11's source
+BROKEN_TMA = {   # name: (old, new) in attention_11's source with tma_attention.cuh pasted in
     "the producer refilling a stage before it is released": (
-        "if (j >= TMA_STAGES) mbarrier_wait(&empty[s], (j / TMA_STAGES - 1) & 1);", ""),
-    "the consumers reading a stage before it is full": ("        mbarrier_wait(&full[s], (j / TMA_STAGES) & 1);", ""),
+        "if (j >= STAGES) mbarrier_wait(&b.empty[s], (j / STAGES - 1) & 1);", ""),
+    "the consumers reading a stage before it is full": ("        mbarrier_wait(&b.full[s], (j / TMA_STAGES) & 1);", ""),
     "a consumer warpgroup that never releases its stage": (
-        "        mbarrier_arrive(&empty[s]);", "        if (keys.group == 0) mbarrier_arrive(&empty[s]);"),
-    "too few bytes announced": ("mbarrier_arrive_expect_tx(&full[s], 2 * TILE * 2);", "mbarrier_arrive_expect_tx(&full[s], TILE * 2);"),
+        "        mbarrier_arrive(&b.empty[s]);", "        if (keys.group == 0) mbarrier_arrive(&b.empty[s]);"),
+    "too few bytes announced": ("mbarrier_arrive_expect_tx(&b.full[s], 2 * b.TILE * 2);",
+                                "mbarrier_arrive_expect_tx(&b.full[s], b.TILE * 2);"),
 }
 
 
 @pytest.mark.parametrize("name", list(BROKEN_TMA))
 def test_a_broken_tma_kernel_is_rejected(name):
     old, new = BROKEN_TMA[name]
-    text = TMA_SOURCE.read_text()
+    text = inline_header(TMA_SOURCE.read_text(), TMA_HEADER)
     assert old in text, old
     shape = (1, 1, 1, 70, 600, 64, False, "bfloat16", 1.0)     # 5 key tiles: each stage used three times
     try:

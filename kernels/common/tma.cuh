@@ -4,7 +4,7 @@
 // attention kernels; never pasted.
 //
 // A tensor map describes the global tensor: on the GPU the driver's 128-byte CUtensorMap, made on
-// the host by cuTensorMapEncodeTiled (onlinesoftmax/kernels/attention/tma_maps.py) and passed as a
+// the host by cuTensorMapEncodeTiled (onlinesoftmax/runtime/tensor_maps.py) and passed as a
 // `const __grid_constant__` kernel parameter; in the CPU emulator the fields it needs (its dims,
 // strides, box and swizzle) in the same 128 bytes, made by the same module. Dims are innermost
 // first: (columns, rows, heads); a box is 64 columns (128 bytes, the swizzle's width) by `box_rows`

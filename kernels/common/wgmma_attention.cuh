@@ -30,11 +30,11 @@ __device__ __forceinline__ void issue_blocks(Elem* tile, const Elem* __restrict_
 
 // The online softmax of one key tile on a warp's raw score accumulators s (rows g and g + 8, keys
 // k0 + 8j + 2t + e % 2), as attention_07's: m in scaled base-2 units, the scale applied as the
-// exponent is taken (rounded before m is subtracted; for scale <= 0 the scores are scaled first),
-// O rescaled only when some row of the warp has a new max. P replaces s.
-template <int D, int KEYS>
-__device__ __forceinline__ void warp_softmax(float s[KEYS / 8][4], float m[2], float l[2], float o[D / 8][4],
-                                             float scale_log2, bool prescale, bool masked, int k0, const int limit[2]) {
+// exponent is taken (rounded before m is subtracted; for scale <= 0 the scores are scaled first).
+// P replaces s; alpha[r] = 2^(m_old - m_new) is what O must be multiplied by (rescale_rows).
+template <int KEYS>
+__device__ __forceinline__ void softmax_scores(float s[KEYS / 8][4], float m[2], float l[2], float alpha[2],
+                                               float scale_log2, bool prescale, bool masked, int k0, const int limit[2]) {
     const int t = threadIdx.x & 3;
     const float fold = prescale ? 1.0f : scale_log2;
     if (prescale || masked) {   // warp-uniform
@@ -46,7 +46,6 @@ __device__ __forceinline__ void warp_softmax(float s[KEYS / 8][4], float m[2], f
                 if (masked && k0 + 8 * j + 2 * t + (e & 1) >= limit[e >> 1]) s[j][e] = neg_inf();
             }
     }
-    float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float tile_max = neg_inf();
@@ -68,6 +67,11 @@ __device__ __forceinline__ void warp_softmax(float s[KEYS / 8][4], float m[2], f
         l[r] = l[r] * alpha[r] + row_sum;
         m[r] = m_new;
     }
+}
+
+// O *= alpha per row, skipped when no row of the warp has a new max (alpha = 1 changes no bit).
+template <int D>
+__device__ __forceinline__ void rescale_rows(float o[D / 8][4], const float alpha[2]) {
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
@@ -116,16 +120,11 @@ __device__ __forceinline__ void start_rows(float (&o)[D / 8][4], float m[2], flo
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 }
 
-// One key tile for a warpgroup: S = Q K^T (d / 16 instructions of 64 x KEYS x 16, A and B from
-// shared memory), the online softmax of each warp's rows, O += P V (KEYS / 16 instructions of
-// 64 x D x 16, P from registers, V read MN-major). Q, K and V tiles in wgmma's layout; warpgroup
-// `group` takes rows 64 group .. 64 group + 63 of the Q tile.
+// S = Q K^T for a warpgroup, issued and committed, not waited for: D / 16 instructions of
+// 64 x KEYS x 16, A (rows 64 group .. 64 group + 63 of the Q tile) and B from shared memory.
 template <class T, int D>
-__device__ __forceinline__ void wgmma_tile(const typename T::Elem* Qs, const typename T::Elem* Ks,
-                                           const typename T::Elem* Vs, int group, int k0, float scale_log2,
-                                           bool prescale, bool masked, const int limit[2], float (&o)[D / 8][4],
-                                           float m[2], float l[2]) {
-    float s[WG_KEYS / 8][4];   // S = Q K^T: D / 16 instructions of 64 x KEYS x 16, A and B from shared memory
+__device__ __forceinline__ void issue_scores(float (&s)[WG_KEYS / 8][4], const typename T::Elem* Qs,
+                                             const typename T::Elem* Ks, int group) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -135,12 +134,11 @@ __device__ __forceinline__ void wgmma_tile(const typename T::Elem* Qs, const typ
         wgmma_ss<T, WG_KEYS, 0>(flat<WG_KEYS / 2>(s), q_desc, k_desc, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(flat<WG_KEYS / 2>(s));
+}
 
-    warp_softmax<D, WG_KEYS>(s, m, l, o, scale_log2, prescale, masked, k0, limit);
-
-    u32 p[WG_KEYS / 16][4];   // P as A registers: the accumulators of keys 16kk .. 16kk + 15, paired
+// P as A registers: the accumulators of keys 16kk .. 16kk + 15, rounded to T and paired.
+template <class T>
+__device__ __forceinline__ void pack_p(u32 (&p)[WG_KEYS / 16][4], const float (&s)[WG_KEYS / 8][4]) {
 #pragma unroll
     for (int kk = 0; kk < WG_KEYS / 16; ++kk) {
         p[kk][0] = T::pack(s[2 * kk][0], s[2 * kk][1]);
@@ -148,11 +146,37 @@ __device__ __forceinline__ void wgmma_tile(const typename T::Elem* Qs, const typ
         p[kk][2] = T::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         p[kk][3] = T::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-    wgmma_fence();   // O += P V: KEYS / 16 instructions of 64 x D x 16, V read MN-major
+}
+
+// O += P V, issued and committed, not waited for: KEYS / 16 instructions of 64 x D x 16, P from
+// registers, V read MN-major.
+template <class T, int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&p)[WG_KEYS / 16][4],
+                                         const typename T::Elem* Vs) {
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < WG_KEYS / 16; ++kk)
         wgmma_rs<T, D, 1>(flat<D / 2>(o), p[kk], wgmma_descriptor(Vs + 16 * kk * 64, WG_KEYS * 128, 1024), 1);
     wgmma_commit();
+}
+
+// One key tile for a warpgroup, each product waited for before its result is used: S = Q K^T, the
+// online softmax of each warp's rows, O += P V.
+template <class T, int D>
+__device__ __forceinline__ void wgmma_tile(const typename T::Elem* Qs, const typename T::Elem* Ks,
+                                           const typename T::Elem* Vs, int group, int k0, float scale_log2,
+                                           bool prescale, bool masked, const int limit[2], float (&o)[D / 8][4],
+                                           float m[2], float l[2]) {
+    float s[WG_KEYS / 8][4];
+    issue_scores<T, D>(s, Qs, Ks, group);
+    wgmma_wait<0>();
+    wgmma_fence_operands(flat<WG_KEYS / 2>(s));
+    float alpha[2];
+    softmax_scores<WG_KEYS>(s, m, l, alpha, scale_log2, prescale, masked, k0, limit);
+    rescale_rows<D>(o, alpha);
+    u32 p[WG_KEYS / 16][4];
+    pack_p<T>(p, s);
+    issue_pv<T, D>(o, p, Vs);
     wgmma_wait<0>();
     wgmma_fence_operands(flat<D / 2>(o));
 }
