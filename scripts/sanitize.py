@@ -238,9 +238,9 @@ def _attention_cuda_cores(cp, osm, checks, cases):
                     osm.attention(q, k, v, causal=causal, return_lse=True, variant=variant)
 
 
-@family("attention-mma", "attention_03 .. 05, 07, 10 and 11 (tensor cores): partial tiles, blind rows, grouped heads",
+@family("attention-mma", "attention_03 .. 05, 07 and 10 .. 12 (tensor cores): partial tiles, blind rows, grouped heads",
         ("attention_03_mma", "attention_04_ldmatrix", "attention_05_pipelined", "attention_07_fragment_reuse",
-         "attention_10_wgmma", "attention_11_wgmma_tma"))
+         "attention_10_wgmma", "attention_11_wgmma_tma", "attention_12_wgmma_overlap"))
 def attention_mma(cp, osm, checks):
     from onlinesoftmax.kernels.attention import mma as am
     from onlinesoftmax.kernels.attention import wgmma as aw

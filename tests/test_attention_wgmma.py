@@ -26,7 +26,8 @@ pytestmark = pytest.mark.usefixtures("needs_emulator")   # tests/conftest.py
 
 SOURCE = KERNELS_DIR / "attention" / "attention_10_wgmma.cu"
 TMA_SOURCE = KERNELS_DIR / "attention" / f"{aw.TMA_NAME}.cu"
-KERNELS = (aw.NAME, aw.TMA_NAME)
+OVERLAP_SOURCE = KERNELS_DIR / "attention" / f"{aw.OVERLAP_NAME}.cu"
+KERNELS = (aw.NAME, aw.TMA_NAME, aw.OVERLAP_NAME)
 HEADER = KERNELS_DIR / "common" / "wgmma_attention.cuh"
 TMA_HEADER = KERNELS_DIR / "common" / "tma_attention.cuh"
 
@@ -108,6 +109,36 @@ def test_a_broken_tma_kernel_is_rejected(name):
         out, lse, (q, k, v, causal) = run(shape, source=text.replace(old, new), name=aw.TMA_NAME)
     except emulator.EmulatorFault as fault:
         assert "deadlock" in str(fault) or "unwritten" in str(fault), fault
+        return
+    assert judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse") is not None
+
+
+BROKEN_OVERLAP = {   # name: (old, new) in attention_12's source
+    "O rescaled before the previous tile's P V lands": (
+        "            wgmma_wait<0>();                                        // P V of tile j - 1 has landed\n"
+        "            wgmma_fence_operands(flat<D / 2>(o));\n"
+        "            mbarrier_arrive(&b.empty[previous]);\n"
+        "            rescale_rows<D>(o, alpha);\n",
+        "            rescale_rows<D>(o, alpha);\n"
+        "            wgmma_wait<0>();                                        // P V of tile j - 1 has landed\n"
+        "            wgmma_fence_operands(flat<D / 2>(o));\n"
+        "            mbarrier_arrive(&b.empty[previous]);\n"),
+    "the softmax reading S before it lands": (
+        "            wgmma_wait<1>();                                        // S_j has landed; P V still runs\n", ""),
+    "P V of the last tile left out": ("        issue_pv<T, D>(o, p, b.v(last));\n", ""),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN_OVERLAP))
+def test_a_broken_overlap_is_rejected(name):
+    old, new = BROKEN_OVERLAP[name]
+    text = OVERLAP_SOURCE.read_text()
+    assert old in text, old
+    shape = (1, 1, 1, 70, 400, 64, False, "bfloat16", 1.0)     # 4 key tiles
+    try:
+        out, lse, (q, k, v, causal) = run(shape, source=text.replace(old, new), name=aw.OVERLAP_NAME)
+    except emulator.EmulatorFault as fault:
+        assert "never waited" in str(fault), fault
         return
     assert judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse") is not None
 

@@ -13,7 +13,9 @@
 //               barrier when their warpgroup's products of it are done, and the producer waits
 //               for that before refilling the stage. Q has a barrier of its own.
 //   - The two warpgroups drift apart: one may be in its softmax while the other's products run.
-//   - 288 threads (2 warpgroups and the producer warp), so a thread may keep 224 registers.
+//   - 288 threads (2 warpgroups and the producer warp). Each of the SM's 4 schedulers serves 3 of
+//               the 9 warps from its quarter of the register file, so ptxas caps a thread at 168
+//               registers, as for 384 threads; the consumers need 165 at D = 128.
 //   Still missing from FlashAttention-3: the softmax of one tile overlapped with the next tile's
 //               S within a warpgroup, and registers moved from producer to consumers (setmaxnreg).
 // Launch:       grid = (ceil(n_q / 128), heads, batch), longest causal query tiles first;

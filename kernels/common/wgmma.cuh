@@ -97,6 +97,30 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// Move registers between the warpgroups of a block (sm_90a): every thread of a warpgroup lowers
+// (dec) or raises (inc) its own limit to REGS, a multiple of 8 from 24 to 256. It takes effect
+// only in a kernel with a register cap at entry (__launch_bounds__(threads, 1)) whose warpgroups'
+// roles are the branches of one if / else; the compiler says when it ignores it (C7508).
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(ONLINESOFTMAX_HOST_EMULATION)
+#elif defined(WGMMA_UNAVAILABLE)
+    __trap();
+#else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+#endif
+}
+
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(ONLINESOFTMAX_HOST_EMULATION)
+#elif defined(WGMMA_UNAVAILABLE)
+    __trap();
+#else
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
+#endif
+}
+
 // Keeps the compiler from moving reads or writes of the accumulators across a wgmma or a wait.
 template <int C>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[C]) {

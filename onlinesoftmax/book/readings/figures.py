@@ -61,6 +61,7 @@ PALETTE = {
     "attention_backward_03_pipelined": "#b5651d",
     "attention_10_wgmma": "#d95f02",
     "attention_11_wgmma_tma": "#1b9e77",
+    "attention_12_wgmma_overlap": "#e7298a",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

@@ -1,12 +1,13 @@
-"""attention_10_wgmma and attention_11_wgmma_tma: the FlashAttention-2 forward on Hopper's warpgroup
-instruction (wgmma.mma_async, sm_90a), the second with TMA copies by a producer warp: their NumPy
-model, plans, emulator launches and registration.
+"""attention_10_wgmma, attention_11_wgmma_tma and attention_12_wgmma_overlap: the FlashAttention-2
+forward on Hopper's warpgroup instruction (wgmma.mma_async, sm_90a); the second with TMA copies by a
+producer warp; the third with a producer warpgroup (setmaxnreg) and each tile's softmax overlapped
+with the previous tile's P V. Their NumPy model, plans, emulator launches and registration.
 
 The arithmetic is attention_07_fragment_reuse's (mma.py's `simulate`: scores in fp32, the scale
 applied as the exponent is taken, P rounded to the input dtype before P V), over key tiles of
 KEYS = 128. One block takes BLOCK_Q = 128 query rows with two warpgroups of 64; both products are
 wgmma instructions with operands in shared memory (wgmma_layout.py holds the layout in NumPy).
-attention_11_wgmma_tma computes the same numbers with the copies handed to TMA: its launch takes three
+attention_11 and 12 compute the same numbers with the copies handed to TMA: their launch takes three
 tensor maps (onlinesoftmax/runtime/tensor_maps.py), made per call for the tensors given. The
 instruction exists only on sm_90a: the variants need compute capability 9.0, and the loader builds
 them with NVRTC for sm_90a.
@@ -25,20 +26,25 @@ from onlinesoftmax.runtime.loader import KERNELS_DIR, get_kernel
 
 NAME = "attention_10_wgmma"
 TMA_NAME = "attention_11_wgmma_tma"
+OVERLAP_NAME = "attention_12_wgmma_overlap"
 BLOCK_Q, KEYS, THREADS, GROUP_ROWS = 128, 128, 256, 64
-TMA_THREADS, TMA_BARRIERS = 288, 5     # 2 consumer warpgroups and a producer warp; barriers of 8 bytes
+# Per kernel: (threads: 2 consumer warpgroups and a producer warp or warpgroup, stages of K and V).
+LAYOUT = {NAME: (THREADS, 2), TMA_NAME: (288, 2), OVERLAP_NAME: (384, 3)}
 SUPPORTED_D = mma.SUPPORTED_D
 DTYPES = mma.DTYPES
 
 
 def shared_bytes(d: int, name: str = NAME) -> int:
-    """Dynamic shared memory of one block: the Q tile, two stages of K and V tiles (16-bit), 1 KiB to
-    align them to the swizzle's 1024 bytes, and attention_11's barriers."""
-    return (BLOCK_Q + 4 * KEYS) * d * 2 + 1024 + (8 * TMA_BARRIERS if name == TMA_NAME else 0)
+    """Dynamic shared memory of one block: the Q tile, the stages of K and V tiles (16-bit), 1 KiB to
+    align them to the swizzle's 1024 bytes, and the TMA kernels' barriers (Q's, a full and an empty
+    one per stage), 8 bytes each."""
+    stages = LAYOUT[name][1]
+    barriers = 1 + 2 * stages if name != NAME else 0
+    return (BLOCK_Q + 2 * stages * KEYS) * d * 2 + 1024 + 8 * barriers
 
 
 def threads(name: str) -> int:
-    return TMA_THREADS if name == TMA_NAME else THREADS
+    return LAYOUT[name][0]
 
 
 def simulate(q, k, v, causal: bool = False, scale: float | None = None):
@@ -70,7 +76,7 @@ def plan_tma(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, s
     dtype = q.dtype.name
     entry = f"{variant.path.stem}_{DTYPE_TAGS[dtype]}_d{d}"
     launch = driver.prepare_launch(
-        get_kernel(variant.path, entry), grid(batch, heads, n_q), (TMA_THREADS,), shared_bytes(d, TMA_NAME), 1,
+        get_kernel(variant.path, entry), grid(batch, heads, n_q), (threads(variant.name),), shared_bytes(d, variant.name), 1,
         (tensor_maps.TENSOR_MAP,) * 3 + (mma.POINTER,) * 5 + (mma.INT, mma.INT, mma.INT, mma.INT, mma.FLOAT, mma.INT),
         fixed={8: heads, 9: kv_heads, 10: n_q, 11: n_k, 12: scale * mma.LOG2E, 13: int(bool(causal))})
 
@@ -100,7 +106,7 @@ def emulate(q, k, v, causal: bool = False, scale: float | None = None, *, name: 
     lse = np.full(q.shape[:3], mma.LSE_POISON, np.float32)
     scale_log2 = np.float32((1 / math.sqrt(d) if scale is None else scale) * mma.LOG2E)
     inputs = tuple(np.ascontiguousarray(a).view(np.uint16) for a in (q, k, v))
-    maps = () if name != TMA_NAME else (tensor_maps.emulated(batch * heads, n_q, d, BLOCK_Q),
+    maps = () if name == NAME else (tensor_maps.emulated(batch * heads, n_q, d, BLOCK_Q),
                                          tensor_maps.emulated(batch * kv_heads, n_k, d, KEYS),
                                          tensor_maps.emulated(batch * kv_heads, n_k, d, KEYS))
     module.launch(entry, grid(batch, heads, n_q), (threads(name),),
@@ -134,4 +140,10 @@ WGMMA_TMA = register(Variant(
     story="copies by TMA from one producer warp, mbarriers per stage: the two consumer warpgroups only compute",
     geometry=_geometry(TMA_NAME), simulate=simulate, plan=plan_tma, reads_per_element=1, writes_per_element=1,
     dtypes=DTYPES, entry=f"{TMA_NAME}_bf16_d128", entries=_entries, min_cc=90))
-HOPPER = (WGMMA, WGMMA_TMA)
+WGMMA_OVERLAP = register(Variant(
+    name=OVERLAP_NAME, family="attention", file=f"attention/{OVERLAP_NAME}.cu", short="wgmma_overlap",
+    story="a producer warpgroup hands its registers to the consumers (setmaxnreg); each tile's softmax runs "
+          "while the previous tile's P V is on the tensor cores",
+    geometry=_geometry(OVERLAP_NAME), simulate=simulate, plan=plan_tma, reads_per_element=1, writes_per_element=1,
+    dtypes=DTYPES, entry=f"{OVERLAP_NAME}_bf16_d128", entries=_entries, min_cc=90))
+HOPPER = (WGMMA, WGMMA_TMA, WGMMA_OVERLAP)
