@@ -46,8 +46,12 @@ def run(shape, *, source=None, seed=1, name=aw.NAME):
     return out, lse, (q, k, v, causal)
 
 
-@pytest.mark.parametrize("name", KERNELS)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+# attention_11 and 12 share attention_10's per-tile products and softmax: the shapes that exercise
+# their own loops (one tile, rows that see no key, several tiles) suffice for them.
+RUNS = [(shape, name) for name in KERNELS for shape in (SHAPES if name == aw.NAME else SHAPES[:3])]
+
+
+@pytest.mark.parametrize("shape, name", RUNS, ids=str)
 def test_the_kernel_source_on_the_emulator(shape, name):
     out, lse, (q, k, v, causal) = run(shape, name=name)
     verdict = judge(out, lse, q, k, v, causal, stem="attention_07_fragment_reuse")   # the rule's tolerance
