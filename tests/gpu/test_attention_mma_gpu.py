@@ -28,14 +28,15 @@ from onlinesoftmax import attention_api, checks
 from onlinesoftmax.kernels.attention import blocked as ab
 from onlinesoftmax.kernels.attention import mma as am
 from onlinesoftmax.kernels.attention import wgmma as aw
+from test_wgmma_gpu import on_hopper
 from test_attention_gpu import check_huge_scores, lse_fp32_error, make_qkv, on_gpu, run_kernel, to_host64, torch_error, visible
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 # attention_10_wgmma and attention_11_wgmma_tma (sm_90a's wgmma) run on compute capability 9.0 only.
-VARIANTS = (*am.VARIANTS, *(pytest.param(v, marks=pytest.mark.skipif(cp.cuda.Device().compute_capability != "90",
-                                                                    reason=f"{v.name} needs sm_90a")) for v in aw.HOPPER))
+VARIANTS = (*am.VARIANTS, *(pytest.param(v, marks=pytest.mark.skipif(not on_hopper(), reason=f"{v.name} needs sm_90a"))
+                            for v in aw.HOPPER))
 LENGTHS = (1, 33, 100, 257, 1000, 4097, 16384)
 PAIRS = [(n, n) for n in LENGTHS] + [(1, 1000), (33, 4097), (100, 257), (257, 33), (1000, 100), (4097, 1000),
                                      (16384, 4097)]
