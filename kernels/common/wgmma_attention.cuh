@@ -125,6 +125,7 @@ __device__ __forceinline__ void start_rows(float (&o)[D / 8][4], float m[2], flo
 template <class T, int D>
 __device__ __forceinline__ void issue_scores(float (&s)[WG_KEYS / 8][4], const typename T::Elem* Qs,
                                              const typename T::Elem* Ks, int group) {
+    wgmma_fence_operands(flat<WG_KEYS / 2>(s));   // the compiler's last use of s comes before the fence
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -153,6 +154,7 @@ __device__ __forceinline__ void pack_p(u32 (&p)[WG_KEYS / 16][4], const float (&
 template <class T, int D>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const u32 (&p)[WG_KEYS / 16][4],
                                          const typename T::Elem* Vs) {
+    wgmma_fence_operands(flat<D / 2>(o));   // O's rescaling is done before the fence
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < WG_KEYS / 16; ++kk)

@@ -2,7 +2,7 @@
 elements, boxes of 64 columns (128 bytes, the swizzle's width) by `box_rows` rows of one head, stored
 in shared memory with the 128-byte swizzle; box elements outside the tensor arrive as zeros.
 
-`encode` makes the driver's CUtensorMap (cuTensorMapEncodeTiled, through cuda-bindings; compute
+`encode` makes the driver's CUtensorMap (cuTensorMapEncodeTiled, through ctypes; compute
 capability 9.0 or newer), `emulated` the emulator's version of the same 128 bytes (the fields
 kernels/emulator/simt_tma.h reads). A map names its tensor's address, so a launch makes its maps
 for the tensors it is given.
@@ -37,22 +37,48 @@ def emulated(heads: int, rows: int, columns: int, box_rows: int) -> bytes:
     return fields.tobytes()
 
 
+# The driver's enum values (cuda.h; tests/test_tensor_maps.py compares them with cuda-bindings').
+DATA_TYPE = {"float16": 6, "bfloat16": 9}
+INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE = 0, 3, 3, 0
+_driver_library = []
+
+
+def _encode_function():
+    """cuTensorMapEncodeTiled of the CUDA driver library, with its C signature."""
+    if not _driver_library:
+        try:
+            library = ctypes.CDLL("libcuda.so.1")
+        except OSError as error:
+            raise RuntimeError(f"a tensor map needs the CUDA driver library (libcuda.so.1): {error}") from None
+        function = library.cuTensorMapEncodeTiled
+        function.restype = ctypes.c_int
+        function.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+                             ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+                             ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+        _driver_library.append(function)
+    return _driver_library[0]
+
+
 def encode(address: int, dtype: str, heads: int, rows: int, columns: int, box_rows: int) -> bytes:
-    """The driver's CUtensorMap for the tensor at device `address` (16-byte aligned), as 128 bytes."""
+    """The driver's CUtensorMap for the tensor at device `address` (16-byte aligned), as 128 bytes.
+
+    Called through ctypes, not cuda-bindings: the driver wants the map written at a 64-byte aligned
+    address, which a cuda-bindings CUtensorMap object does not guarantee."""
     problem = _shape_problem(heads, rows, columns, box_rows)
     if problem:
         raise ValueError(problem)
     if address % 16:
         raise ValueError(f"a TMA copy needs a 16-byte aligned tensor; this one starts at {address:#x}")
-    from cuda.bindings import driver as cu
-
-    from onlinesoftmax.runtime.driver import check
-
-    kind = {"bfloat16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            "float16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16}[dtype]
-    (tensor_map,) = check(cu.cuTensorMapEncodeTiled(
-        kind, 3, address, [columns, rows, heads], [2 * columns, 2 * columns * rows], [BOX_COLUMNS, box_rows, 1],
-        [1, 1, 1], cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B, cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
-    return ctypes.string_at(tensor_map.getPtr(), MAP_BYTES)
+    if dtype not in DATA_TYPE:
+        raise ValueError(f"a tensor map here holds float16 or bfloat16, got {dtype}")
+    function = _encode_function()
+    buffer = (ctypes.c_ubyte * (MAP_BYTES + 64))()
+    where = ctypes.addressof(buffer) + (-ctypes.addressof(buffer)) % 64
+    status = function(where, DATA_TYPE[dtype], 3, address, (ctypes.c_uint64 * 3)(columns, rows, heads),
+                      (ctypes.c_uint64 * 2)(2 * columns, 2 * columns * rows), (ctypes.c_uint32 * 3)(BOX_COLUMNS, box_rows, 1),
+                      (ctypes.c_uint32 * 3)(1, 1, 1), INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_NONE)
+    if status != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {status} for a {dtype} tensor of "
+                           f"[{heads}][{rows}][{columns}] at {address:#x}, boxes of {BOX_COLUMNS} x {box_rows}")
+    return ctypes.string_at(where, MAP_BYTES)
