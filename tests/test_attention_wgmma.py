@@ -1,17 +1,22 @@
-"""CPU tier: attention_10_wgmma's and attention_11_wgmma_tma's own CUDA source on the CPU emulator (wgmma computed from the PTX ISA's
-descriptor and fragment rules, at the wait, from shared memory as it is then; tests/test_wgmma_layout.py
+"""CPU tier: the Hopper kernels' own CUDA source on the CPU emulator (attention_10_wgmma,
+attention_11_wgmma_tma, attention_12_wgmma_overlap; wgmma computed from the PTX ISA's descriptor and
+fragment rules at the wait, from shared memory and registers as they are then; tests/test_wgmma_layout.py
 checks those rules, and tests/gpu/test_wgmma_gpu.py the hardware against them), judged as the other
 tensor-core kernels are (tests/test_attention_emulated.py's rule: twice the model's error against
 float64 plus two ulps; the kernel against its NumPy model; rows that see no key 0 and -inf).
 
 Shapes: one query and one key, GQA with several query heads on a kv head, causal with rows that see
 no key, two query tiles with a short last key tile, a key tile that some warpgroups skip, scores in
-the hundreds. Broken copies are rejected: K's descriptor one k-step off, V read K-major, the swizzle
-left out of the tile copy, the product used before its wait (the emulator computes it at the wait),
-the next tile copied into the stage being read, the proxy fence in place but the barrier gone; and
-for attention_11 (TMA copies by a producer warp, mbarriers, kernels/emulator/simt_tma.h): the
-producer refilling a stage before the consumers release it, the consumers reading a stage before it
-is full, a consumer that never releases its stage, too few bytes announced.
+the hundreds. Broken copies are rejected:
+- attention_10: K's descriptor one k-step off, V read K-major, the swizzle left out of the tile copy,
+  the product used before its wait, the next tile copied into the stage being read, the proxy fence
+  in place but the barrier gone;
+- attention_11 (TMA copies by a producer warp, mbarriers, kernels/emulator/simt_tma.h): the producer
+  refilling a stage before the consumers release it, the consumers reading a stage before it is full,
+  a consumer that never releases its stage, too few bytes announced;
+- attention_12 (the softmax overlapped with the previous tile's P V): O rescaled before that P V
+  lands, P_j packed into P_{j-1}'s registers before it lands, S read before its wait, the last P V
+  left out.
 """
 import numpy as np
 import pytest
@@ -130,6 +135,12 @@ BROKEN_OVERLAP = {   # name: (old, new) in attention_12's source
     "the softmax reading S before it lands": (
         "            wgmma_wait<1>();                                        // S_j has landed; P V still runs\n", ""),
     "P V of the last tile left out": ("        issue_pv<T, D>(o, p, b.v(last));\n", ""),
+    "P_j packed into P_{j-1}'s registers before its P V lands": (
+        "            softmax_scores<WG_KEYS>(s, m, l, alpha, scale_log2, prescale, k0 + WG_KEYS > keys.unmasked_end, k0,\n"
+        "                                    keys.limit);\n",
+        "            softmax_scores<WG_KEYS>(s, m, l, alpha, scale_log2, prescale, k0 + WG_KEYS > keys.unmasked_end, k0,\n"
+        "                                    keys.limit);\n"
+        "            pack_p<T>(p, s);\n"),
 }
 
 

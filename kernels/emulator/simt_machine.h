@@ -19,7 +19,7 @@ constexpr int MAX_THREADS = 1024;
 constexpr size_t STACK_BYTES = 256 * 1024;
 
 enum Wait { RUNNABLE, BARRIER, COLLECTIVE, YIELD, DONE };
-enum Op { OP_VALUES, OP_MMA_BF16, OP_MMA_F16, OP_LDMATRIX, OP_LDMATRIX_TRANS };
+enum Op { OP_VALUES, OP_MMA_BF16, OP_MMA_F16, OP_LDMATRIX, OP_LDMATRIX_TRANS, OP_WGMMA_WAIT };
 
 // What a lane brings to a warp collective, and what it takes away (it lives on the lane's stack
 // while the lane waits).
@@ -29,17 +29,19 @@ struct Post {
     const void* address;     // ldmatrix: this lane's row
     u32 a[4], b[2], r[4];    // mma operands; ldmatrix results
     float c[4];              // mma accumulators, in and out
+    int thread;              // wgmma.wait_group: the waiting thread (its wgmma list) and the groups it may keep
+    int keep;
 };
 
 struct Copy { void* dst; unsigned char bytes[16]; uintptr_t pc; };   // a cp.async on its way (and where it was issued)
 
 // A wgmma on its way (simt_wgmma.h): computed when a wait retires its group, from the shared memory
-// of that moment and the A registers of the issue.
+// and the A registers of that moment.
 struct Wgmma {
     float* d;                // the issuing thread's accumulators
     int n;                   // the instruction's N
     bool bf16, a_in_registers, transpose_b, accumulate;
-    float a[2][16];          // A from registers: this thread's two rows (g and g + 8 of its warp)
+    const u32* a;            // A from registers: the issuing thread's four, read at the wait
     uint64_t a_desc, b_desc;
     int group;               // -1 until committed
     int line;

@@ -107,8 +107,11 @@ inline void compute_ldmatrix(int op, Post* const* lanes) {
     }
 }
 
+inline void retire_wgmma(Post* const* posts);   // simt_wgmma.h
+
 inline void complete(int op, Post* const* posts) {
     if (op == OP_MMA_BF16 || op == OP_MMA_F16) return compute_mma(op, posts);
+    if (op == OP_WGMMA_WAIT) return retire_wgmma(posts);
     if (op == OP_LDMATRIX || op == OP_LDMATRIX_TRANS) return compute_ldmatrix(op, posts);
     uint64_t values[32] = {};   // OP_VALUES: every lane of the mask gets every lane's value
     for (int lane = 0; lane < 32; ++lane)

@@ -3,17 +3,18 @@
 // fragments of a warpgroup, and the instruction's asynchrony. Included by simt.h only.
 //
 // What it models, and what it catches:
-//   - An instruction is recorded when issued (with the A registers of that moment, gathered from
-//     the warp's lanes) and computed when wgmma_wait retires its group, from shared memory as it is
-//     then: accumulators read before the wait hold their old values, and a tile overwritten before
-//     the wait changes the product, as on the GPU.
+//   - An instruction is recorded when issued and computed when wgmma_wait retires its group, from
+//     shared memory and the A registers as they are then: accumulators read before the wait hold
+//     their old values, and a tile or an A register overwritten before the wait changes the product,
+//     as on the GPU. The wait is a warp collective, so every lane's registers are read while all 32
+//     wait (an A register array must live until the wait, as the kernels' do).
 //   - Every element it reads goes through the shared-memory checks (bounds, races) as this thread's
 //     read at the wait.
 //   - The warp must be whole and inside a whole warpgroup of the block. A thread that ends with an
 //     instruction it never waited for is an error.
-//   - Each thread computes its own accumulators: a warp's 16 rows depend only on its own A rows and
-//     B, so the 4 warps of a group need not meet. The group's rule that all 4 issue the same
-//     instruction is not checked.
+//   - A warp's 16 rows depend only on its own A rows and B, so each warp retires its instructions
+//     alone; the group's rule that all 4 warps issue the same instructions is not checked. The 32
+//     lanes of a warp must have issued the same instructions and wait for the same groups.
 // Descriptor addresses are byte offsets into the dynamic shared memory (1024-aligned here), as
 // __cvta_generic_to_shared gives offsets into the block's shared window on the GPU.
 #pragma once
@@ -52,13 +53,14 @@ __attribute__((no_sanitize_address)) inline float operand_element(const Wgmma& o
     return op.bf16 ? simt_bf16_to_float(h) : simt_f16_to_float(h);
 }
 
-// D = A B (+ D) for the accumulators of the thread that issued `op`; sums in double, rounded once.
-// The thread's N / 4 columns of B are read once (each serves its rows g and g + 8).
-inline void compute_wgmma(const Wgmma& op, int thread) {
+// D = A B (+ D) for the accumulators of the thread that issued `op`, whose two A rows (g and g + 8
+// of its warp) are `a_rows` when A comes from registers; sums in double, rounded once. The thread's
+// N / 4 columns of B are read once (each serves both rows).
+inline void compute_wgmma(const Wgmma& op, int thread, const float (*a_rows)[16]) {
     const int lane = thread & 31, warp_row = 16 * ((thread >> 5) & 3), g = lane >> 2, t = lane & 3;
     float a[2][16];
     if (op.a_in_registers) {
-        std::memcpy(a, op.a, sizeof a);
+        std::memcpy(a, a_rows, sizeof a);
     } else {
         for (int h = 0; h < 2; ++h)
             for (int k = 0; k < 16; ++k) a[h][k] = operand_element(op, op.a_desc, warp_row + g + 8 * h, k, false);
@@ -76,6 +78,46 @@ inline void compute_wgmma(const Wgmma& op, int thread) {
     }
 }
 
+// wgmma.wait_group for a whole warp (every lane waiting): retire, in issue order, the instructions of
+// the groups older than the `keep` newest, reading each lane's A rows from the registers of the 4
+// lanes of its quad that hold them (mma.sync's A fragment: rows g and g + 8, k 2t .. 2t + 1 and
+// 2t + 8 .. 2t + 9).
+inline void retire_wgmma(Post* const* posts) {
+    std::vector<Wgmma>* lists[32];
+    int retire = -1;
+    for (int lane = 0; lane < 32; ++lane) {
+        Fiber& f = state.fibers[posts[lane]->thread];
+        lists[lane] = &f.wgmma;
+        int count = 0;
+        for (const Wgmma& op : f.wgmma) count += op.group >= 0 && op.group < f.wgmma_groups - posts[lane]->keep;
+        if (retire < 0) retire = count;
+        if (count != retire || f.wgmma.size() != lists[0]->size()) {
+            fail("line %d: wgmma.wait_group: the lanes of warp %d have issued or committed different wgmma instructions",
+                 f.wgmma.empty() ? 0 : f.wgmma[0].line, warp_of(posts[lane]->thread));
+            return;
+        }
+    }
+    for (int index = 0; index < retire && !state.error[0]; ++index)
+        for (int lane = 0; lane < 32; ++lane) {
+            const Wgmma& op = (*lists[lane])[index];
+            float a_rows[2][16] = {};
+            if (op.a_in_registers) {
+                const int g = lane >> 2;
+                for (int t = 0; t < 4; ++t) {
+                    const u32* regs = (*lists[4 * g + t])[index].a;
+                    for (int h = 0; h < 2; ++h)
+                        for (int half = 0; half < 2; ++half) {
+                            const int kind = op.bf16 ? OP_MMA_BF16 : OP_MMA_F16;
+                            a_rows[h][2 * t + half] = element(kind, regs[h], half);
+                            a_rows[h][2 * t + 8 + half] = element(kind, regs[2 + h], half);
+                        }
+                }
+            }
+            compute_wgmma(op, posts[lane]->thread, a_rows);
+        }
+    for (int lane = 0; lane < 32; ++lane) lists[lane]->erase(lists[lane]->begin(), lists[lane]->begin() + retire);
+}
+
 }  // namespace simt
 
 // ---- what kernels/common/wgmma.cuh calls in place of inline PTX ------------------------------------
@@ -86,22 +128,8 @@ inline void simt_wgmma(bool bf16, float* d, int n, const u32* a, uint64_t a_desc
     if ((warp / 4 + 1) * 128 > simt::state.n_threads)
         simt::fail("line %d: wgmma by warp %d, whose warpgroup (warps %d-%d) is not whole in a block of %d threads",
                    line, warp, warp / 4 * 4, warp / 4 * 4 + 3, simt::state.n_threads);
-    simt::Wgmma op{d, n, bf16, a != nullptr, transpose_b != 0, accumulate != 0, {}, a_desc, b_desc, -1, line};
-    if (a) {   // the warp's A fragments: rows g (registers 0, 2) and g + 8 (1, 3) of 4 lanes each
-        simt::Post first, second;
-        const uint64_t* low = simt::exchange(0xffffffffu, a[0] | (uint64_t(a[1]) << 32), first, "wgmma", line);
-        const uint64_t* high = simt::exchange(0xffffffffu, a[2] | (uint64_t(a[3]) << 32), second, "wgmma", line);
-        const int g = (thread & 31) >> 2;
-        for (int t = 0; t < 4; ++t)
-            for (int h = 0; h < 2; ++h)
-                for (int half = 0; half < 2; ++half) {
-                    const u32 lo_reg = static_cast<u32>(low[4 * g + t] >> (32 * h));
-                    const u32 hi_reg = static_cast<u32>(high[4 * g + t] >> (32 * h));
-                    op.a[h][2 * t + half] = simt::element(bf16 ? simt::OP_MMA_BF16 : simt::OP_MMA_F16, lo_reg, half);
-                    op.a[h][2 * t + 8 + half] = simt::element(bf16 ? simt::OP_MMA_BF16 : simt::OP_MMA_F16, hi_reg, half);
-                }
-    }
-    simt::state.fibers[thread].wgmma.push_back(op);
+    simt::state.fibers[thread].wgmma.push_back(
+        simt::Wgmma{d, n, bf16, a != nullptr, transpose_b != 0, accumulate != 0, a, a_desc, b_desc, -1, line});
 }
 
 inline void simt_wgmma_commit() {
@@ -112,17 +140,11 @@ inline void simt_wgmma_commit() {
     if (any) ++me.wgmma_groups;
 }
 
-// Retire the oldest committed groups until at most `pending` remain in flight.
-inline void simt_wgmma_wait(int pending) {
-    simt::Fiber& me = simt::state.fibers[simt::state.current];
-    const int newest_kept = me.wgmma_groups - pending;   // groups below this one complete now
-    std::vector<simt::Wgmma> still;
-    for (const simt::Wgmma& op : me.wgmma) {
-        if (op.group >= 0 && op.group < newest_kept)
-            simt::compute_wgmma(op, simt::state.current);
-        else
-            still.push_back(op);
-    }
-    me.wgmma.swap(still);
-    if (simt::state.random) simt::switch_out(simt::RUNNABLE, "wgmma.wait_group", 0);   // let another thread in
+// Retire the oldest committed groups until at most `pending` remain in flight (the whole warp waits).
+inline void simt_wgmma_wait(int pending, int line = __builtin_LINE()) {
+    simt::whole_warp("wgmma.wait_group", line);
+    simt::Post mine;
+    mine.thread = simt::state.current;
+    mine.keep = pending;
+    simt::collective(simt::OP_WGMMA_WAIT, 0xffffffffu, mine, "wgmma.wait_group", line);
 }
