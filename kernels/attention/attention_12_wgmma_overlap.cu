@@ -13,13 +13,15 @@
 //               KiB at D = 128.
 //   - A warpgroup computes the prefix of the tiles some of its rows see, then releases the rest
 //               unread.
-//   - Registers: S of tile j, P of tile j - 1 and O are live at once (160 at D = 128): over the
-//               168 a thread of 288 or 384 may have. So the producer is a whole warpgroup (384
-//               threads) that lowers its limit to 24 (setmaxnreg) and the consumers raise theirs
-//               to 240; 128 x 24 + 256 x 240 registers fit the SM's 65536.
+//   - Registers: S of tile j, P of tile j - 1 and O are live at once (160 at D = 128, before
+//               addresses and loop state), which spills under the 168-register cap of 288
+//               threads. So the producer is a whole warpgroup (384 threads) that lowers its
+//               limit to 24 (setmaxnreg) and the consumers raise theirs to 240:
+//               128 x 24 + 256 x 240 registers fit the SM's 65536.
 // Launch:       grid = (ceil(n_q / 128), heads, batch); block = 384 threads (2 consumer
-//               warpgroups, 1 producer warpgroup); dynamic shared memory the Q tile and three stages of K and V (128 keys x
-//               D), 1 KiB to align them and 7 barriers: 113 KiB at D = 64, 225 KiB at D = 128.
+//               warpgroups, 1 producer warpgroup); dynamic shared memory the Q tile and three
+//               stages of K and V (128 keys x D), 1 KiB to align them and 7 barriers: 113 KiB at
+//               D = 64, 225 KiB at D = 128.
 // Traffic:      as attention_10: q and out once; each K and V tile once per query tile of 128.
 // Limits:       as attention_11_wgmma_tma (entries attention_12_wgmma_overlap_<f16|bf16>_d<64|128>).
 #include "tma_attention.cuh"
