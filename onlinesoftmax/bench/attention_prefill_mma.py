@@ -15,7 +15,9 @@ meta); the pipelined kernel also end to end through onlinesoftmax.attention (tim
 Correctness before timing: every kernel's output on the timing inputs, (batch 0, head 0), is
 compared with the float64 reference; ours must be within checks.tolerance of torch FLASH's error on
 the same slice (twice it, plus two bf16 ulps of the largest output), torch's backends are checked
-the same way. A wrong answer stops the run before anything is written.
+the same way. A wrong answer stops the run before anything is written, except from the Hopper
+kernels (attention_10 .. 12), whose failures and wrong answers are recorded as skipped rows with the
+reason while the others are timed.
 
 Run on a GPU machine:  python -m onlinesoftmax.bench attention-prefill-mma            (about 3 minutes)
                        python -m onlinesoftmax.bench attention-prefill-mma --quick    (about 30 s: (4, 32) and
@@ -46,6 +48,12 @@ BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
 BACKEND_NAMES = {"FLASH_ATTENTION": "torch_sdpa_flash", "CUDNN_ATTENTION": "torch_sdpa_cudnn",
                  "EFFICIENT_ATTENTION": "torch_sdpa_efficient"}
 CEILING_METHOD = "torch.matmul of two 8192 x 8192 bf16 matrices (cuBLAS), device time as above"
+
+
+def hopper_kernels():
+    from onlinesoftmax.kernels.attention import wgmma as aw
+
+    return aw.HOPPER
 
 
 def ladder():
@@ -112,13 +120,23 @@ def measure(shapes, ceiling_TFLOPs: float) -> list[dict]:
                 skipped.append((name, str(error).splitlines()[0][:160]))
         tol = checks.tolerance(errors.get("torch_sdpa_flash", min(errors.values(), default=0.0)), ref, DTYPE)
         out = cupy.empty_like(q)
-        out.view(cupy.uint16).fill(POISON_BITS)   # an element left unwritten fails the check below
         options = {"k": k, "v": v, "lse": None, "causal": causal, "scale": 1 / math.sqrt(D)}
         for variant in ladder():
-            runner = get_runner(variant, q, out, options)
-            runner(q, out, **options)
-            cupy.cuda.Device().synchronize()
-            errors[variant.name] = slice_error(out, ref)
+            out.view(cupy.uint16).fill(POISON_BITS)   # an element left unwritten fails the check below
+            try:
+                runner = get_runner(variant, q, out, options)
+                runner(q, out, **options)
+                cupy.cuda.Device().synchronize()
+            except Exception as error:   # a Hopper kernel's first runs: listed with the reason, the others still timed
+                if variant not in hopper_kernels():
+                    raise
+                skipped.append((variant.name, f"failed: {str(error).splitlines()[0][:160]}"))
+                continue
+            err = slice_error(out, ref)
+            if variant in hopper_kernels() and not err <= tol:
+                skipped.append((variant.name, f"wrong answer, not timed: error {err:.3e} > tolerance {tol:.3e}"))
+                continue
+            errors[variant.name] = err
             calls[variant.name] = lambda runner=runner: runner(q, out, **options)
         bad = {name: err for name, err in errors.items() if not err <= tol}
         if bad:
