@@ -81,3 +81,14 @@ def test_off_hopper_the_loader_says_why():
         pytest.skip("this GPU runs sm_90a builds")
     with pytest.raises(loader.KernelCompileError, match="compute capability 9.0"):
         loader.get_kernel(PROBE, ENTRIES[0])
+
+
+@hopper
+def test_the_driver_encodes_a_tensor_map_for_a_device_tensor():
+    from onlinesoftmax.runtime import tensor_maps
+
+    x = cp.zeros((4, 300, 128), cp.float16)
+    raw = tensor_maps.encode(x.data.ptr, "float16", 4, 300, 128, 128)
+    assert len(raw) == 128 and any(raw)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tensor_maps.encode(x.data.ptr + 8, "float16", 4, 300, 128, 128)
