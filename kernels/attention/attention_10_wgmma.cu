@@ -40,13 +40,9 @@ __device__ __forceinline__ void attention_10(const typename T::Elem* __restrict_
     const long long q_rows = (long long)(batch * heads + head) * n_q, kv_rows = (long long)(batch * kv_heads + kv_head) * n_k;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * WG_BLOCK_Q;
     extern __shared__ unsigned char shared_raw[];
-#ifdef ONLINESOFTMAX_HOST_EMULATION
-    unsigned char* shared = shared_raw;   // the emulator's dynamic shared memory is 1024-aligned
-#else
-    unsigned char* shared = shared_raw + ((1024 - (static_cast<u32>(__cvta_generic_to_shared(shared_raw)) & 1023)) & 1023);
-#endif
     float o[D / 8][4], m[2], l[2];
-    wgmma_forward<T, D>(q + q_rows * D, k + kv_rows * D, v + kv_rows * D, n_q, n_k, q0, scale_log2, causal, shared, o, m, l);
+    wgmma_forward<T, D>(q + q_rows * D, k + kv_rows * D, v + kv_rows * D, n_q, n_k, q0, scale_log2, causal,
+                        aligned_shared(shared_raw), o, m, l);
     store_output<T, D>(o, m, l, out + q_rows * D, lse == nullptr ? nullptr : lse + q_rows, q0 + 16 * (threadIdx.x >> 5), n_q);
 }
 

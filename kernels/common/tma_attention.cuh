@@ -59,15 +59,6 @@ __device__ __forceinline__ void produce(const TmaBlock<Elem, D, STAGES>& b, cons
     }
 }
 
-// The 1024-aligned base of the block's dynamic shared memory.
-__device__ __forceinline__ unsigned char* aligned_shared(unsigned char* raw) {
-#ifdef ONLINESOFTMAX_HOST_EMULATION
-    return raw;   // the emulator's dynamic shared memory is 1024-aligned
-#else
-    return raw + ((1024 - (static_cast<u32>(__cvta_generic_to_shared(raw)) & 1023)) & 1023);
-#endif
-}
-
 #ifdef ONLINESOFTMAX_HOST_EMULATION
 #define TENSOR_MAP_PARAM(name) const TensorMap name   // the emulator passes structs by value too
 #else

@@ -56,6 +56,16 @@ __device__ __forceinline__ u64 wgmma_descriptor(const void* start, u32 leading_b
            (static_cast<u64>((stride_bytes >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
 
+// The first 1024-byte boundary of the block's dynamic shared memory at or after `raw` (the swizzle's
+// atoms are 1024-byte aligned; a kernel asks for 1 KiB more than its tiles).
+__device__ __forceinline__ unsigned char* aligned_shared(unsigned char* raw) {
+#ifdef ONLINESOFTMAX_HOST_EMULATION
+    return raw;   // the emulator's dynamic shared memory is 1024-aligned
+#else
+    return raw + ((1024 - (static_cast<u32>(__cvta_generic_to_shared(raw)) & 1023)) & 1023);
+#endif
+}
+
 // Before the first instruction that reads registers (accumulators or A) written since the last one.
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(ONLINESOFTMAX_HOST_EMULATION)

@@ -34,11 +34,7 @@ __device__ __forceinline__ void wgmma_probe(const typename T::Elem* __restrict__
                                             float* __restrict__ d) {
     typedef typename T::Elem Elem;
     extern __shared__ unsigned char shared_raw[];
-#ifdef ONLINESOFTMAX_HOST_EMULATION
-    unsigned char* base = shared_raw;   // the emulator's dynamic shared memory is 1024-aligned
-#else
-    unsigned char* base = shared_raw + ((1024 - (static_cast<u32>(__cvta_generic_to_shared(shared_raw)) & 1023)) & 1023);
-#endif
+    unsigned char* base = aligned_shared(shared_raw);
     Elem* sa = reinterpret_cast<Elem*>(base);                                   // [2][64][64]
     Elem* sb = reinterpret_cast<Elem*>(base + PROBE_M * PROBE_K * 2);          // [2][128][64]
     store_blocks(sa, a, PROBE_M);

@@ -62,18 +62,24 @@ def descriptor_problem(fn, seed: int | None = None) -> str | None:
     return None
 
 
+def _report(exercise: str, fn, first_args, problem_of, quiet: bool) -> bool:
+    """Grade fn with problem_of (None: passed); a stub that returns None on the first case is not
+    answered yet. Prints the verdict unless quiet; True when passed."""
+    try:
+        untouched = fn(*first_args) is None
+    except Exception:   # reported with its case by problem_of
+        untouched = False
+    problem = None if untouched else problem_of(fn)
+    if not quiet:
+        print(not_answered(exercise) if untouched else
+              f"{exercise}: FAILED: {problem}" if problem else f"{exercise}: passed")
+    return not untouched and problem is None
+
+
 def check_k_step_descriptor(fn, quiet: bool = False) -> bool:
     """fn(base, rows, k0) -> the 64-bit descriptor of the k-step at column k0 of a K-major tile of
     `rows` rows stored at byte `base` in blocks of 64 columns (each [rows][64], 128-byte swizzled)."""
-    try:
-        untouched = fn(*SHOWN[0][:3]) is None
-    except Exception:
-        untouched = False
-    problem = None if untouched else descriptor_problem(fn)
-    if not quiet:
-        print(not_answered("k_step_descriptor") if untouched else
-              f"k_step_descriptor: FAILED: {problem}" if problem else "k_step_descriptor: passed")
-    return not untouched and problem is None
+    return _report("k_step_descriptor", fn, SHOWN[0][:3], descriptor_problem, quiet)
 
 
 # --- exercise: which stage and which phases, for key tile j -------------------------------------
@@ -103,12 +109,4 @@ def parities_problem(fn) -> str | None:
 
 def check_stage_parities(fn, quiet: bool = False) -> bool:
     """fn(j, stages) -> (stage, full parity, empty parity or None) for key tile j of a ring of `stages` stages."""
-    try:
-        untouched = fn(0, 2) is None
-    except Exception:
-        untouched = False
-    problem = None if untouched else parities_problem(fn)
-    if not quiet:
-        print(not_answered("stage_parities") if untouched else
-              f"stage_parities: FAILED: {problem}" if problem else "stage_parities: passed")
-    return not untouched and problem is None
+    return _report("stage_parities", fn, (0, 2), parities_problem, quiet)

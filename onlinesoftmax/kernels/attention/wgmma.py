@@ -129,21 +129,19 @@ def _entries(variant: Variant) -> tuple[str, ...]:
     return tuple(f"{variant.path.stem}_{DTYPE_TAGS[t]}_d{d}" for t in variant.dtypes for d in SUPPORTED_D)
 
 
-WGMMA = register(Variant(
-    name=NAME, family="attention", file=f"attention/{NAME}.cu", short="wgmma",
-    story="Hopper's warpgroup instruction: S = Q K^T and O += P V as wgmma, 64 rows by 128 keys each, "
-          "operands read by the tensor cores from shared memory",
-    geometry=_geometry(NAME), simulate=simulate, plan=plan, reads_per_element=1, writes_per_element=1,
-    dtypes=DTYPES, entry=f"{NAME}_bf16_d128", entries=_entries, min_cc=90))
-WGMMA_TMA = register(Variant(
-    name=TMA_NAME, family="attention", file=f"attention/{TMA_NAME}.cu", short="wgmma_tma",
-    story="copies by TMA from one producer warp, mbarriers per stage: the two consumer warpgroups only compute",
-    geometry=_geometry(TMA_NAME), simulate=simulate, plan=plan_tma, reads_per_element=1, writes_per_element=1,
-    dtypes=DTYPES, entry=f"{TMA_NAME}_bf16_d128", entries=_entries, min_cc=90))
-WGMMA_OVERLAP = register(Variant(
-    name=OVERLAP_NAME, family="attention", file=f"attention/{OVERLAP_NAME}.cu", short="wgmma_overlap",
-    story="a producer warpgroup hands its registers to the consumers (setmaxnreg); each tile's softmax runs "
-          "while the previous tile's P V is on the tensor cores",
-    geometry=_geometry(OVERLAP_NAME), simulate=simulate, plan=plan_tma, reads_per_element=1, writes_per_element=1,
-    dtypes=DTYPES, entry=f"{OVERLAP_NAME}_bf16_d128", entries=_entries, min_cc=90))
+def _register(name: str, short: str, story: str, plan_of) -> Variant:
+    """A Hopper kernel (compute capability 9.0, the sm_90a build), with the one model of the three."""
+    return register(Variant(
+        name=name, family="attention", file=f"attention/{name}.cu", short=short, story=story,
+        geometry=_geometry(name), simulate=simulate, plan=plan_of, reads_per_element=1, writes_per_element=1,
+        dtypes=DTYPES, entry=f"{name}_bf16_d128", entries=_entries, min_cc=90))
+
+
+WGMMA = _register(NAME, "wgmma", "Hopper's warpgroup instruction: S = Q K^T and O += P V as wgmma, 64 rows by 128 "
+                                 "keys each, operands read by the tensor cores from shared memory", plan)
+WGMMA_TMA = _register(TMA_NAME, "wgmma_tma", "copies by TMA from one producer warp, mbarriers per stage: the two "
+                                             "consumer warpgroups only compute", plan_tma)
+WGMMA_OVERLAP = _register(OVERLAP_NAME, "wgmma_overlap", "a producer warpgroup hands its registers to the consumers "
+                          "(setmaxnreg); each tile's softmax runs while the previous tile's P V is on the tensor cores",
+                          plan_tma)
 HOPPER = (WGMMA, WGMMA_TMA, WGMMA_OVERLAP)
