@@ -70,3 +70,18 @@ def test_chapters_show_kernels_from_files_not_pasted_copies():
         assert 'extern "C" __global__' not in text, f"{chapter.name} pastes kernel code; use literalinclude"
         for included in re.findall(r"literalinclude::?\}?\s*(\S+)", text):
             assert (chapter.parent / included).resolve().is_file(), f"{chapter.name}: {included} missing"
+
+
+def test_every_excerpt_pattern_is_in_its_file():
+    """Each literalinclude's :start-at: / :start-after: / :end-before: / :end-at: names text its file
+    holds (a pattern left behind by an edit of the file fails the strict book build much later)."""
+    block = re.compile(r"```\{literalinclude\}\s+(\S+)\n((?::[\w-]+:.*\n)*)")
+    missing = []
+    for chapter in sorted((REPO_ROOT / "chapters").glob("*.md")):
+        for included, options in block.findall(chapter.read_text()):
+            source = (chapter.parent / included).resolve().read_text()
+            for name, value in re.findall(r":(start-at|start-after|end-before|end-at):\s*(.*)", options):
+                pattern = value.strip().strip('"')
+                if pattern not in source:
+                    missing.append(f"{chapter.name}: {name} {pattern!r} not in {included}")
+    assert not missing, "\n".join(missing)

@@ -59,6 +59,8 @@ __device__ __forceinline__ void produce(const TmaBlock<Elem, D, STAGES>& b, cons
     }
 }
 
+// A tensor map as a kernel parameter: by value, and __grid_constant__ on the GPU (the copy engine reads
+// it where the launch put it).
 #ifdef ONLINESOFTMAX_HOST_EMULATION
 #define TENSOR_MAP_PARAM(name) const TensorMap name   // the emulator passes structs by value too
 #else
