@@ -141,9 +141,10 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
     if on_gpu and device.compute_capability() < chosen.min_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
                            f"this GPU has {device.compute_capability() / 10:.1f}")
-    if on_gpu and chosen in attention_wgmma.HOPPER and device.compute_capability() != 90:
-        raise RuntimeError(f"attention: variant {chosen.name!r} uses sm_90a's wgmma, which only compute capability "
-                           f"9.0 (H100, H200) has; this GPU has {device.compute_capability() / 10:.1f}")
+    if on_gpu and chosen.max_cc is not None and device.compute_capability() > chosen.max_cc:
+        raise RuntimeError(f"attention: variant {chosen.name!r} uses instructions of compute capability "
+                           f"{chosen.max_cc / 10:.1f} only (sm_90a's wgmma: H100, H200); this GPU has "
+                           f"{device.compute_capability() / 10:.1f}")
 
 
 def _call_key(q, k, v, causal, scale, return_lse, variant):

@@ -61,6 +61,9 @@ class Variant:
     # the compute capability the kernel needs (major * 10 + minor): 90 for clusters and
     # programmatic dependent launches; `auto` never picks a kernel the device cannot run
     min_cc: int = 70
+    # the newest compute capability it runs on, for kernels of one arch's own instructions (sm_90a's
+    # wgmma and setmaxnreg: 90); None: every capability from min_cc on
+    max_cc: int | None = None
 
     @property
     def path(self) -> Path:
