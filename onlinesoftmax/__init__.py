@@ -36,6 +36,7 @@ from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma  
 from onlinesoftmax.kernels.attention import paged as attention_paged  # noqa: F401  (attention_08_paged_decode: a paged KV cache)
 from onlinesoftmax.kernels.attention import varlen as attention_varlen_kernels  # noqa: F401  (attention_09_varlen: packed sequences)
 from onlinesoftmax.kernels.attention import wgmma as attention_wgmma_kernels  # noqa: F401  (attention_10_wgmma: Hopper's wgmma)
+from onlinesoftmax.kernels.attention import fp32_pipelined as attention_fp32_kernels  # noqa: F401  (attention_13_fp32_pipelined)
 from onlinesoftmax.kernels.attention import backward_blocked as attention_backward_kernels  # noqa: F401  (attention_backward_01_blocked)
 from onlinesoftmax.kernels.attention import backward_mma as attention_backward_mma_kernels  # noqa: F401  (attention_backward_02_mma: tensor cores)
 from onlinesoftmax.kernels.attention import backward_pipelined as attention_backward_pipelined_kernels  # noqa: F401  (attention_backward_03_pipelined)

@@ -47,6 +47,7 @@ from onlinesoftmax.reference import array_module
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
 from onlinesoftmax.kernels.attention import mma as attention_mma
 from onlinesoftmax.kernels.attention import wgmma as attention_wgmma
+from onlinesoftmax.kernels.attention import fp32_pipelined as attention_fp32
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
 from onlinesoftmax.runtime import device, torch_bridge
 from onlinesoftmax.runtime.cache import Cache
@@ -134,7 +135,8 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
         raise TypeError(f"attention: variant {chosen.name!r} takes {' or '.join(chosen.dtypes)}, got {dtype} "
                         f"(variant='blocked' takes every dtype)")
     tensor_core_d = attention_decode_mma.SUPPORTED_D if chosen is attention_decode_mma.DECODE_MMA else \
-        attention_mma.SUPPORTED_D if chosen in (*attention_mma.VARIANTS, *attention_wgmma.HOPPER) else SUPPORTED_D
+        attention_mma.SUPPORTED_D if chosen in (*attention_mma.VARIANTS, *attention_wgmma.HOPPER) else \
+        attention_fp32.SUPPORTED_D if chosen is attention_fp32.PIPELINED else SUPPORTED_D
     if d not in tensor_core_d:
         raise ValueError(f"attention: variant {chosen.name!r} takes head dimension d in {tensor_core_d}, "
                          f"got d = {d} (variant='blocked' takes {SUPPORTED_D})")

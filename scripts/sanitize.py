@@ -151,9 +151,18 @@ def logsumexp(cp, osm, checks):
             cp.cuda.Device().synchronize()
 
 
-@family("attention", "attention_01_blocked, every head dimension, causal and not", ("attention_01_blocked",))
+@family("attention", "attention_01_blocked (every head dimension) and attention_13_fp32_pipelined (fp32, d 64 and 128): "
+        "causal and not, partial tiles, blind rows", ("attention_01_blocked", "attention_13_fp32_pipelined"))
 def attention(cp, osm, checks):
     _attention_cuda_cores(cp, osm, checks, (("attention_01_blocked", (70, 33, 1)), ("attention_01_blocked", (5, 130, 2))))
+    if wanted("attention_13_fp32_pipelined"):
+        for d in (64, 128):
+            for n_q, n_k, kv in ((70, 33, 1), (5, 130, 2), (130, 200, 1), (1, 1, 1)):
+                q = checks.random_rows(cp, 2 * 2 * n_q, d, "float32", seed=1).reshape(2, 2, n_q, d)
+                k = checks.random_rows(cp, 2 * kv * n_k, d, "float32", seed=2).reshape(2, kv, n_k, d)
+                v = checks.random_rows(cp, 2 * kv * n_k, d, "float32", seed=3).reshape(2, kv, n_k, d)
+                for causal in (False, True):
+                    osm.attention(q, k, v, causal=causal, return_lse=True, variant="attention_13_fp32_pipelined")
 
 
 @family("decode", "attention_02_decode_split (one split and several) and attention_06_decode_mma",

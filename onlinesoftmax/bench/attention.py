@@ -7,10 +7,10 @@ attention-decode: attention_02_decode_split (through onlinesoftmax.attention) at
   CUDNN; enable_gqa for kv_heads < heads), on the same tensors. Bytes counted: K and V read once
   plus q and out (`bytes_counted`); GB/s divided by the read ceiling measured in the same run
   (`fraction_of_read`: a kernel that streams through memory reading only) and by the copy.
-attention-prefill: attention_01_blocked in fp32 at batch 1, heads 16, n = n_q = n_k from 1K to
-  16K, d {64, 128}, causal or not, against the naive three-kernel path in torch fp32 (scores =
-  q k^T * scale with the mask, softmax, scores v; TF32 off, torch's default), and the bytes of
-  the score matrix that path allocates and our kernel never does.
+attention-prefill: attention_01_blocked and attention_13_fp32_pipelined in fp32 at batch 1, heads 16,
+  n = n_q = n_k from 1K to 16K, d {64, 128}, causal or not, against the naive three-kernel path in
+  torch fp32 (scores = q k^T * scale with the mask, softmax, scores v; TF32 off, torch's default),
+  and the bytes of the score matrix that path allocates and our kernels never do.
 
 Device time: onlinesoftmax.measure.timer.time_gpu (its METHOD in meta). End to end: one
 synchronous call of the public function between CUDA events (time_end_to_end), and host us per
@@ -138,6 +138,16 @@ def measure_decode(shapes, read_GBps, copy_GBps) -> tuple[list, list]:
     return rows, skipped
 
 
+def prefill_variants(d: int) -> list:
+    """The float32 kernels timed at head dimension d: attention_01_blocked, and attention_13_fp32_pipelined
+    where it has an entry for d and the GPU has cp.async."""
+    from onlinesoftmax.kernels.attention import fp32_pipelined
+    from onlinesoftmax.runtime import device
+
+    fast = fp32_pipelined.PIPELINED
+    return [ab.BLOCKED] + ([fast] if d in fp32_pipelined.SUPPORTED_D and device.compute_capability() >= fast.min_cc else [])
+
+
 def measure_prefill(shapes) -> list:
     import cupy
 
@@ -150,11 +160,14 @@ def measure_prefill(shapes) -> list:
         flops = 4 * heads * n * n * d * (0.5 if causal else 1.0)
         fields = {"op": "prefill", "batch": 1, "heads": heads, "n_q": n, "n_k": n, "d": d, "dtype": "float32",
                   "causal": causal, "flops": flops, "score_matrix_bytes_not_allocated": 4 * heads * n * n}
-        out = osm.attention(q, k, v, causal=causal, variant="blocked")
-        check_first_batch(out, q, k, v, causal, tol_scale=4.0)
-        ours = lambda: osm.attention(q, k, v, causal=causal, variant="blocked")  # noqa: E731
-        t = timer.time_gpu(ours, [()], reps=10)
-        rows.append({"kernel": ab.BLOCKED.name, **fields, **t, "TFLOPs": flops / t["ms"] / 1e9})
+        ours = {}
+        for variant in prefill_variants(d):
+            out = osm.attention(q, k, v, causal=causal, variant=variant.short)
+            check_first_batch(out, q, k, v, causal, tol_scale=4.0)
+            call = lambda variant=variant: osm.attention(q, k, v, causal=causal, variant=variant.short)  # noqa: E731
+            t = timer.time_gpu(call, [()], reps=10)
+            rows.append({"kernel": variant.name, **fields, **t, "TFLOPs": flops / t["ms"] / 1e9})
+            ours[variant.name] = t["ms"]
         tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
         mask = torch.ones(n, n, dtype=torch.bool, device="cuda").tril() if causal else None
 
@@ -167,12 +180,12 @@ def measure_prefill(shapes) -> list:
         try:
             t = timer.time_gpu(naive, [()], reps=10)
             rows.append({"kernel": "torch_naive_three_kernels", **fields, **t, "TFLOPs": flops / t["ms"] / 1e9})
-            ratio = rows[-1]["ms"] / rows[-2]["ms"]
+            torch_ms = t["ms"]
         except Exception as error:  # noqa: BLE001
-            ratio = float("nan")
+            torch_ms = float("nan")
             print(f"naive path failed at n {n}: {error}", flush=True)
-        print(f"prefill n {n} d {d} causal {causal}: ours {rows[-2 if ratio == ratio else -1]['ms']:.3f} ms, "
-              f"naive/ours {ratio:.2f}", flush=True)
+        print(f"prefill n {n} d {d} causal {causal}: " + ", ".join(
+            f"{name} {ms:.3f} ms (naive/it {torch_ms / ms:.2f})" for name, ms in ours.items()), flush=True)
         del q, k, v, out, tq, tk, tv
         torch.cuda.empty_cache()
         cupy.get_default_memory_pool().free_all_blocks()

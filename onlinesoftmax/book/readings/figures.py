@@ -62,6 +62,7 @@ PALETTE = {
     "attention_10_wgmma": "#d95f02",
     "attention_11_wgmma_tma": "#1b9e77",
     "attention_12_wgmma_overlap": "#e7298a",
+    "attention_13_fp32_pipelined": "#66a61e",
     "fast": "#000000",
     "torch": "#7f7f7f",
     "cupy": "#c49c94",

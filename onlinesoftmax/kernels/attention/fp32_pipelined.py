@@ -1,0 +1,91 @@
+"""attention_13_fp32_pipelined: attention_01_blocked's float32 forward with its tiles copied by
+cp.async one tile ahead and read 16 bytes at a time. Its plan, emulator launch and registration.
+
+The arithmetic is attention_01's (blocked.py's `simulate` is the model of both): tiles of 64 query
+rows and 64 keys, scores in float32 with the scale applied to each score, the online softmax in base
+2, one division per row at the end. Float32 only, d = 64 or 128, compute capability 8.0 or newer.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onlinesoftmax.kernels.attention import blocked
+from onlinesoftmax.registry import Launch, Variant, register
+from onlinesoftmax.runtime import driver, emulator
+from onlinesoftmax.runtime.loader import KERNELS_DIR, get_kernel
+
+NAME = "attention_13_fp32_pipelined"
+TILE, THREADS = 64, 256
+SUPPORTED_D = (64, 128)
+POISON = np.float32(1.2345e30)   # emulate() fills out and lse with it first: never an answer
+
+
+def shared_bytes(d: int) -> int:
+    """Dynamic shared memory: Q and two stages of K in rows of d + 4 floats, two stages of V, P
+    transposed in rows of 68 floats."""
+    return 4 * (3 * TILE * (d + 4) + 2 * TILE * d + TILE * (TILE + 4))
+
+
+def grid(batch: int, heads: int, n_q: int) -> tuple[int, int, int]:
+    return math.ceil(n_q / TILE), heads, batch
+
+
+def _arguments(heads, kv_heads, n_q, n_k, causal, scale):
+    return {5: heads, 6: kv_heads, 7: n_q, 8: n_k, 9: scale * blocked.LOG2E, 10: int(bool(causal))}
+
+
+def plan(variant: Variant, q, out, k=None, v=None, lse=None, causal=False, scale=1.0):
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    launch = driver.prepare_launch(
+        get_kernel(variant.path, f"{NAME}_f32_d{d}"), grid(batch, heads, n_q), (THREADS,), shared_bytes(d), 1,
+        (blocked.POINTER,) * 5 + (blocked.INT,) * 4 + (blocked.FLOAT, blocked.INT),
+        fixed=_arguments(heads, kv_heads, n_q, n_k, causal, scale))
+
+    def run(q, out, k=None, v=None, lse=None, **_):
+        launch(q.data.ptr, k.data.ptr, v.data.ptr, out.data.ptr, None if lse is None else lse.data.ptr)
+    return run
+
+
+def emulate(q, k, v, causal: bool = False, scale: float | None = None, *, source: str | None = None,
+            optimize: str = "-O2", schedule: str = "random", seed: int = 1):
+    """(out, lse) of one launch of the kernel's own CUDA source (or `source` in its place) on the CPU
+    emulator, with the plan's grid, block, shared memory and arguments, isolated in a child process;
+    q (batch, heads, n_q, d), k and v (batch, kv_heads, n_k, d) float32 numpy arrays.
+    EmulatorFault when the emulator stops the launch or outputs are left unwritten."""
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    if any(a.dtype != np.float32 for a in (q, k, v)) or d not in SUPPORTED_D:
+        raise ValueError(f"{NAME} takes float32 q, k, v with d in {SUPPORTED_D}, got "
+                         f"{q.dtype.name}, {k.dtype.name}, {v.dtype.name} with d = {d}")
+    entry = f"{NAME}_f32_d{d}"
+    module = emulator.Module(KERNELS_DIR / "attention" / f"{NAME}.cu", [entry], source=source, optimize=optimize,
+                             schedule=schedule, seed=seed)
+    out = np.full(q.shape, POISON, np.float32)
+    lse = np.full(q.shape[:3], POISON, np.float32)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    args = _arguments(heads, kv_heads, n_q, n_k, causal, scale)
+    module.launch(entry, grid(batch, heads, n_q), (THREADS,),
+                  (*(np.ascontiguousarray(a) for a in (q, k, v)), out, lse,
+                   *(np.int32(args[i]) for i in (5, 6, 7, 8)), np.float32(args[9]), np.int32(args[10])),
+                  shared_bytes(d), isolated=True)
+    unwritten = int((out == POISON).sum())
+    if unwritten:
+        raise emulator.EmulatorFault(f"{NAME}.cu left {unwritten} of {out.size} outputs unwritten")
+    return out, lse
+
+
+def geometry(n_q: int, n_k: int) -> Launch:
+    """One head's launch (the grid grows by heads and batch), at d = 128."""
+    return Launch(grid=(math.ceil(n_q / TILE),), block=(THREADS,), shared_bytes=shared_bytes(128))
+
+
+PIPELINED = register(Variant(
+    name=NAME, family="attention", file=f"attention/{NAME}.cu", short="fp32_pipelined",
+    story="attention_01's float32 loop fed for speed: K and V copied by cp.async a tile ahead, natural layouts "
+          "read 16 bytes at a time",
+    geometry=geometry, simulate=blocked.simulate, plan=plan, reads_per_element=1, writes_per_element=1,
+    dtypes=("float32",), entry=f"{NAME}_f32_d128",
+    entries=lambda variant: tuple(f"{NAME}_f32_d{d}" for d in SUPPORTED_D), min_cc=80))

@@ -1,0 +1,86 @@
+"""CPU tier: attention_13_fp32_pipelined's own CUDA source on the CPU emulator (cp.async copies landing
+only at the wait, shared memory poisoned with NaN, warps interleaved at random, the launch in a child
+process), judged against the float64 reference with the error rule of the tensor-core kernels'
+emulated tests (at most twice the NumPy model's error plus two ulps, and close to the model; LSE
+within 1e-5 relative; blind rows exactly 0 and -inf). Then broken copies of the kernel (a barrier or
+the copy wait removed, the prefetch written into the stage being read, the mask or the zero fill
+or the -inf guard dropped) must be rejected.
+"""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax.kernels.attention import fp32_pipelined as fp
+from onlinesoftmax.runtime import emulator
+from onlinesoftmax.runtime.loader import KERNELS_DIR
+
+from test_attention_emulated import judge, make_qkv
+
+pytestmark = pytest.mark.usefixtures("needs_emulator")   # tests/conftest.py
+SOURCE = KERNELS_DIR / "attention" / f"{fp.NAME}.cu"
+
+SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, q_scale)
+    (1, 2, 1, 1, 1, 64, False, 1.0),
+    (1, 2, 1, 70, 130, 64, True, 1.0),        # a partial query tile, a short last key tile
+    (1, 2, 2, 200, 65, 64, True, 1.0),        # n_q > n_k: 135 rows see no key, whole blocks see none
+    (1, 1, 1, 65, 200, 128, False, 1.0),      # four key tiles: each stage used twice
+    (1, 4, 1, 33, 300, 128, True, 30.0),      # four query heads on one kv head, scores in the hundreds
+]
+
+
+def run(shape, source=None, seed=1):
+    batch, heads, kv_heads, n_q, n_k, d, causal, q_scale = shape
+    q, k, v = make_qkv(batch, heads, kv_heads, n_q, n_k, d, "float32", seed=n_q + n_k, q_scale=q_scale)
+    out, lse = fp.emulate(q, k, v, causal, source=source, seed=seed)
+    return out, lse, (q, k, v, causal)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:6])) + ("-causal" if s[6] else ""))
+def test_the_kernel_source_on_the_emulator(shape):
+    out, lse, (q, k, v, causal) = run(shape)
+    assert judge(out, lse, q, k, v, causal, stem="attention_05_pipelined") is None
+
+
+BROKEN = {   # name: (old, new) in the kernel's source
+    "the top barrier removed": (
+        "        __syncthreads();              // everyone's have; everyone is done with tile t - 1 and Pt\n", ""),
+    "the barrier before P V removed": (
+        "        __syncthreads();   // P complete before any thread multiplies it by V\n", ""),
+    "the copy wait removed": (
+        "        cp_async_wait_all_groups();   // this thread's copies of tile t (and Q) have landed\n", ""),
+    "the prefetch written into the stage being read": (
+        "copy_rows<D, L::LD>(shared + L::K + ((t + 1) & 1) * F32_TILE * L::LD,",
+        "copy_rows<D, L::LD>(shared + L::K + (t & 1) * F32_TILE * L::LD,"),
+    "the mask dropped": ("k0 + tx + 16 * j < limit ?", "true ?"),
+    "no zero fill past n": ("inside ? head + (long long)(r0 + r) * D + col : head, inside)",
+                            "head + (long long)(r0 + r) * D + col, true)"),
+    "the -inf guard off": ("const float base = m_new == neg_inf() ? 0.0f : m_new;", "const float base = m_new;"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_a_broken_kernel_is_rejected(name):
+    old, new = BROKEN[name]
+    text = SOURCE.read_text()
+    assert old in text, old
+    shape = (1, 2, 2, 200, 150, 64, True, 1.0)   # three key tiles, blind rows, a partial last tile
+    try:
+        out, lse, (q, k, v, causal) = run(shape, source=text.replace(old, new))
+    except emulator.EmulatorFault:
+        return
+    assert judge(out, lse, q, k, v, causal, stem="attention_05_pipelined") is not None
+
+
+def test_the_api_names_the_variant_and_its_limits():
+    """By name through the API (NumPy in: the model), and its refusals, each naming what it takes."""
+    q, k, v = make_qkv(1, 2, 1, 5, 9, 64, "float32", seed=2)
+    out = osm.attention(q, k, v, causal=True, variant="fp32_pipelined")
+    assert out.dtype == np.float32 and out.shape == q.shape
+    with pytest.raises(TypeError, match="takes float32"):
+        osm.attention(*(a.astype(np.float16) for a in (q, k, v)), variant="fp32_pipelined")
+    q96 = np.zeros((1, 2, 3, 96), np.float32)
+    with pytest.raises(ValueError, match="head dimension d in"):
+        osm.attention(q96, q96, q96, variant="fp32_pipelined")
+    with pytest.raises(ValueError, match="d in"):
+        fp.emulate(q96, q96, q96)
+    assert fp.shared_bytes(128) == 184320 and fp.shared_bytes(64) == 102400   # one block an SM, and two
