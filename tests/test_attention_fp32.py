@@ -22,7 +22,7 @@ SOURCE = KERNELS_DIR / "attention" / f"{fp.NAME}.cu"
 SHAPES = [   # (batch, heads, kv_heads, n_q, n_k, d, causal, q_scale)
     (1, 2, 1, 1, 1, 64, False, 1.0),
     (1, 2, 1, 70, 130, 64, True, 1.0),        # a partial query tile, a short last key tile
-    (1, 2, 2, 200, 65, 64, True, 1.0),        # n_q > n_k: 135 rows see no key, whole blocks see none
+    (1, 2, 2, 300, 65, 64, True, 1.0),        # n_q > n_k: 235 rows see no key, a whole block sees none
     (1, 1, 1, 65, 200, 128, False, 1.0),      # four key tiles: each stage used twice
     (1, 4, 1, 33, 300, 128, True, 30.0),      # four query heads on one kv head, scores in the hundreds
 ]
@@ -43,15 +43,23 @@ def test_the_kernel_source_on_the_emulator(shape):
 
 BROKEN = {   # name: (old, new) in the kernel's source
     "the top barrier removed": (
-        "        __syncthreads();              // everyone's have; everyone is done with tile t - 1 and Pt\n", ""),
+        "        __syncthreads();              // everyone's have; everyone is done with P V of tile t - 1\n", ""),
     "the barrier before P V removed": (
-        "        __syncthreads();   // P complete before any thread multiplies it by V\n", ""),
+        "        __syncthreads();   // P complete before any thread multiplies it by V; every thread is done with K_t\n",
+        ""),
     "the copy wait removed": (
-        "        cp_async_wait_all_groups();   // this thread's copies of tile t (and Q) have landed\n", ""),
-    "the prefetch written into the stage being read": (
-        "copy_rows<D, L::LD>(shared + L::K + ((t + 1) & 1) * F32_TILE * L::LD,",
-        "copy_rows<D, L::LD>(shared + L::K + (t & 1) * F32_TILE * L::LD,"),
+        "        cp_async_wait_all_groups();   // this thread's copies of K_t and V_t (and Q) have landed\n", ""),
+    "V_{t+1} written into the stage being read": (
+        "copy_rows<F32_KEYS, D, D>(shared + L::V + ((t + 1) & 1) * F32_KEYS * D,",
+        "copy_rows<F32_KEYS, D, D>(shared + L::V + (t & 1) * F32_KEYS * D,"),
+    "K_{t+1} copied before the scores of tile t": (
+        "        if (t + 1 < tiles)            // V_{t+1}",
+        "        if (t + 1 < tiles) copy_rows<F32_KEYS, D, L::LD>(Ks, k_head, k0 + F32_KEYS, n_k);\n"
+        "        if (t + 1 < tiles)            // V_{t+1}"),
     "the mask dropped": ("k0 + tx + 16 * j < limit ?", "true ?"),
+    "the last copies not waited for": (
+        "    cp_async_wait_all_groups();   // nothing in flight at exit (a block that sees no key never waited for Q)\n",
+        ""),
     "no zero fill past n": ("inside ? head + (long long)(r0 + r) * D + col : head, inside)",
                             "head + (long long)(r0 + r) * D + col, true)"),
     "the -inf guard off": ("const float base = m_new == neg_inf() ? 0.0f : m_new;", "const float base = m_new;"),
@@ -63,7 +71,7 @@ def test_a_broken_kernel_is_rejected(name):
     old, new = BROKEN[name]
     text = SOURCE.read_text()
     assert old in text, old
-    shape = (1, 2, 2, 200, 150, 64, True, 1.0)   # three key tiles, blind rows, a partial last tile
+    shape = (1, 2, 2, 300, 150, 64, True, 1.0)   # three key tiles, blind rows and a blind block, a partial tile
     try:
         out, lse, (q, k, v, causal) = run(shape, source=text.replace(old, new))
     except emulator.EmulatorFault:
@@ -83,4 +91,4 @@ def test_the_api_names_the_variant_and_its_limits():
         osm.attention(q96, q96, q96, variant="fp32_pipelined")
     with pytest.raises(ValueError, match="d in"):
         fp.emulate(q96, q96, q96)
-    assert fp.shared_bytes(128) == 184320 and fp.shared_bytes(64) == 102400   # one block an SM, and two
+    assert fp.shared_bytes(128) == 200704 and fp.shared_bytes(64) == 118784

@@ -236,13 +236,16 @@ __attribute__((noinline, no_sanitize_address)) inline void simt_ldmatrix_x4(u32 
 }
 
 // 16 bytes from global memory (read now; nothing read and zeros when src_bytes is 0) that land in
-// shared memory when this thread waits.
+// shared memory when this thread waits. The hardware may write them at any moment from the issue to
+// the wait, so the destination counts as written at the issue too: another thread's access to it
+// before the next barrier is a race (a copy issued into a tile still being read).
 __attribute__((noinline, no_sanitize_address)) inline void simt_cp_async_16(void* shared_dst, const void* global_src,
                                                                            int src_bytes, int line = __builtin_LINE()) {
     if (!simt::in_shared(shared_dst, 16))
         simt::fail("line %d: cp.async destination outside the block's shared memory", line);
     if (reinterpret_cast<uintptr_t>(shared_dst) % 16 || reinterpret_cast<uintptr_t>(global_src) % 16)
         simt::fail("line %d: cp.async addresses not 16-byte aligned", line);
+    simt::access(reinterpret_cast<uintptr_t>(shared_dst), 16, true, false, SIMT_PC);
     simt::Copy copy{shared_dst, {}, SIMT_PC};
     if (src_bytes) {
         simt::access(reinterpret_cast<uintptr_t>(global_src), 16, false, false, SIMT_PC);

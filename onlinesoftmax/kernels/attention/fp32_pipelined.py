@@ -1,9 +1,10 @@
 """attention_13_fp32_pipelined: attention_01_blocked's float32 forward with its tiles copied by
 cp.async one tile ahead and read 16 bytes at a time. Its plan, emulator launch and registration.
 
-The arithmetic is attention_01's (blocked.py's `simulate` is the model of both): tiles of 64 query
-rows and 64 keys, scores in float32 with the scale applied to each score, the online softmax in base
-2, one division per row at the end. Float32 only, d = 64 or 128, compute capability 8.0 or newer.
+The arithmetic is attention_01's (blocked.py's `simulate` is the model of both: key tiles of 64,
+scores in float32, the online softmax, one division per row at the end); the kernel's query tiles are
+128 rows, its scale is applied to each score and its exponentials are in base 2, which changes only
+the rounding. Float32 only, d = 64 or 128, compute capability 8.0 or newer.
 """
 from __future__ import annotations
 
@@ -17,19 +18,19 @@ from onlinesoftmax.runtime import driver, emulator
 from onlinesoftmax.runtime.loader import KERNELS_DIR, get_kernel
 
 NAME = "attention_13_fp32_pipelined"
-TILE, THREADS = 64, 256
+ROWS, KEYS, THREADS = 128, 64, 256
 SUPPORTED_D = (64, 128)
 POISON = np.float32(1.2345e30)   # emulate() fills out and lse with it first: never an answer
 
 
 def shared_bytes(d: int) -> int:
-    """Dynamic shared memory: Q and two stages of K in rows of d + 4 floats, two stages of V, P
-    transposed in rows of 68 floats."""
-    return 4 * (3 * TILE * (d + 4) + 2 * TILE * d + TILE * (TILE + 4))
+    """Dynamic shared memory: the Q tile and one K tile in rows of d + 4 floats, two stages of V, P
+    transposed in rows of ROWS + 4 floats."""
+    return 4 * ((ROWS + KEYS) * (d + 4) + 2 * KEYS * d + KEYS * (ROWS + 4))
 
 
 def grid(batch: int, heads: int, n_q: int) -> tuple[int, int, int]:
-    return math.ceil(n_q / TILE), heads, batch
+    return math.ceil(n_q / ROWS), heads, batch
 
 
 def _arguments(heads, kv_heads, n_q, n_k, causal, scale):
@@ -79,7 +80,7 @@ def emulate(q, k, v, causal: bool = False, scale: float | None = None, *, source
 
 def geometry(n_q: int, n_k: int) -> Launch:
     """One head's launch (the grid grows by heads and batch), at d = 128."""
-    return Launch(grid=(math.ceil(n_q / TILE),), block=(THREADS,), shared_bytes=shared_bytes(128))
+    return Launch(grid=(math.ceil(n_q / ROWS),), block=(THREADS,), shared_bytes=shared_bytes(128))
 
 
 PIPELINED = register(Variant(
