@@ -90,3 +90,53 @@ PIPELINED = register(Variant(
     geometry=geometry, simulate=blocked.simulate, plan=plan, reads_per_element=1, writes_per_element=1,
     dtypes=("float32",), entry=f"{NAME}_f32_d128",
     entries=lambda variant: tuple(f"{NAME}_f32_d{d}" for d in SUPPORTED_D), min_cc=80))
+
+
+# --- what one key tile costs a warp, counted from the two kernels' addresses ------------------------
+
+def warp_tile_costs(name: str, d: int) -> dict:
+    """Per warp and key tile of 64 keys, for attention_01_blocked or this kernel: {"ffma": FMA
+    instructions, "lds": shared-memory load instructions, "wavefronts": {part: count}} with the parts
+    "S" (Q and K reads), "PV" (P and V reads), "stores" (P, and the tile's K and V: attention_01's
+    register stores, this kernel's cp.async writes). Wavefronts come from the addresses each
+    kernel's index arithmetic gives warp 0 (mma_fragments.wavefronts: 16-byte accesses in phases of
+    8 lanes)."""
+    from onlinesoftmax.kernels.attention import mma_fragments as mf
+
+    lane = np.arange(32)
+    tx, ty = lane % 16, lane // 16
+    word = 4
+    if name == blocked.NAME:                  # Qt[d][LD], Kt[d][LD], Vs[j][d], Pt[j][LD]; LD = 68
+        ld = blocked.BLOCK_Q + 4
+        s_step = mf.wavefronts(word * 4 * ty, 16) + mf.wavefronts(word * 4 * tx, 16)        # per element of d
+        pv_key = mf.wavefronts(word * 4 * ty, 16) + sum(mf.wavefronts(word * (tx + 16 * c), 4) for c in range(d // 16))
+        element = lane + 0                   # one store instruction of the loading loop: i = threadIdx + 256 it
+        k_store = mf.wavefronts(word * ((element % d) * ld + element // d), 4)
+        v_store = mf.wavefronts(word * ((element // d) * d + element % d), 4)
+        p_store = sum(mf.wavefronts(word * ((4 * tx + j) * ld + 4 * ty + i), 4) for i in range(4) for j in range(4))
+        stores_per_thread = 64 * d // 256    # elements of K (and of V) each thread stores per tile
+        return {"ffma": 32 * d, "lds": 2 * d + 64 * (1 + d // 16),
+                "wavefronts": {"S": d * s_step, "PV": 64 * pv_key,
+                               "stores": stores_per_thread * (k_store + v_store) + p_store}}
+    if name == NAME:                          # Q[r][d + 4], K[j][d + 4], V[j][d], Pt[j][ROWS + 4]
+        ld, ldp = d + 4, ROWS + 4
+        s_step = sum(mf.wavefronts(word * ((8 * ty + i) * ld), 16) for i in range(8)) + \
+            sum(mf.wavefronts(word * ((tx + 16 * j) * ld), 16) for j in range(4))               # per 4 elements of d
+        pv_key = sum(mf.wavefronts(word * (8 * ty + h), 16) for h in (0, 4)) + \
+            sum(mf.wavefronts(word * 4 * (tx + 16 * g), 16) for g in range(d // 64))
+        p_store = sum(mf.wavefronts(word * ((tx + 16 * j) * ldp + 8 * ty + h), 16) for j in range(4) for h in (0, 4))
+        copies = 2 * KEYS * d * word // 128 // (THREADS // 32)   # K and V bytes a tile, a warp's share, in wavefronts
+        return {"ffma": 64 * d, "lds": 3 * d + KEYS * (2 + d // 64),
+                "wavefronts": {"S": d // 4 * s_step, "PV": KEYS * pv_key, "stores": p_store + copies}}
+    raise ValueError(f"warp_tile_costs: {name!r} is neither {blocked.NAME!r} nor {NAME!r}")
+
+
+FFMA_PER_CLOCK, WAVEFRONTS_PER_CLOCK = 4, 1   # warp instructions per SM and clock: four FMA pipes, one shared port
+
+
+def shared_memory_cap(name: str, d: int) -> float:
+    """The largest fraction of the FMA peak shared memory lets the kernel reach: one wavefront a clock
+    against four FMA warp-instructions a clock, per SM."""
+    costs = warp_tile_costs(name, d)
+    per_ffma = sum(costs["wavefronts"].values()) / costs["ffma"]
+    return min(1.0, WAVEFRONTS_PER_CLOCK / (FFMA_PER_CLOCK * per_ffma))
