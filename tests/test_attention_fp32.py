@@ -92,3 +92,32 @@ def test_the_api_names_the_variant_and_its_limits():
     with pytest.raises(ValueError, match="d in"):
         fp.emulate(q96, q96, q96)
     assert fp.shared_bytes(128) == 200704 and fp.shared_bytes(64) == 118784
+
+
+def test_the_cost_model_reads_the_kernels_constants_and_orders_them():
+    """warp_tile_costs counts with the tile sizes the .cu files define, and the page's claim holds:
+    attention_13 needs fewer wavefronts per FMA than attention_01 at both head dimensions."""
+    import re
+
+    text = SOURCE.read_text()
+    defined = {name: int(value) for name, value in re.findall(r"#define (F32_\w+) (\d+)", text)}
+    assert (defined["F32_ROWS"], defined["F32_KEYS"], defined["F32_THREADS"]) == (fp.ROWS, fp.KEYS, fp.THREADS)
+    blocked_text = (KERNELS_DIR / "attention" / "attention_01_blocked.cu").read_text()
+    assert "#define BLOCK_Q 64" in blocked_text and "#define PAD 4" in blocked_text
+    for d in fp.SUPPORTED_D:
+        assert fp.shared_memory_cap(fp.NAME, d) > fp.shared_memory_cap("attention_01_blocked", d)
+        costs = fp.warp_tile_costs(fp.NAME, d)
+        assert costs["ffma"] == 2 * fp.ROWS * fp.KEYS * d // fp.THREADS   # 8 warps share the tile's FMAs
+    with pytest.raises(ValueError, match="neither"):
+        fp.warp_tile_costs("attention_03_mma", 128)
+
+
+def test_unpadded_rows_would_collide():
+    """The padding the kernel relies on: rows of d floats put a quarter-warp's 8 K rows in one chunk
+    position (8 wavefronts), rows of d + 4 in eight (1)."""
+    from onlinesoftmax.kernels.attention import mma_fragments as mf
+
+    lanes = np.arange(8)
+    for d in fp.SUPPORTED_D:
+        assert mf.wavefronts(4 * lanes * d, 16) == 8
+        assert mf.wavefronts(4 * lanes * (d + 4), 16) == 1
