@@ -138,7 +138,7 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
     before(rows, logits), the loss kernel's gradient written over them, the chunk's rows of d hidden
     (a second product), after(rows, dlogits)."""
     dh = lib.empty_like(h)
-    total = lib.zeros((), dtype=lib.float32) if tensor else np.float32(0)
+    total = lib.zeros((), dtype=lib.float32, device=h.device) if tensor else np.float32(0)   # on h's GPU: no copy a chunk
     for first in range(0, h.shape[0], chunk):
         rows = slice(first, min(h.shape[0], first + chunk))
         logits = _mm(h[rows], weight.T)
@@ -197,7 +197,8 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     softcap, eps, z = options["softcap"], float(options["label_smoothing"]), float(options["z_loss"])
     valid = t != options["ignore_index"]
     scale = _mean_scale(t, options["ignore_index"], reduction)
-    m, log_l = lib.empty(n_tokens, dtype=lib.float32), lib.empty(n_tokens, dtype=lib.float32)
+    on = {"device": h.device} if tensor else {}   # torch makes new tensors on the CPU unless told
+    m, log_l = lib.empty(n_tokens, dtype=lib.float32, **on), lib.empty(n_tokens, dtype=lib.float32, **on)
 
     def keep_row_terms(rows, logits):
         m[rows], log_l[rows] = _row_terms(logits, softcap, tensor, lib)
