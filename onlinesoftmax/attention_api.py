@@ -18,11 +18,14 @@ the inputs are float16 or bfloat16 with d = 64 or 128 (compute capability 8.0 or
 heads of a kv head as the columns of tensor-core tiles); with one head per kv head it takes it
 too where it was measured ahead of attention_02 (MHA_DECODE_MMA: at most 256 (batch, kv head)
 caches, and 16K keys or more, or 64 caches or more), else attention_02_decode_split (both
-split the cache over blocks and merge the pieces with a second kernel); for more queries in float16 or bfloat16 with d = 64 or 128 on compute
-capability 8.0 or newer, the tensor-core kernel attention_mma.FASTEST (products on tensor
-cores with fp32 accumulation, P rounded to the input dtype); otherwise attention_01_blocked
-(fp32 on CUDA cores: float32 inputs, other head dimensions, older GPUs). A registry name or short
-name ("blocked", "decode", "decode_mma", "mma", "ldmatrix", "pipelined") chooses one; the tensor-core kernels
+split the cache over blocks and merge the pieces with a second kernel); for more queries in float16 or
+bfloat16: with d = 128 on compute capability 9.0, attention_11_wgmma_tma (Hopper's wgmma fed by TMA),
+else with d = 64 or 128 on compute capability 8.0 or newer the tensor-core kernel attention_mma.FASTEST
+(products on tensor cores with fp32 accumulation, P rounded to the input dtype); in float32 with
+d = 64 or 128, where a block may have its 116 / 196 KiB of shared memory (compute capability 8.0 or
+newer), attention_13_fp32_pipelined; otherwise attention_01_blocked (fp32 on CUDA cores: other head
+dimensions, older GPUs). A registry name or short name ("blocked", "decode", "decode_mma", "mma",
+"ldmatrix", "pipelined", "wgmma_tma", "fp32_pipelined", ...) chooses one; the tensor-core kernels
 take float16 and bfloat16 with d = 64 or 128 only. Softmax arithmetic is fp32 for every dtype;
 the output is in q's dtype. A NaN in a query (or in a key it sees) makes that query's output and LSE
 NaN, as torch's. The kernels work in the base-2 domain (scores times scale log2 e): a scaled score
@@ -124,9 +127,18 @@ def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1, 
                 return Choice(grouped, "decoding, grouped heads (or measured ahead for these caches): "
                                        "the heads of a kv head as tensor-core columns")
         return Choice(kernels.DECODE, "decoding: the cache split over blocks, fp32 on CUDA cores")
+    hopper = attention_wgmma.WGMMA_TMA
+    if dtype in hopper.dtypes and d == 128 and hopper.min_cc <= cc <= hopper.max_cc:
+        return Choice(hopper, "16-bit inputs, d = 128, compute capability 9.0: wgmma fed by TMA (measured ahead "
+                              "of attention_07 at every prefill shape of attention-prefill-mma on an H100)")
     fastest = attention_mma.FASTEST
     if dtype in fastest.dtypes and d in attention_mma.SUPPORTED_D and cc >= fastest.min_cc:
         return Choice(fastest, "16-bit inputs, d of 64 or 128: tensor cores")
+    fed = attention_fp32.PIPELINED
+    if dtype in fed.dtypes and d in attention_fp32.SUPPORTED_D and cc >= fed.min_cc \
+            and attention_fp32.shared_bytes(d) <= device.shared_memory_optin():
+        return Choice(fed, "float32, d of 64 or 128, room for its tiles: CUDA cores fed by cp.async (measured "
+                           "ahead of attention_01 at every prefill shape on an H100)")
     return Choice(kernels.BLOCKED, "float32, another head dimension or an older GPU: CUDA cores")
 
 
@@ -143,6 +155,10 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
     if on_gpu and device.compute_capability() < chosen.min_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
                            f"this GPU has {device.compute_capability() / 10:.1f}")
+    if on_gpu and chosen is attention_fp32.PIPELINED and attention_fp32.shared_bytes(d) > device.shared_memory_optin():
+        raise RuntimeError(f"attention: variant {chosen.name!r} at d = {d} needs {attention_fp32.shared_bytes(d)} bytes "
+                           f"of shared memory a block, this GPU allows {device.shared_memory_optin()}; "
+                           "variant 'blocked' needs less")
     if on_gpu and chosen.max_cc is not None and device.compute_capability() > chosen.max_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} uses instructions of compute capability "
                            f"{chosen.max_cc / 10:.1f} only (sm_90a's wgmma: H100, H200); this GPU has "

@@ -113,17 +113,35 @@ def test_the_model_equals_the_fp32_model_up_to_the_rounding_of_p():
 
 
 @pytest.mark.parametrize("dtype, n_q, d, cc, expected", [
-    ("bfloat16", 1000, 128, 90, am.FASTEST.name),
+    ("bfloat16", 1000, 128, 90, "attention_11_wgmma_tma"),   # Hopper, d = 128: wgmma fed by TMA
+    ("bfloat16", 1000, 64, 90, am.FASTEST.name),        # d = 64 on Hopper: not measured for wgmma yet
+    ("float16", 1000, 128, 100, am.FASTEST.name),       # wgmma is sm_90a's only
     ("float16", 9, 64, 80, am.FASTEST.name),
     ("bfloat16", 8, 128, 90, ab.DECODE.name),          # decoding: the split kernel
-    ("float32", 1000, 128, 90, ab.BLOCKED.name),       # fp32: CUDA cores
+    ("float32", 1000, 128, 90, "attention_13_fp32_pipelined"),   # fp32: CUDA cores fed by cp.async
+    ("float32", 1000, 96, 90, ab.BLOCKED.name),        # a head dimension attention_13 lacks
+    ("float32", 1000, 64, 75, ab.BLOCKED.name),        # no cp.async below 8.0
     ("bfloat16", 1000, 96, 90, ab.BLOCKED.name),       # a head dimension the tensor-core kernels lack
     ("bfloat16", 1000, 128, 75, ab.BLOCKED.name),      # no bf16 mma.sync below 8.0
 ])
 def test_auto_picks(dtype, n_q, d, cc, expected):
     chosen = attention_api.choose(dtype, n_q, d, cc).variant
     assert chosen.name == expected
-    assert chosen.min_cc <= cc
+    assert chosen.min_cc <= cc and (chosen.max_cc is None or cc <= chosen.max_cc)
+
+
+def test_auto_leaves_attention_13_where_its_tiles_do_not_fit():
+    """attention_13 needs 196 KiB a block at d = 128 (116 KiB at 64): an A100 (163 KiB) runs it at d = 64
+    only, an sm_86/89 GPU (99 KiB) not at all; asked by name there, it is refused with the bytes."""
+    from onlinesoftmax.runtime import device
+
+    with device.simulate_device(shared_memory_optin=166912):
+        assert attention_api.choose("float32", 1000, 128, 80).variant.name == ab.BLOCKED.name
+        assert attention_api.choose("float32", 1000, 64, 80).variant.name == "attention_13_fp32_pipelined"
+    with device.simulate_device(shared_memory_optin=101376):
+        assert attention_api.choose("float32", 1000, 64, 86).variant.name == ab.BLOCKED.name
+        with pytest.raises(RuntimeError, match="at d = 64 needs 118784 bytes"):
+            attention_api._check_variant(attention_api.attention_fp32.PIPELINED, "float32", 64, on_gpu=True)
 
 
 def test_auto_runs_the_tensor_core_model_for_16_bit_prefill():

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 import onlinesoftmax as osm
-from onlinesoftmax import checks
+from onlinesoftmax import attention_api, checks
 from onlinesoftmax.kernels.attention import blocked as ab
 from onlinesoftmax.kernels.attention import mma as am
 from onlinesoftmax.measure import results, timer
@@ -150,7 +150,7 @@ def measure(shapes, ceiling_TFLOPs: float) -> list[dict]:
             TFLOPs = flops / t["ms"] / 1e9
             row = {"kernel": name, "method": "device", **fields, **t, "TFLOPs": TFLOPs, "fraction_of_matmul": TFLOPs / ceiling_TFLOPs,
                    "max_abs_error_slice": errors[name], "tolerance_slice": tol}
-            if name == am.FASTEST.name:
+            if name == attention_api.choose("bfloat16", n, 128).variant.name:   # what the public call runs
                 e2e = timer.time_end_to_end(lambda: osm.attention(q, k, v, causal=causal), [()], warmup=2, reps=5)
                 row.update({"end_to_end_us": e2e["us"], "end_to_end_wall_us": e2e["wall_us"]})
             rows.append(row)
