@@ -314,22 +314,31 @@ def _function():
 
     class LinearCrossEntropy(torch.autograd.Function):
         """The forward computes the loss and all the gradients chunk by chunk and keeps the gradients;
-        the backward scales them by the upstream gradient (not at all when it is 1)."""
+        the backward hands them over, scaled in place by the upstream gradient (not at all when it is 1).
+        They are kept on ctx, not saved for backward, and dropped from it as they are handed over: a
+        gradient torch finds referenced elsewhere it copies before storing it in .grad, and d weight is
+        as large as the weight."""
 
         @staticmethod
         def forward(ctx, hidden, weight, targets, bias, options):
             with torch.no_grad():
                 loss, dh, dw, db = linear_cross_entropy_with_grad(hidden.detach(), weight.detach(), targets,
                                                                   None if bias is None else bias.detach(), **options)
-            ctx.save_for_backward(dh, dw, *(() if db is None else (db,)))
+            ctx.gradients = (dh, dw, db)
             return loss
 
         @staticmethod
         def backward(ctx, g):
-            dh, dw, *db = ctx.saved_tensors
+            if ctx.gradients is None:
+                raise RuntimeError("linear_cross_entropy: a second backward through the same loss; its gradients "
+                                   "were made once, in the forward, and handed to the first backward")
+            dh, dw, db = ctx.gradients
+            ctx.gradients = None
             if not bool(g == 1):
-                dh, dw, db = dh * g.to(dh.dtype), dw * g.to(dw.dtype), [d * g.to(d.dtype) for d in db]
-            return dh, dw, None, db[0] if db else None, None
+                for d in (dh, dw, db):
+                    if d is not None:
+                        d.mul_(g.to(d.dtype))
+            return dh, dw, None, db, None
     return LinearCrossEntropy
 
 

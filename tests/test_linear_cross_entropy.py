@@ -163,6 +163,31 @@ def test_against_torch_autograd():
             assert float((got.double() - want).abs().max()) <= 2e-5 * max(1.0, float(want.abs().max()))
 
 
+def test_the_weight_gradient_is_handed_over_not_copied():
+    """.grad is the tensor the forward made (no copy as large as the weight: a gradient still referenced
+    by the graph, as a saved tensor is, torch copies first); a second backward is refused by name."""
+    torch = pytest.importorskip("torch")
+    h, w, b, t = (torch.from_numpy(a) for a in problem(tokens=100))
+    h, w = (a.clone().requires_grad_() for a in (h, w))
+    made = []
+    original = osm.linear_loss.linear_cross_entropy_with_grad
+
+    def spy(*args, **kwargs):   # keeps the addresses only: a reference would make torch copy
+        result = original(*args, **kwargs)
+        made.append((result[1].data_ptr(), result[2].data_ptr()))
+        return result
+
+    osm.linear_loss.linear_cross_entropy_with_grad = spy
+    try:
+        loss = osm.linear_cross_entropy(h, w, t, weight_grad="recompute")
+    finally:
+        osm.linear_loss.linear_cross_entropy_with_grad = original
+    loss.backward(retain_graph=True)
+    assert (h.grad.data_ptr(), w.grad.data_ptr()) == made[0]
+    with pytest.raises(RuntimeError, match="second backward"):
+        loss.backward()
+
+
 def test_the_arguments_are_checked():
     h, w, b, t = problem()
     with pytest.raises(ValueError, match="must share H"):
