@@ -110,7 +110,7 @@ def warp_tile_costs(name: str, d: int) -> dict:
         ld = blocked.BLOCK_Q + 4
         s_step = mf.wavefronts(word * 4 * ty, 16) + mf.wavefronts(word * 4 * tx, 16)        # per element of d
         pv_key = mf.wavefronts(word * 4 * ty, 16) + sum(mf.wavefronts(word * (tx + 16 * c), 4) for c in range(d // 16))
-        element = lane + 0                   # one store instruction of the loading loop: i = threadIdx + 256 it
+        element = lane                       # one store instruction of the loading loop: i = threadIdx + 256 it
         k_store = mf.wavefronts(word * ((element % d) * ld + element // d), 4)
         v_store = mf.wavefronts(word * ((element // d) * d + element % d), 4)
         p_store = sum(mf.wavefronts(word * ((4 * tx + j) * ld + 4 * ty + i), 4) for i in range(4) for j in range(4))
