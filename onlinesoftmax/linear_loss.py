@@ -138,7 +138,7 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
     before(rows, logits), the loss kernel's gradient written over them, the chunk's rows of d hidden
     (a second product), after(rows, dlogits)."""
     dh = lib.empty_like(h)
-    total = lib.zeros((), dtype=lib.float32, device=h.device) if tensor else np.float32(0)   # on h's GPU: no copy a chunk
+    total = lib.zeros((), dtype=lib.float32, device=h.device) if tensor else np.float32(0)   # on h's device from the start
     for first in range(0, h.shape[0], chunk):
         rows = slice(first, min(h.shape[0], first + chunk))
         logits = _mm(h[rows], weight.T)
