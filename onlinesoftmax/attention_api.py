@@ -135,8 +135,7 @@ def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1, 
     if dtype in fastest.dtypes and d in attention_mma.SUPPORTED_D and cc >= fastest.min_cc:
         return Choice(fastest, "16-bit inputs, d of 64 or 128: tensor cores")
     fed = attention_fp32.PIPELINED
-    if dtype in fed.dtypes and d in attention_fp32.SUPPORTED_D and cc >= fed.min_cc \
-            and attention_fp32.shared_bytes(d) <= device.shared_memory_optin():
+    if dtype in fed.dtypes and attention_fp32.runs_here(d, cc):
         return Choice(fed, "float32, d of 64 or 128, room for its tiles: CUDA cores fed by cp.async (measured "
                            "ahead of attention_01 at every prefill shape to n = 8192 on an H100)")
     return Choice(kernels.BLOCKED, "float32, another head dimension or an older GPU: CUDA cores")

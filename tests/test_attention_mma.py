@@ -140,6 +140,8 @@ def test_auto_leaves_attention_13_where_its_tiles_do_not_fit():
         assert attention_api.choose("float32", 1000, 64, 80).variant.name == "attention_13_fp32_pipelined"
     with device.simulate_device(shared_memory_optin=101376):
         assert attention_api.choose("float32", 1000, 64, 86).variant.name == ab.BLOCKED.name
+        from onlinesoftmax.bench import attention as bench   # the prefill bench times only what can run
+        assert [v.name for v in bench.prefill_variants(64)] == [ab.BLOCKED.name]
         with pytest.raises(RuntimeError, match="at d = 64 needs 118784 bytes"):
             attention_api._check_variant(attention_api.attention_fp32.PIPELINED, "float32", 64, on_gpu=True)
 

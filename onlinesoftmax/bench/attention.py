@@ -146,12 +146,10 @@ def measure_decode(shapes, read_GBps, copy_GBps) -> tuple[list, list]:
 
 def prefill_variants(d: int) -> list:
     """The float32 kernels timed at head dimension d: attention_01_blocked, and attention_13_fp32_pipelined
-    where it has an entry for d and the GPU has cp.async."""
+    where this GPU can run it at d (an entry for d, cp.async, room for its tiles)."""
     from onlinesoftmax.kernels.attention import fp32_pipelined
-    from onlinesoftmax.runtime import device
 
-    fast = fp32_pipelined.PIPELINED
-    return [ab.BLOCKED] + ([fast] if d in fp32_pipelined.SUPPORTED_D and device.compute_capability() >= fast.min_cc else [])
+    return [ab.BLOCKED] + ([fp32_pipelined.PIPELINED] if fp32_pipelined.runs_here(d) else [])
 
 
 def measure_prefill(shapes) -> list:

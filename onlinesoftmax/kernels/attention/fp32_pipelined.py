@@ -29,6 +29,16 @@ def shared_bytes(d: int) -> int:
     return 4 * ((ROWS + KEYS) * (d + 4) + 2 * KEYS * d + KEYS * (ROWS + 4))
 
 
+def runs_here(d: int, cc: int | None = None) -> bool:
+    """The kernel has an entry for d and this GPU (compute capability cc, None: the current one) can run
+    it: cp.async (8.0) and a block's opt-in shared memory at least shared_bytes(d) (an A100 has room at
+    d = 64 only, sm_86 / sm_89 at neither). What "auto" and the prefill bench ask."""
+    from onlinesoftmax.runtime import device
+
+    cc = device.compute_capability() if cc is None else cc
+    return d in SUPPORTED_D and cc >= PIPELINED.min_cc and shared_bytes(d) <= device.shared_memory_optin()
+
+
 def grid(batch: int, heads: int, n_q: int) -> tuple[int, int, int]:
     return math.ceil(n_q / ROWS), heads, batch
 
