@@ -154,10 +154,8 @@ def _check_variant(chosen: Variant, dtype: str, d: int, on_gpu: bool) -> None:
     if on_gpu and device.compute_capability() < chosen.min_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} needs compute capability {chosen.min_cc / 10:.1f}, "
                            f"this GPU has {device.compute_capability() / 10:.1f}")
-    if on_gpu and chosen is attention_fp32.PIPELINED and attention_fp32.shared_bytes(d) > device.shared_memory_optin():
-        raise RuntimeError(f"attention: variant {chosen.name!r} at d = {d} needs {attention_fp32.shared_bytes(d)} bytes "
-                           f"of shared memory a block, this GPU allows {device.shared_memory_optin()}; "
-                           "variant 'blocked' needs less")
+    if on_gpu and chosen.shared_bytes is not None:
+        device.check_shared_room("attention", chosen.name, d, chosen.shared_bytes(d), "blocked")
     if on_gpu and chosen.max_cc is not None and device.compute_capability() > chosen.max_cc:
         raise RuntimeError(f"attention: variant {chosen.name!r} uses instructions of compute capability "
                            f"{chosen.max_cc / 10:.1f} only (sm_90a's wgmma: H100, H200); this GPU has "

@@ -103,10 +103,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
         if on_gpu and device.compute_capability() < kbm.BACKWARD_MMA.min_cc:
             raise RuntimeError(f"attention_backward: variant {short!r} needs compute capability 8.0")
         chosen = kbm if short == "mma" else kbp
-        if chosen.shared_bytes(d) > device.shared_memory_optin():   # without a GPU: the H200's
-            raise RuntimeError(f"attention_backward: variant {short!r} at d = {d} needs {chosen.shared_bytes(d)} bytes "
-                               f"of shared memory a block, this GPU allows {device.shared_memory_optin()}; "
-                               "variant 'mma' needs less")
+        device.check_shared_room("attention_backward", short, d, chosen.shared_bytes(d), "mma")
     elif variant in ("blocked", kab.NAME):
         chosen = kab
     else:

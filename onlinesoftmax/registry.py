@@ -64,6 +64,10 @@ class Variant:
     # the newest compute capability it runs on, for kernels of one arch's own instructions (sm_90a's
     # wgmma and setmaxnreg: 90); None: every capability from min_cc on
     max_cc: int | None = None
+    # the dynamic shared memory one block takes at head dimension d, for a kernel that may need more
+    # than a GPU lets a block opt in to (sm_86's 99 KiB); the API refuses it there before launching.
+    # None: it fits on every GPU from min_cc on
+    shared_bytes: Callable[[int], int] | None = None
 
     @property
     def path(self) -> Path:

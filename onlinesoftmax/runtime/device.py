@@ -189,6 +189,14 @@ def shared_memory_optin() -> int:
     return _property("shared_memory_optin")
 
 
+def check_shared_room(caller: str, variant: str, d: int, need: int, instead: str) -> None:
+    """RuntimeError when `need` bytes of shared memory a block exceed what this GPU allows (without a
+    GPU: the H200's), naming the variant, the head dimension and the variant that needs less."""
+    if need > shared_memory_optin():
+        raise RuntimeError(f"{caller}: variant {variant!r} at d = {d} needs {need} bytes of shared memory a block, "
+                           f"this GPU allows {shared_memory_optin()}; variant {instead!r} needs less")
+
+
 class simulate_device:
     """Pretend the device has another compute capability / SM count (tests of the dispatcher):
 

@@ -99,7 +99,8 @@ PIPELINED = register(Variant(
           "read 16 bytes at a time",
     geometry=geometry, simulate=blocked.simulate, plan=plan, reads_per_element=1, writes_per_element=1,
     dtypes=("float32",), entry=f"{NAME}_f32_d128",
-    entries=lambda variant: tuple(f"{NAME}_f32_d{d}" for d in SUPPORTED_D), min_cc=80))
+    entries=lambda variant: tuple(f"{NAME}_f32_d{d}" for d in SUPPORTED_D), min_cc=80,
+    shared_bytes=shared_bytes))
 
 
 # --- what one key tile costs a warp, counted from the two kernels' addresses ------------------------
