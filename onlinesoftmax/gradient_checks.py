@@ -58,8 +58,11 @@ def compare_cross_entropy(rows, lse, dx, x, targets, scale: float = 1.0, **optio
 
     Loss and LSE: within twice the error of the same formulas in float32 plus four float32 ulps of
     max(1, |value|). dx, row by row: twice the same-dtype baseline's error (float32, rounded to dx's
-    dtype) plus two ulps of the row's largest |gradient| or probability term (the target's p_t before
-    1 - eps is taken from it); never a floor of 1: a zero gradient fails.
+    dtype) plus a few ulps of the row's largest |gradient| or probability term (the target's p_t before
+    1 - eps is taken from it): two in float16 and bfloat16, where rounding to the dtype dominates; four
+    in float32, where the baseline's exp and tanh (NumPy's, within an ulp) are sharper than a GPU's
+    (CUDA's expf and tanhf: within 2 ulps each, and a soft cap's slope 1 - tanh^2 doubles tanh's error);
+    never a floor of 1: a zero gradient fails.
     NaN exactly where the truth has it; an ignored row must be 0 exactly."""
     from onlinesoftmax.kernels.cross_entropy import rows as kce
 
@@ -100,7 +103,7 @@ def compare_cross_entropy(rows, lse, dx, x, targets, scale: float = 1.0, **optio
     with np.errstate(invalid="ignore"):
         scale_row = np.nanmax(np.where(np.isfinite(ref), np.maximum(np.abs(ref), np.abs(ref + hit)), 0), axis=-1,
                               initial=0)
-    tol = 2 * base_errors + 2 * EPS[dtype] * scale_row
+    tol = 2 * base_errors + (4 if dtype == "float32" else 2) * EPS[dtype] * scale_row
     if (got[ignored] != 0).any():
         return False, "dx: an ignored row is not 0"
     if (errors > tol).any():

@@ -93,7 +93,9 @@ def test_the_grader_rejects_wrong_answers():
              "no one-hot": (rows, lse, np.where(np.arange(100) == t[:, None], 0, dx)),
              "an all-zero gradient": (rows, lse, np.zeros_like(dx)), "dx * 1.001": (rows, lse, dx * 1.001),
              "an ignored row's loss": (np.where(t == -100, 1.0, rows), lse, dx),
-             "an unexpected NaN": (rows, lse, np.where(np.arange(100) == 7, np.nan, dx))}
+             "an unexpected NaN": (rows, lse, np.where(np.arange(100) == 7, np.nan, dx)),
+             # the float32 floor is 4 ulps of the row's largest term, which is at most 1
+             "one entry per row 10 ulps of 1 off": (rows, lse, dx + np.where(np.arange(100) == 3, np.float32(10 * 2.0**-23), 0))}
     for name, answer in wrong.items():
         assert not compare_cross_entropy(*answer, x, t, **options)[0], name
 
