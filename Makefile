@@ -110,7 +110,7 @@ check-data: $(PY_STAMP)
 	$(RUN) $(VENV_BIN)/python -m onlinesoftmax.measure.check_data
 
 gpu-test: $(PY_STAMP)
-	$(RUN) $(VENV_BIN)/python -m pytest -m gpu -n $(GPU_TEST_WORKERS)
+	$(RUN) $(VENV_BIN)/python -m pytest -m gpu -n $(GPU_TEST_WORKERS) --dist loadgroup
 
 serve:
 	@if [ ! -f _build/html/index.html ]; then \

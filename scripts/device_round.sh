@@ -51,7 +51,7 @@ if [ -n "$tests" ]; then
     selection=$(trim "${groups[$i]}")
     echo "== GPU tier [$i]: pytest -m gpu $selection" | tee -a "$log"
     # eval: a selection may quote its -k expression ("-k 'quick or long'")
-    eval timeout "${TEST_TIMEOUT:-600}" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider "$selection" \
+    eval timeout "${TEST_TIMEOUT:-600}" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider --dist loadgroup "$selection" \
       > "$OUT/gpu-tests-$i.log" 2>&1 &
     pids+=($!)
   done

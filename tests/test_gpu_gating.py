@@ -142,3 +142,56 @@ def test_every_registered_kernel_is_in_a_sanitizer_family_and_each_family_launch
         if name in ("attention", "decode"):
             source += inspect.getsource(families["attention"][2].__globals__["_attention_cuda_cores"])
         assert set(re.findall(kernel, source)) <= set(kernels), name
+
+
+def _gpu_conftest():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_tier_conftest", GPU_TESTS / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_big_gpu_tests_are_weighed_and_share_the_memory(tmp_path):
+    """The tests that hold gigabytes are found by file and name or by their row sizes, weighed in GiB,
+    and hold slots in proportion: a test larger than the share runs with no other big one."""
+    c = _gpu_conftest()
+    assert c.big_gib("test_attention_gpu.py::test_decode_mma_long_caches_and_the_model", {"n": 131072}) == 40
+    assert c.big_gib("test_masked_gpu.py::test_edge_matrix", {"n_rows": 4000, "n_cols": 65536}) == c.ROWS_GIB
+    assert c.big_gib("test_masked_gpu.py::test_edge_matrix", {"n_rows": 7, "n_cols": 65536}) == 0
+    assert c.big_gib("test_attention_gpu.py::test_every_length_pair", {}) == 0   # no 16384^2 pair there
+    h100, h200 = 79.2 * 2**30, 139.8 * 2**30
+    assert (c.slot_count(h100), c.slot_count(h200)) == (11, 20)
+    assert c.slots_needed(40, c.slot_count(h100)) == 10 and c.slots_needed(400, 11) == 11
+    assert c.slots_needed(1, 11) == 1
+
+    import threading
+    import time
+
+    paths = [str(tmp_path / f"slot{i}") for i in range(4)]
+    order = []
+    release = threading.Event()
+
+    def first():
+        with c.holding(paths, 3):
+            order.append("first in")
+            release.wait(5)
+            order.append("first out")
+
+    def second():
+        with c.holding(paths, 2):   # only one slot is free while the first runs: it waits
+            order.append("second in")
+
+    a = threading.Thread(target=first)
+    a.start()
+    while not order:
+        time.sleep(0.01)
+    b = threading.Thread(target=second)
+    b.start()
+    b.join(0.5)
+    assert order == ["first in"] and b.is_alive()
+    release.set()
+    a.join(5)
+    b.join(5)
+    assert order == ["first in", "first out", "second in"]

@@ -1,44 +1,79 @@
-"""The GPU tier under pytest-xdist (`pytest -m gpu -n 12`): many processes share one GPU.
+"""The GPU tier under pytest-xdist (`pytest -m gpu -n 12 --dist loadgroup`): many processes share one GPU.
 
 Two things keep them from running it out of memory:
 - after each test, a process hands its cached device memory back (CuPy's pools, torch's cache),
   so that memory freed by one test is free for the other processes, not held for this one;
-- at most BIG_AT_ONCE tests marked `big_memory` (gigabytes: the longest rows, long KV caches) run
-  at the same time, each holding one slot (a file locked exclusively) while it runs.
+- tests holding gigabytes (long KV caches, float64 scores of 16384^2, float64 references of 4000 x
+  65536 rows) are marked `big_memory(gib=...)` at collection (`big_gib`: by file and name, or by
+  their (n_rows, n_cols) parameters). While one runs it holds ceil(gib / UNIT_GIB) of the slots (files
+  locked exclusively): SHARE of the GPU's memory in units of UNIT_GIB (20 slots on an H200, 11 on an
+  H100), so big tests share what the GPU has and a test larger than that share runs with no other.
 Without xdist there are no slots; the frees cost a few milliseconds per test.
 """
 import contextlib
 import fcntl
+import math
 import os
+import random
 import sys
 import tempfile
 import time
 
 import pytest
 
-# Tests holding gigabytes (long caches, float64 references of 4000 x 65536 rows), marked big_memory
-# here rather than in each file: by name, or by a (n_rows, n_cols) parameter pair of 2^26 elements or more.
-BIG = {"test_a_long_cache_is_split_over_blocks_and_merged", "test_one_split_writes_the_output_directly",
-       "test_decode_mma_long_caches_and_the_model"}
-BIG_ELEMENTS = 1 << 26
-BIG_AT_ONCE = 3   # about 10 GB each at most: 3 of them and the small tests fit in the H200's 141 GB
+# GiB a big test holds at its peak, by file and test function (the decode test's process held 40 GB
+# when an H100 ran out under 16 workers; a 16384^2 pair's float64 reference of 2 heads is 4 GiB)
+BIG = {"test_attention_gpu.py::test_decode_mma_long_caches_and_the_model": 40,
+       "test_attention_gpu.py::test_a_long_cache_is_split_over_blocks_and_merged": 24,
+       "test_attention_gpu.py::test_one_split_writes_the_output_directly": 24,
+       "test_attention_mma_gpu.py::test_every_length_pair": 8}
+BIG_ELEMENTS = 1 << 27    # a (n_rows, n_cols) test of this many elements or more (4000 x 65536 rows):
+ROWS_GIB = 16             # its rows, outputs and float64 reference (a process held 16 GB at 4000 x 65536)
+UNIT_GIB = 4
+SHARE = 0.6               # of the GPU's memory for the big tests; the small ones run beside them
 
 
-def _slot_paths(config) -> list[str] | None:
-    run = getattr(config, "workerinput", {}).get("testrunuid")
-    if run is None:
-        return None
+def big_gib(test: str, params: dict) -> int:
+    """GiB a test holds ("file::function", its parameters), 0 when it is not a big one."""
+    rows, cols = params.get("n_rows"), params.get("n_cols")
+    if isinstance(rows, int) and isinstance(cols, int) and rows * cols >= BIG_ELEMENTS:
+        return max(ROWS_GIB, BIG.get(test, 0))
+    return BIG.get(test, 0)
+
+
+def slot_count(total_bytes: int) -> int:
+    """Slots of UNIT_GIB in SHARE of a GPU of `total_bytes` (at least one)."""
+    return max(1, int(total_bytes / 2**30 * SHARE // UNIT_GIB))
+
+
+def slots_needed(gib: int, slots: int) -> int:
+    """A test of `gib` holds this many slots: all of them when it is larger than the share."""
+    return min(slots, max(1, math.ceil(gib / UNIT_GIB)))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        test = f"{os.path.basename(str(item.fspath))}::{getattr(item, 'originalname', item.name)}"
+        gib = big_gib(test, callspec.params if callspec else {})
+        if gib:
+            item.add_marker(pytest.mark.big_memory(gib=gib))
+
+
+def slot_paths(run: str, total_bytes: int) -> list[str]:
     base = os.path.join(tempfile.gettempdir(), f"onlinesoftmax-gpu-{run}")
-    return [f"{base}.{slot}" for slot in range(BIG_AT_ONCE)]
+    return [f"{base}.{slot}" for slot in range(slot_count(total_bytes))]
 
 
 @contextlib.contextmanager
-def _big_slot(paths):
-    """One of BIG_AT_ONCE slots (a file locked exclusively) for the test's duration."""
+def holding(paths: list[str] | None, need: int):
+    """`need` of the slot files, each locked exclusively, for the block's duration. All or none are
+    taken at each try (a test holding some while it waits for more could wait on another doing the same)."""
     if paths is None:
         yield
         return
     while True:
+        held = []
         for path in paths:
             fd = os.open(path, os.O_CREAT | os.O_RDWR)
             try:
@@ -46,13 +81,32 @@ def _big_slot(paths):
             except BlockingIOError:
                 os.close(fd)
                 continue
+            held.append(fd)
+            if len(held) == need:
+                break
+        if len(held) == need:
             try:
                 yield
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                _release(held)
             return
-        time.sleep(0.1)
+        _release(held)
+        time.sleep(random.uniform(0.05, 0.2))
+
+
+def _release(fds):
+    for fd in fds:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _slots_of(config) -> list[str] | None:
+    run = getattr(config, "workerinput", {}).get("testrunuid")
+    if run is None:
+        return None
+    import cupy
+
+    return slot_paths(run, cupy.cuda.runtime.memGetInfo()[1])
 
 
 def _free_cached_memory():
@@ -75,7 +129,11 @@ def _free_pools():
 
 @pytest.fixture(autouse=True)
 def _share_the_gpu(request):
-    big = request.node.get_closest_marker("big_memory") is not None
-    with _big_slot(_slot_paths(request.config)) if big else contextlib.nullcontext():
+    marker = request.node.get_closest_marker("big_memory")
+    if marker is None:
         yield
-        _free_cached_memory()
+    else:
+        paths = _slots_of(request.config)
+        with holding(paths, slots_needed(marker.kwargs.get("gib", UNIT_GIB), len(paths or [1]))):
+            yield
+    _free_cached_memory()

@@ -21,7 +21,10 @@ import pytest
 import onlinesoftmax as osm
 from onlinesoftmax.book.exercises import kernel_exercises as kx
 
-pytestmark = pytest.mark.gpu
+# one worker runs the whole file under `--dist loadgroup` (make gpu-test, scripts/device_round.sh): the
+# module fixture below grades every kernel once, where each worker holding one of its tests would
+# grade them all again (three workers did, 4 minutes each, under 16 workers on one GPU)
+pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("kernel_exercises")]
 
 WRONG = Path(__file__).parents[1] / "wrong_kernels"
 CRASHES = {"online_softmax__oob_write.cu": 30, "online_softmax__hang.cu": 8}   # the grader's timeout for each
