@@ -61,7 +61,8 @@ def check_array(x, function: str, *, exact: bool = False):
     if x.dtype.name not in DTYPES and not (exact and x.dtype.name == "float64"):
         hint = ("float64 is not computed here (the kernels work in float32): convert with x.astype('float32')"
                 if x.dtype.name == "float64" else "convert with x.astype('float32')")
-        raise TypeError(f"{function} takes float32, float16 or bfloat16, got {x.dtype.name}; {hint}")
+        accepted = "float32, float16, bfloat16 or float64" if exact else "float32, float16 or bfloat16"
+        raise TypeError(f"{function} takes {accepted}, got {x.dtype.name}; {hint}")
     if x.size == 0 and not exact:
         raise ValueError(f"{function} needs a non-empty array, got shape {tuple(x.shape)}")
     if on_gpu and x.device.id != current_device():

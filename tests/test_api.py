@@ -62,7 +62,7 @@ def test_a_score_tensor_is_rows_of_its_last_axis():
 @pytest.mark.parametrize("bad, error, words", [
     (np.float32(3.0), TypeError, "numpy or cupy array"),
     (np.ones((), np.float32), ValueError, "0-d"),
-    (np.ones((2, 4), np.int32), TypeError, "got int32"),
+    (np.ones((2, 4), np.int32), TypeError, "takes float32, float16, bfloat16 or float64, got int32"),
     (np.ones((2, 4), bool), TypeError, "got bool"),
     ([[1.0, 2.0]], TypeError, "got a list"),
     (3.0, TypeError, "got a float"),

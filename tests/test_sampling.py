@@ -155,7 +155,7 @@ def test_bad_parameters_are_errors_naming_them(options, error):
 
 
 def test_bad_logits_are_errors():
-    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+    with pytest.raises(TypeError, match="float32, float16, bfloat16 or float64, got int64"):
         osm.sample(np.zeros((2, 3), np.int64))
     with pytest.raises(ValueError, match="at least one token"):
         osm.sample(np.zeros((2, 0), np.float32))
