@@ -11,6 +11,10 @@ reason, as does any run with the variable set; a CPU run (`-m "not gpu"`) select
 This is the only place a GPU test is skipped for want of a GPU: the test files import cupy
 (a requirement, which imports without a GPU) and carry no skip of their own.
 
+With ONLINESOFTMAX_NAME_FAILURES=1 (scripts/device_round.sh sets it) each failing test is named on
+its own line the moment its report arrives ("FAILED <test id> (<phase>)"), so a run stopped by a time
+limit before pytest's summary still says which tests failed.
+
 Tests marked `multi_gpu` (also marked `gpu`) need two GPUs: with fewer they are skipped with the
 reason, except when `-m` names `multi_gpu` itself (`pytest -m multi_gpu` on the two-GPU machine),
 where the run stops with exit status 4 as above.
@@ -92,3 +96,10 @@ def _skip_multi_gpu(items, markexpr: str) -> None:
     skip = pytest.mark.skip(reason=f"needs two GPUs, {count} visible")
     for item in multi:
         item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """Under ONLINESOFTMAX_NAME_FAILURES=1: a failure named at once (under pytest-xdist, by the
+    process that gathers the workers' reports)."""
+    if report.failed and os.environ.get("ONLINESOFTMAX_NAME_FAILURES", "").strip() in {"1", "true", "yes"}:
+        print(f"\nFAILED {report.nodeid} ({report.when})", flush=True)

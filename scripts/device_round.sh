@@ -18,6 +18,7 @@
 # Set ONLINESOFTMAX_GIT_COMMIT to the commit the tree was sent from.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
+export ONLINESOFTMAX_NAME_FAILURES=1   # conftest.py: a failing test named at once (a timeout keeps the names)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 tests=${1-tests/gpu}; benches=${2:-}; chapters=${3:-}; sanitize=${4:-}   # tests "" = none
 day=$(date -u +%F)

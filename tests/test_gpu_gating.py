@@ -195,3 +195,21 @@ def test_big_gpu_tests_are_weighed_and_share_the_memory(tmp_path):
     a.join(5)
     b.join(5)
     assert order == ["first in", "first out", "second in"]
+
+
+def test_failures_are_named_at_once_when_asked(tmp_path):
+    """ONLINESOFTMAX_NAME_FAILURES=1 (the device round): a failing test's id is printed when its report
+    arrives, ahead of pytest's summary (which a time limit may never let it write), under xdist too."""
+    shutil.copy(REPO_ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text(PYTEST_INI)
+    (tmp_path / "test_two.py").write_text("def test_ok():\n    pass\n\n\ndef test_bad():\n    assert False\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ONLINESOFTMAX_NAME_FAILURES", "PYTEST_ADDOPTS")}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
+               "--rootdir", str(tmp_path), str(tmp_path / "test_two.py")]
+    for extra, named in (([], "0"), ([], "1"), (["-n", "2"], "1")):
+        done = subprocess.run(command + extra, cwd=tmp_path, env={**env, "ONLINESOFTMAX_NAME_FAILURES": named},
+                              capture_output=True, text=True, timeout=120)
+        line = "FAILED test_two.py::test_bad (call)"
+        assert (line in done.stdout) == (named == "1"), done.stdout
+        if named == "1":
+            assert done.stdout.index(line) < done.stdout.index("= FAILURES ="), done.stdout
