@@ -137,7 +137,7 @@ def choose(dtype: str, n_q: int, d: int, cc: int | None = None, group: int = 1, 
     fed = attention_fp32.PIPELINED
     if dtype in fed.dtypes and attention_fp32.runs_here(d, cc):
         return Choice(fed, "float32, d of 64 or 128, room for its tiles: CUDA cores fed by cp.async (measured "
-                           "ahead of attention_01 at every prefill shape to n = 8192 on an H100)")
+                           "ahead of attention_01 at every prefill shape to n = 16384 on an H100)")
     return Choice(kernels.BLOCKED, "float32, another head dimension or an older GPU: CUDA cores")
 
 
