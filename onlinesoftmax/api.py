@@ -162,10 +162,11 @@ def _call_key(function: str, x, axis, variant, out=None, mask=None, valid_length
 
 
 def _passed_as_given(options: dict, given, x) -> bool:
-    """Did the kernel get the caller's own mask / lengths arrays (no conversion, same GPU as x)?"""
+    """Did the kernel get the caller's own mask / lengths arrays (no conversion, same GPU as x)? Lengths
+    the caller did not pass come from a bottom-right causal mask and x's shape alone: kept and reused."""
     for name, array in zip(("mask", "valid_lengths"), given):
         used = options.get(name)
-        if used is None:
+        if used is None or (array is None and name == "valid_lengths"):
             continue
         if type(array) is not CUPY_ARRAY or used.data.ptr != array.data.ptr or \
                 array.data.device_id != x.data.device_id:
@@ -176,7 +177,8 @@ def _passed_as_given(options: dict, given, x) -> bool:
 def _remember(key, runner, shape, dtype, x, out, options) -> None:
     extents = None if out is None else (*extent(x), *extent(out))
     masked = options.get("mask") is not None or options.get("valid_lengths") is not None
-    _fast_path.put(key, (runner, shape, dtype, extents, masked, getattr(runner, "pointers", None)))
+    _fast_path.put(key, (runner, shape, dtype, extents, masked and (options.get("valid_lengths"),),
+                         getattr(runner, "pointers", None)))
 
 
 def _fast(key, x, out=None, mask=None, valid_lengths=None):
@@ -192,8 +194,9 @@ def _fast(key, x, out=None, mask=None, valid_lengths=None):
         if x.data.ptr + x_low < out.data.ptr + out_high and out.data.ptr + out_low < x.data.ptr + x_high:
             return None   # out overlaps x: the slow path says so
         y = out
-    if masked:
-        runner(x, y, mask=mask if type(mask) is CUPY_ARRAY else None, valid_lengths=valid_lengths)
+    if masked:   # (the lengths the first call used, for lengths derived from the shape)
+        runner(x, y, mask=mask if type(mask) is CUPY_ARRAY else None,
+               valid_lengths=masked[0] if valid_lengths is None else valid_lengths)
     elif pointers is not None:
         pointers(x.data.ptr, y.data.ptr)
     else:

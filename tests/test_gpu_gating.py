@@ -158,7 +158,8 @@ def test_big_gpu_tests_are_weighed_and_share_the_memory(tmp_path):
     and hold slots in proportion: a test larger than the share runs with no other big one."""
     c = _gpu_conftest()
     assert c.big_gib("test_attention_gpu.py::test_decode_mma_long_caches_and_the_model", {"n": 131072}) == 40
-    assert c.big_gib("test_masked_gpu.py::test_edge_matrix", {"n_rows": 4000, "n_cols": 65536}) == c.ROWS_GIB
+    assert c.big_gib("test_masked_gpu.py::test_edge_matrix", {"n_rows": 4000, "n_cols": 65536}) == 20
+    assert c.big_gib("test_logsumexp_gpu.py::test_log_softmax_edge_matrix", {"n_rows": 4000, "n_cols": 32000}) == 10
     assert c.big_gib("test_masked_gpu.py::test_edge_matrix", {"n_rows": 7, "n_cols": 65536}) == 0
     assert c.big_gib("test_attention_gpu.py::test_every_length_pair", {}) == 0   # no 16384^2 pair there
     h100, h200 = 79.2 * 2**30, 139.8 * 2**30
@@ -213,3 +214,56 @@ def test_failures_are_named_at_once_when_asked(tmp_path):
         assert (line in done.stdout) == (named == "1"), done.stdout
         if named == "1":
             assert done.stdout.index(line) < done.stdout.index("= FAILURES ="), done.stdout
+
+
+OOM_TESTS = """
+import pytest
+
+RUNS = []
+
+
+class OutOfMemoryError(MemoryError):   # named as CuPy's and torch's are
+    pass
+
+
+@pytest.fixture
+def tensor():
+    return [1]
+
+
+def test_first_run_short_of_memory(tensor):
+    RUNS.append("short")
+    if RUNS.count("short") == 1:
+        big = [0] * 1000
+        raise OutOfMemoryError("Out of memory allocating 4,294,967,296 bytes")
+    assert tensor == [1]
+
+
+def test_never_fits():
+    RUNS.append("never")
+    raise RuntimeError("cudaErrorMemoryAllocation: out of memory")
+
+
+def test_wrong_answer():
+    RUNS.append("wrong")
+    assert False
+
+
+def test_runs_counted():
+    assert RUNS == ["short", "short", "never", "never", "wrong"], RUNS
+"""
+
+
+def test_a_test_out_of_device_memory_runs_once_more_and_nothing_else_does(tmp_path):
+    """The GPU tier's conftest reruns a test that ran out of memory once (after freeing and taking the
+    big-test slots); one that runs out again fails, and a wrong answer is never rerun."""
+    shutil.copy(GPU_TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text(PYTEST_INI)
+    (tmp_path / "test_oom.py").write_text(OOM_TESTS)
+    env = {k: v for k, v in os.environ.items() if k not in ("ONLINESOFTMAX_NAME_FAILURES", "PYTEST_ADDOPTS")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_oom.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "2 failed, 2 passed" in done.stdout, done.stdout
+    assert "FAILED test_oom.py::test_never_fits" in done.stdout and "FAILED test_oom.py::test_wrong_answer" in done.stdout
+    assert "run again alone among the big tests" in done.stdout + done.stderr

@@ -12,6 +12,7 @@ Without xdist there are no slots; the frees cost a few milliseconds per test.
 """
 import contextlib
 import fcntl
+import gc
 import math
 import os
 import random
@@ -26,9 +27,9 @@ import pytest
 BIG = {"test_attention_gpu.py::test_decode_mma_long_caches_and_the_model": 40,
        "test_attention_gpu.py::test_a_long_cache_is_split_over_blocks_and_merged": 24,
        "test_attention_gpu.py::test_one_split_writes_the_output_directly": 24,
-       "test_attention_mma_gpu.py::test_every_length_pair": 8}
-BIG_ELEMENTS = 1 << 27    # a (n_rows, n_cols) test of this many elements or more (4000 x 65536 rows):
-ROWS_GIB = 16             # its rows, outputs and float64 reference (a process held 16 GB at 4000 x 65536)
+       "test_attention_mma_gpu.py::test_every_length_pair": 16}   # (a process held 13 GB)
+BIG_ELEMENTS = 1 << 26    # a (n_rows, n_cols) test of this many elements or more (4000 x 32000 rows)
+BYTES_PER_ELEMENT = 80    # holds its rows, outputs and float64 references: a process held 19 GB at 4000 x 65536
 UNIT_GIB = 4
 SHARE = 0.6               # of the GPU's memory for the big tests; the small ones run beside them
 
@@ -37,7 +38,7 @@ def big_gib(test: str, params: dict) -> int:
     """GiB a test holds ("file::function", its parameters), 0 when it is not a big one."""
     rows, cols = params.get("n_rows"), params.get("n_cols")
     if isinstance(rows, int) and isinstance(cols, int) and rows * cols >= BIG_ELEMENTS:
-        return max(ROWS_GIB, BIG.get(test, 0))
+        return max(math.ceil(rows * cols * BYTES_PER_ELEMENT / 2**30), BIG.get(test, 0))
     return BIG.get(test, 0)
 
 
@@ -69,12 +70,12 @@ def slot_paths(run: str, total_bytes: int) -> list[str]:
 def holding(paths: list[str] | None, need: int):
     """`need` of the slot files, each locked exclusively, for the block's duration. All or none are
     taken at each try (a test holding some while it waits for more could wait on another doing the same)."""
-    if paths is None:
-        yield
+    if paths is None or need == 0:
+        yield []
         return
     while True:
-        held = []
-        for path in paths:
+        held, taken = [], []
+        for i, path in enumerate(paths):
             fd = os.open(path, os.O_CREAT | os.O_RDWR)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -82,11 +83,12 @@ def holding(paths: list[str] | None, need: int):
                 os.close(fd)
                 continue
             held.append(fd)
+            taken.append(i)
             if len(held) == need:
                 break
         if len(held) == need:
             try:
-                yield
+                yield [paths[i] for i in taken]
             finally:
                 _release(held)
             return
@@ -134,6 +136,35 @@ def _share_the_gpu(request):
         yield
     else:
         paths = _slots_of(request.config)
-        with holding(paths, slots_needed(marker.kwargs.get("gib", UNIT_GIB), len(paths or [1]))):
+        with holding(paths, slots_needed(marker.kwargs.get("gib", UNIT_GIB), len(paths or [1]))) as held:
+            request.node.held_slots = held
             yield
     _free_cached_memory()
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """CuPy's and torch's OutOfMemoryError, and a CUDA call's "out of memory"."""
+    return "OutOfMemory" in type(error).__name__ or "out of memory" in str(error).lower()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test that ran out of device memory runs once more, after this process frees its caches and
+    takes every big-test slot it does not hold (no other big test runs meanwhile; the small ones
+    still may). It fails if it runs out again: its own need is then more than the GPU gives it."""
+    try:
+        return (yield)
+    except Exception as error:
+        if not out_of_memory(error):
+            raise
+        kind = type(error).__name__
+    gc.collect()   # the failed run's frames (its arrays) go with the exception, out of scope here
+    _free_cached_memory()
+    paths = _slots_of(pyfuncitem.config)
+    others = None if paths is None else [p for p in paths if p not in getattr(pyfuncitem, "held_slots", [])]
+    print(f"{pyfuncitem.nodeid}: out of device memory ({kind}); run again alone among the big tests",
+          file=sys.stderr)
+    with holding(others, len(others or [])):
+        names = pyfuncitem._fixtureinfo.argnames
+        pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names})
+    return True

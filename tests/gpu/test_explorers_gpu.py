@@ -23,7 +23,9 @@ def test_chapter_06_explorer_times_every_batch_it_plots():
     for name in ("softmax_08_registers", "copy_same_size"):
         batches, fractions = points[name]
         assert batches == [1, 64, 4000], name
-        assert all(0 < f < 1.5 for f in fractions), (name, fractions)
+        # (a fraction of a copy timed at another moment: beside other test processes on the GPU a
+        # fraction reached 1.67; units off by 8 or 1000 still fail)
+        assert all(0 < f < 4 for f in fractions), (name, fractions)
         assert fractions[-1] > 4 * fractions[0], (name, fractions)   # a full GPU moves more than one row
     fig = explorer.plot(points, "softmax_08_registers", "float32", 4096,
                         results.provenance(results.gpu_meta(), live=True))
