@@ -97,7 +97,8 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     loss = total * scale
     dh = dh * scale if scale != 1.0 else dh
     as_weight = (lambda a: a.to(weight.dtype)) if tensor else (lambda a: a.astype(weight.dtype))
-    dw = as_weight(dw * scale)
+    dw *= scale   # in place: a second float32 d weight would double the largest buffer
+    dw = as_weight(dw)
     db = None if db is None else as_weight(db * scale)
     return loss, dh.reshape(hidden.shape), dw, db
 

@@ -164,10 +164,13 @@ def call(function, *args, **kwargs):
             return viewed[1]
         return to_tensor(result) if hasattr(result, "dtype") and hasattr(result, "shape") else result
 
-    if first.device.type != "cuda":
-        return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
-    import cupy
+    try:
+        if first.device.type != "cuda":
+            return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
+        import cupy
 
-    index = first.device.index if first.device.index is not None else cupy.cuda.runtime.getDevice()
-    with cupy.cuda.Device(index), external_stream(index, stream_address_function()(index)):
-        return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
+        index = first.device.index if first.device.index is not None else cupy.cuda.runtime.getDevice()
+        with cupy.cuda.Device(index), external_stream(index, stream_address_function()(index)):
+            return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
+    finally:   # `back` calls itself, a cycle through `given` that only the garbage collector would free:
+        given.clear()   # the arguments' arrays and tensors go when the call ends, not some calls later
