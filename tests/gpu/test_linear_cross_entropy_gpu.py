@@ -54,17 +54,21 @@ def test_peak_memory_below_torchs_path():
 
 
 def test_recompute_holds_at_most_two_percent_of_the_logits():
-    """Beyond the inputs and the gradients it returns (dh and dW, which every path writes)."""
+    """Beyond the inputs and the gradients it returns (dh and dW, which every path writes), at the
+    second step of a loop: the first also makes what torch keeps for every later product (cuBLAS's
+    workspace, 32 MiB on an H100)."""
     tokens, hidden, vocab = 8192, 1024, 128256
     h, w, t = problem(tokens, hidden, vocab, torch.bfloat16)
-    hh, ww = (a.detach().clone().requires_grad_() for a in (h, w))
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    osm.linear_cross_entropy(hh, ww, t, weight_grad="recompute").backward()
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - base - hh.grad.nbytes - ww.grad.nbytes
     logits = tokens * vocab * 2
+    for step in range(2):
+        hh, ww = (a.detach().clone().requires_grad_() for a in (h, w))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        osm.linear_cross_entropy(hh, ww, t, weight_grad="recompute").backward()
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - base - hh.grad.nbytes - ww.grad.nbytes
+        del hh, ww
     assert extra <= 0.02 * logits, f"{extra / 2**20:.0f} MiB beyond the gradients, logits {logits / 2**20:.0f} MiB"
 
 
