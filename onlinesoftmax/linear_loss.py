@@ -72,6 +72,11 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
         raise ValueError(f"linear_cross_entropy: vocab_chunk must be a positive int or None, got {vocab_chunk!r}")
     h = hidden.reshape(-1, hidden.shape[-1])
     t = targets.reshape(-1)
+    bad = ((t < 0) | (t >= weight.shape[0])) & (t != ignore_index)
+    if bool(bad.any()):   # all the targets checked at once (one synchronization), none per chunk
+        row = int(bad.nonzero()[0][0])
+        raise ValueError(f"linear_cross_entropy: target {int(t[row])} of token {row} is outside [0, "
+                         f"{weight.shape[0]}) and is not ignore_index ({ignore_index})")
     n_tokens = h.shape[0]
     chunk = default_chunk(n_tokens) if chunk is None else int(chunk)
     tensor = torch_bridge.is_tensor(h)
@@ -150,9 +155,12 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
         if before is not None:
             before(rows, logits)
         part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
-                                                               **options)
+                                                               check_targets=False, **options)
         total = total + part
-        dh[rows] = _mm(dlogits, weight)
+        if tensor:
+            _torch().matmul(dlogits, weight, out=dh[rows])
+        else:
+            dh[rows] = _mm(dlogits, weight)
         if after is not None:
             after(rows, dlogits)
         del logits, dlogits
@@ -187,7 +195,8 @@ def _row_terms(logits, softcap, tensor, lib):
         m = logits[np.arange(logits.shape[0]), where].astype(np.float32)
     if softcap:
         _softcap_(m, softcap, tensor)
-    log_l = _loss_module.cross_entropy(logits, where, ignore_index=-1, softcap=softcap, reduction="none")   # no row ignored
+    log_l = _loss_module.cross_entropy(logits, where, ignore_index=-1, softcap=softcap, reduction="none",
+                                       check_targets=False)   # no row ignored; `where` is in range
     return m, log_l
 
 
@@ -207,11 +216,16 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     dh *= scale
     # The vocabulary pass: d loss / d s = p (1 + 2 z lse) - eps / V - (1 - eps) [target], times 1 - (s / c)^2
     # under a soft cap, with p = e^(s - m - log l); 0 on ignored rows; the mean's scale folded in.
-    lse_factor = (1 + 2 * z * (m + log_l)) if z else None
+    shift = m + log_l   # the row's LSE: p = e^(s - shift)
+    lse_factor = (1 + 2 * z * shift) if z else None
     valid_rows = valid[:, None]
     dw = lib.empty_like(weight)
     db = None if bias is None else lib.empty_like(bias)
     block = default_vocab_chunk(vocabulary, softcap) if vocab_chunk is None else int(vocab_chunk)
+    # each row's target as (its block, its column there), found once: -1 blocks for ignored rows
+    t_long = t.long() if tensor else t.astype(np.int64)
+    t_block = lib.where(valid, t_long // block, -1)
+    t_col = t_long % block
     for first in range(0, vocabulary, block):
         cols = slice(first, min(vocabulary, first + block))
         x = _mm(h, weight[cols].T)
@@ -221,13 +235,13 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
             x = x.astype(h.dtype, copy=False)   # the logits in the inputs' dtype
         # (made by a product of another shape than the token pass's, a logit may differ from that pass's
         # by a rounding: the block's p then sums with the others to 1 within that rounding)
-        p = _as_float32(x, tensor)
         if softcap:   # x is kept for the cap's derivative
+            p = _as_float32(x, tensor)
             _softcap_(p, softcap, tensor)
-        else:
+            p -= shift[:, None]
+        else:   # (x widened exactly, one rounding)
+            p = _torch().sub(x, shift[:, None]) if tensor else np.subtract(x.astype(np.float32), shift[:, None])
             del x
-        p -= m[:, None]
-        p -= log_l[:, None]
         if tensor:
             p.exp_()
         else:
@@ -237,11 +251,10 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
         if eps:
             p -= eps / vocabulary
         # the target's -(1 - eps), for rows whose target falls in this block (no host synchronization)
-        inside = valid & (t >= first) & (t < cols.stop)
-        where = (t - first).clip(0, cols.stop - first - 1)
-        where = where.long() if tensor else where
+        inside = t_block == first // block
+        where = t_col if cols.stop - first == block else t_col.clip(0, cols.stop - first - 1)   # (the last block)
         if tensor:
-            p.scatter_add_(1, where[:, None], lib.where(inside, -(1 - eps), 0.0).to(p.dtype)[:, None])
+            p.scatter_add_(1, where[:, None], inside.to(p.dtype).mul_(-(1 - eps))[:, None])
         else:
             np.add.at(p, (np.arange(n_tokens), where), np.where(inside, -(1 - eps), 0).astype(p.dtype))
         if softcap:   # times the cap's derivative 1 - tanh(x / c)^2

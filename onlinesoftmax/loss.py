@@ -12,6 +12,9 @@ and z_loss (the weight of lse^2 added to each row's loss, PaLM's z-loss) and sof
 soft-capped as c tanh(x / c) first, Gemma 2's; None for none). The LSE per row (float32) is what the
 z-loss and a later backward need. The gradient is that of the reduced loss (of the sum of the rows
 for "none"), in logits' dtype; in_place=True writes it over the logits and returns them.
+check_targets=False skips the host's check of the targets (below): a target outside [0, V) then
+counts as ignore_index, and a caller in a loop (linear_cross_entropy's chunks: it checks all its
+targets once) never waits for the GPU.
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel cross_entropy_01_rows, torch
 tensors either on torch's current stream (a tensor that needs a gradient goes to the autograd
@@ -33,7 +36,7 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap=None, reduction: str = "mean", return_lse: bool = False):
+                  softcap=None, reduction: str = "mean", return_lse: bool = False, check_targets: bool = True):
     """The cross-entropy loss of `logits` against `targets` (see the module doc); with return_lse, (loss, lse)."""
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
         if torch_bridge.wants_operator(logits):   # the operator torch.ops.onlinesoftmax.cross_entropy
@@ -43,28 +46,29 @@ def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing:
             return (loss, lse) if return_lse else loss
         return torch_bridge.call(cross_entropy, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                                 reduction=reduction, return_lse=return_lse)
+                                 reduction=reduction, return_lse=return_lse, check_targets=check_targets)
     if not isinstance(return_lse, (bool, np.bool_)):
         raise TypeError(f"cross_entropy: return_lse must be True or False, got {return_lse!r}")
     loss, lse, _ = _run("cross_entropy", logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                        grad=False, in_place=False)
+                        grad=False, in_place=False, check_targets=check_targets)
     return (loss, lse) if return_lse else loss
 
 
 def cross_entropy_with_grad(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-                            z_loss: float = 0.0, softcap=None, reduction: str = "mean", in_place: bool = False):
+                            z_loss: float = 0.0, softcap=None, reduction: str = "mean", in_place: bool = False,
+                            check_targets: bool = True):
     """(loss, lse, dlogits): the loss, the LSE per row and the gradient of the loss, one kernel."""
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
         return torch_bridge.call(cross_entropy_with_grad, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                                 reduction=reduction, in_place=in_place)
+                                 reduction=reduction, in_place=in_place, check_targets=check_targets)
     if not isinstance(in_place, (bool, np.bool_)):
         raise TypeError(f"cross_entropy_with_grad: in_place must be True or False, got {in_place!r}")
     return _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
-                reduction, grad=True, in_place=bool(in_place))
+                reduction, grad=True, in_place=bool(in_place), check_targets=check_targets)
 
 
-def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
+def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
     on_gpu = check_array(logits, function, exact=True)
     if logits.shape[-1] == 0:
         raise ValueError(f"{function}: the logits need at least one class on their last axis, got shape "
@@ -86,7 +90,11 @@ def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, sof
         raise TypeError(f"{function}: ignore_index must be an int, got {ignore_index!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"{function}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
+    if not isinstance(check_targets, (bool, np.bool_)):
+        raise TypeError(f"{function}: check_targets must be True or False, got {check_targets!r}")
     xp = array_module(logits)
+    if not check_targets:
+        return on_gpu, xp
     flat = targets.reshape(-1)
     bad = ((flat < 0) | (flat >= logits.shape[-1])) & (flat != ignore_index)
     if bool(bad.any()):   # one synchronization on the GPU: a wrong target is an error, never a device fault
@@ -96,14 +104,18 @@ def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, sof
     return on_gpu, xp
 
 
-def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place):
-    on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction)
+def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place,
+         check_targets):
+    on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                        check_targets)
     n_classes = logits.shape[-1]
     x = logits.reshape(-1, n_classes)
     if in_place and (not logits.flags.c_contiguous or logits.dtype == np.float64):
         raise ValueError(f"{function}: in_place=True needs C-contiguous float32, float16 or bfloat16 logits, got "
                          f"{describe(logits)}{'' if logits.flags.c_contiguous else ' (not contiguous)'}")
     t = xp.ascontiguousarray(targets.reshape(-1).astype(np.int64, copy=False))
+    if not check_targets:   # unchecked: a target outside [0, V) counts as ignore_index, never a read outside the row
+        t = xp.where((t < 0) | (t >= n_classes), np.int64(ignore_index), t)
     counted = (t != ignore_index).sum()
     options = {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing), "z_loss": float(z_loss),
                "softcap": float(softcap or 0.0)}

@@ -281,3 +281,20 @@ def test_a_row_near_the_largest_magnitude_on_the_kernel_source(emulated, dtype):
                             dtype)                                     # e^(s - lse) with lse rounded to m
     assert not compare_cross_entropy(rows, lse, wrong, x, t, scale=1.0, **options)[0]
     assert not compare_cross_entropy(np.zeros_like(rows), lse, dx, x, t, scale=1.0, **options)[0]
+
+
+def test_unchecked_targets_count_as_ignored_and_are_never_read_outside_the_row():
+    """check_targets=False skips the host's check (no synchronization): a target outside [0, V)
+    then counts as ignore_index, as the row with ignore_index does; with the check it is an error."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    t = np.array([3, 9, -7, 0])
+    loss, lse, dx = osm.cross_entropy_with_grad(x, t, check_targets=False)
+    want = osm.cross_entropy_with_grad(x, np.array([3, -100, -100, 0]))
+    for got, expected in zip((loss, lse, dx), want):
+        np.testing.assert_array_equal(got, expected)
+    assert (dx[1:3] == 0).all() and (dx[0] != 0).all()
+    with pytest.raises(ValueError, match="target 9 of row 1 is outside"):
+        osm.cross_entropy_with_grad(x, t)
+    with pytest.raises(TypeError, match="check_targets must be True or False, got 'no'"):
+        osm.cross_entropy(x, t, check_targets="no")

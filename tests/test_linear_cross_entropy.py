@@ -206,8 +206,12 @@ def test_the_arguments_are_checked():
         osm.linear_cross_entropy(h, w, t, weight_grad="recompute", vocab_chunk=0)
     with pytest.raises(TypeError, match="share a dtype"):
         osm.linear_cross_entropy(h.astype(np.float16), w, t)
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match=r"linear_cross_entropy: target 1000000 of token 0 is outside \[0, "):
         osm.linear_cross_entropy(h, w, np.full_like(t, 10**6))
+    late = t.copy()
+    late[-1] = -2   # the last token's: every token is checked before the first chunk is computed
+    with pytest.raises(ValueError, match=f"target -2 of token {t.size - 1} is outside"):
+        osm.linear_cross_entropy(h, w, late, chunk=1)
 
 
 def test_a_bridged_call_lets_go_of_its_tensors_when_it_returns():
