@@ -216,8 +216,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     dh *= scale
     # The vocabulary pass: d loss / d s = p (1 + 2 z lse) - eps / V - (1 - eps) [target], times 1 - (s / c)^2
     # under a soft cap, with p = e^(s - m - log l); 0 on ignored rows; the mean's scale folded in.
-    shift = m + log_l   # the row's LSE: p = e^(s - shift)
-    lse_factor = (1 + 2 * z * shift) if z else None
+    lse_factor = (1 + 2 * z * (m + log_l)) if z else None
     valid_rows = valid[:, None]
     dw = lib.empty_like(weight)
     db = None if bias is None else lib.empty_like(bias)
@@ -235,13 +234,15 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
             x = x.astype(h.dtype, copy=False)   # the logits in the inputs' dtype
         # (made by a product of another shape than the token pass's, a logit may differ from that pass's
         # by a rounding: the block's p then sums with the others to 1 within that rounding)
+        # p = e^((s - m) - log l): s - m first, near 0 for the large terms, as exact as it gets
         if softcap:   # x is kept for the cap's derivative
             p = _as_float32(x, tensor)
             _softcap_(p, softcap, tensor)
-            p -= shift[:, None]
-        else:   # (x widened exactly, one rounding)
-            p = _torch().sub(x, shift[:, None]) if tensor else np.subtract(x.astype(np.float32), shift[:, None])
+            p -= m[:, None]
+        else:   # (x widened exactly in the subtraction: no float32 copy of it first)
+            p = _torch().sub(x, m[:, None]) if tensor else np.subtract(x.astype(np.float32), m[:, None])
             del x
+        p -= log_l[:, None]
         if tensor:
             p.exp_()
         else:
