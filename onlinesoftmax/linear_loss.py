@@ -9,8 +9,8 @@ z_loss, softcap, reduction "mean" or "sum"). The tokens are taken `chunk` at a t
 logits (chunk x V) come from one matrix product, cross_entropy_01_rows writes the gradient of their
 loss over them in place, and two more products turn that into the chunk's rows of d hidden and its
 share of d weight (and d bias). So the forward computes the gradients too, and keeps only them; the
-logits of all the tokens never exist at once. `chunk` (default: about 1/64 of the tokens, at least
-64) bounds the logits in memory to chunk x V.
+logits of all the tokens never exist at once. `chunk` (default: 1/8 of the tokens for "sum", 1/64
+for "recompute", at least 64) bounds the logits in memory to chunk x V.
 
 d weight, two ways (`weight_grad`):
   "sum" (default)  each token chunk's share is added into a float32 sum (a 16-bit running sum would
@@ -42,8 +42,11 @@ from onlinesoftmax.runtime import torch_bridge
 REDUCTIONS = ("mean", "sum")
 
 
-def default_chunk(tokens: int) -> int:
-    return max(64, -(-tokens // 64))
+def default_chunk(tokens: int, weight_grad: str = "sum") -> int:
+    """Tokens a chunk: 1/8 of them for "sum" (its float32 d weight is the largest buffer already; fewer,
+    larger chunks make fewer float32 additions of V x H and products the GPU fills), 1/64 for
+    "recompute" (its chunk's logits are the buffer its memory bound is about); at least 64."""
+    return max(64, -(-tokens // (8 if weight_grad == "sum" else 64)))
 
 
 WEIGHT_GRADS = ("sum", "recompute")
@@ -78,7 +81,7 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
         raise ValueError(f"linear_cross_entropy: target {int(t[row])} of token {row} is outside [0, "
                          f"{weight.shape[0]}) and is not ignore_index ({ignore_index})")
     n_tokens = h.shape[0]
-    chunk = default_chunk(n_tokens) if chunk is None else int(chunk)
+    chunk = default_chunk(n_tokens, weight_grad) if chunk is None else int(chunk)
     tensor = torch_bridge.is_tensor(h)
     lib = _torch() if tensor else np
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": softcap}

@@ -231,3 +231,13 @@ def test_a_bridged_call_lets_go_of_its_tensors_when_it_returns():
         assert gone() is None, "the logits outlive the call"
     finally:
         gc.enable()
+
+
+def test_default_chunks_follow_the_memory_each_weight_grad_holds():
+    """"sum" holds a float32 d weight anyway: 1/8 of the tokens a chunk; "recompute" is bounded by its
+    chunk's logits: 1/64 (1.6 % of the logits); never fewer than 64 tokens."""
+    from onlinesoftmax.linear_loss import default_chunk
+
+    assert default_chunk(8192, "sum") == 1024 and default_chunk(8192, "recompute") == 128
+    assert default_chunk(100, "sum") == default_chunk(100, "recompute") == 64
+    assert default_chunk(8193, "recompute") == 129   # rounded up: at most 64 chunks
