@@ -8,7 +8,8 @@ import onlinesoftmax as osm
 from onlinesoftmax.measure.results import DATA_DIR, META_KEYS, RETIRED_NAMES, host_slug, provenance
 
 FILES = sorted(DATA_DIR.glob("*/*.json"))
-BASELINE = re.compile(r"^(copy|copy_\w+|read|cupy_\w+|torch_\w+|fast|(torch|cupyx?)\.[\w.]+)$")  # library calls by their Python path too
+BASELINE = re.compile(r"^(copy|copy_\w+|read|cupy_\w+|torch_\w+|fast|(torch|cupyx?)\.[\w.]+"
+                      r"|(liger|quack|flashinfer)(_\w+)?)$")  # library calls by their Python path too; peers' kernels
 
 
 # A registry key, or (record_guards_gpu.py) a registered variant rebuilt with ONLINE_SOFTMAX_GUARDS=0 and

@@ -47,6 +47,23 @@ def test_write_results_records_sources(tmp_path):
     assert written["rows"] == ROWS
 
 
+def test_a_row_may_name_the_package_modules_it_measured(tmp_path):
+    """A composite call (linear_cross_entropy: torch's products around cross_entropy_01_rows) names
+    its module in "modules": the suite goes stale when that module changes, as when its kernel does."""
+    root = _fixture_repo(tmp_path)
+    module = "onlinesoftmax/linear_loss.py"
+    (root / module).write_text("def loss():\n    return 1\n")
+    rows = [{"kernel": "cross_entropy_01_rows (linear sum)", "variant": "cross_entropy_01_rows",
+             "modules": [module, "onlinesoftmax/not_there.py"], "ms": 1.0}]
+    assert {module, "kernels/cross_entropy/cross_entropy_01_rows.cu"} <= set(
+        freshness.source_hashes(rows, freshness.reader_at(root)))
+    _record(root, "tiny-suite", rows=rows)
+    assert _run(root)[1][1] == 0
+    (root / module).write_text("def loss():\n    return 2\n")
+    verdicts, (text, status) = _run(root)
+    assert status == 1 and module in verdicts[0].changed, text
+
+
 # --- a small copy of the repository: one chapter citing one suite --------------------------------------
 
 def _fixture_repo(tmp_path, cite=("tiny-suite",), chapter_extra=""):

@@ -48,6 +48,11 @@ SUITES = {
     "training": Suite("training", "cross-entropy from logits, forward and backward, against torch and Liger"),
     "training-attention": Suite("training", "the attention backward alone: ours against torch SDPA's FLASH and cuDNN",
                                 argv=("--only", "attention"), quick=False),
+    "training-cross-entropy": Suite("training", "cross-entropy from logits alone: ours (direct, in place, autograd) "
+                                    "against torch and Liger", argv=("--only", "cross_entropy"), quick=False),
+    "training-linear": Suite("training", "linear cross-entropy alone: ours (sum, recompute) against torch's linear + "
+                             "cross_entropy and Liger's fused one, with peak memory", argv=("--only", "linear"),
+                             quick=False),
     "serving": Suite("serving", "sampling one token per row against torch's sort path and FlashInfer; paged decode; "
                      "packed-prompt prefill against torch's nested tensors"),
     "peers": Suite("peers", "softmax, log_softmax and logsumexp through the API against torch eager, torch.compile, "

@@ -5,10 +5,10 @@ At 8192 tokens, hidden 4096, vocabularies 128256 and 262144, bf16, each call is 
 backward on the same tensors (device time, timer.time_gpu), and the peak memory a call adds above what
 was allocated before it (torch.cuda.max_memory_allocated; `peak_extra_bytes`), and that peak less the
 gradients of h and W every path returns (`peak_beyond_grads_bytes`), beside the size of the logits:
-  linear_cross_entropy              onlinesoftmax.linear_cross_entropy(h, W, t).backward()
-  linear_cross_entropy (recompute)  the same with weight_grad="recompute"
-  torch linear+cross_entropy        F.cross_entropy(h @ W.T, t).backward()
-  liger fused linear cross-entropy  Liger-Kernel's liger_fused_linear_cross_entropy(h, W, t).backward(),
+  cross_entropy_01_rows (linear sum)        onlinesoftmax.linear_cross_entropy(h, W, t).backward()
+  cross_entropy_01_rows (linear recompute)  the same with weight_grad="recompute"
+  torch_linear_cross_entropy                F.cross_entropy(h @ W.T, t).backward()
+  liger_fused_linear_cross_entropy          Liger-Kernel's liger_fused_linear_cross_entropy(h, W, t).backward(),
                                     where it imports (else a row with its reason)
 Targets: peak memory beyond the gradients <= 2 % of the logits, time <= 1.0x torch's.
 """
@@ -34,15 +34,15 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
         liger_why = None
     except Exception as error:   # not installed, or its Triton kernels do not load here
         liger, liger_why = None, f"{type(error).__name__}: {error}"
-    calls = {"linear_cross_entropy": lambda: osm.linear_cross_entropy(h, w, t).backward(),
-             "linear_cross_entropy (recompute)":
+    calls = {"cross_entropy_01_rows (linear sum)": lambda: osm.linear_cross_entropy(h, w, t).backward(),
+             "cross_entropy_01_rows (linear recompute)":
                  lambda: osm.linear_cross_entropy(h, w, t, weight_grad="recompute").backward(),
-             "torch linear+cross_entropy": lambda: torch.nn.functional.cross_entropy(h @ w.T, t).backward()}
+             "torch_linear_cross_entropy": lambda: torch.nn.functional.cross_entropy(h @ w.T, t).backward()}
     if liger is not None:
-        calls["liger fused linear cross-entropy"] = lambda: liger(h, w, t).backward()
+        calls["liger_fused_linear_cross_entropy"] = lambda: liger(h, w, t).backward()
     rows, timed = [], {}
     if liger is None:
-        rows.append({"kernel": "liger fused linear cross-entropy", "correct": None, "error": liger_why, **here})
+        rows.append({"kernel": "liger_fused_linear_cross_entropy", "correct": None, "error": liger_why, **here})
     for name, fn in calls.items():
         h.grad = w.grad = None
         torch.cuda.synchronize()
@@ -59,8 +59,10 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
                      "peak_beyond_grads_bytes": peak - grads,
                      "peak_beyond_grads_fraction_of_logits": (peak - grads) / here["logits_bytes"]})
     for row in rows:
+        if row["kernel"].startswith("cross_entropy_01_rows"):   # ours: the kernel and the module around it
+            row.update(variant="cross_entropy_01_rows", modules=["onlinesoftmax/linear_loss.py"])
         if "ms" in row:
-            row["vs_torch"] = timed["torch linear+cross_entropy"] / row["ms"]
+            row["vs_torch"] = timed["torch_linear_cross_entropy"] / row["ms"]
     print(f"linear cross-entropy {tokens}x{hidden}x{vocab}: " + "  ".join(
         f"{k} {v:.1f} ms" for k, v in timed.items()), flush=True)
     return rows

@@ -96,6 +96,8 @@ def source_files(rows, read) -> list[str]:
             files.add(module.replace(".", "/") + ".py")
     if any(isinstance(v, str) and v in AUTO_NAMES for row in rows for v in row.values()):
         files.add(DISPATCH)
+    for row in rows:   # a row may name more of the package's modules it measured ("modules": [paths])
+        files.update(path for path in row.get("modules", ()) if isinstance(path, str) and read(path) is not None)
     return sorted(files)
 
 
