@@ -3,7 +3,7 @@ against what that user would call instead, on the same torch tensors in one run.
 
   fast            onlinesoftmax.softmax / log_softmax / logsumexp(x) on the torch tensor (variant "auto",
                   torch's stream; `variant` says the kernel the dispatcher chose for softmax)
-  torch           torch.softmax / log_softmax / logsumexp(x, -1) (eager)
+  torch_eager     torch.softmax / log_softmax / logsumexp(x, -1) (eager)
   torch.compile   the same function through torch.compile (default mode), compiled before timing
   liger           Liger-Kernel's Triton softmax (LigerSoftmaxFunction; softmax only), where it imports
   quack           Quack's CuTe-DSL softmax (quack.softmax; softmax only), where it loads
@@ -121,7 +121,7 @@ def shape_rows(n_rows: int, n_cols: int, dtype: str, copy_GBps: float, compiled:
     for op in OPS:
         traffic = x.nbytes + (4 * n_rows if op == "logsumexp" else x.nbytes)
         here = {"op": op, **fields, "bytes": traffic}
-        calls = {"fast": (ours(op), None), "torch": (torch_function(op), None),
+        calls = {"fast": (ours(op), None), "torch_eager": (torch_function(op), None),
                  "torch.compile": (compiled[op], None), **third_party(op)}
         timed = {}
         for name, (fn, why) in calls.items():
@@ -146,8 +146,8 @@ def shape_rows(n_rows: int, n_cols: int, dtype: str, copy_GBps: float, compiled:
             rows.append({"kernel": name, **here, **extra, "correct": True, **timing, "GBps": GBps,
                          "fraction_of_copy": GBps / copy_GBps, "fraction_of_copy_same_size": GBps / same_GBps})
         for row in rows:
-            if row.get("op") == op and "ms" in row and "torch" in timed:
-                row["vs_torch"] = timed["torch"] / row["ms"]
+            if row.get("op") == op and "ms" in row and "torch_eager" in timed:
+                row["vs_torch"] = timed["torch_eager"] / row["ms"]
         print(f"{op} {n_rows}x{n_cols} {dtype}: " + "  ".join(f"{k} {v * 1e3:.1f} us" for k, v in timed.items()),
               flush=True)
     del x

@@ -3,7 +3,7 @@ what a server would run instead.
 
 At batch x vocabulary in SHAPES (bf16 logits) and each filter in FILTERS, on the same logits:
   sampling_01_rows    onlinesoftmax.sample(x, ...): one kernel, no sort, no probabilities written
-  torch               what vLLM's sampler does in torch: softmax -> sort -> cumsum -> mask -> multinomial
+  torch_sort_sample   what vLLM's sampler does in torch: softmax -> sort -> cumsum -> mask -> multinomial
                       (top-p), softmax -> mask below min_p x max -> multinomial (min-p), softmax ->
                       multinomial (plain)
   flashinfer          FlashInfer's sort-free samplers (flashinfer.sampling), from logits where it has a
@@ -125,7 +125,7 @@ def sample_shape(n_rows: int, n_cols: int, read_GBps: float) -> list[dict]:
             rows.append({"kernel": "sampling_01_rows", "correct": False, "error": message, **here})
             continue
         found = {"sampling_01_rows": lambda: osm.sample(x, generator=11, **params),
-                 "torch": lambda: torch_sampler(params)(xt)}
+                 "torch_sort_sample": lambda: torch_sampler(params)(xt)}
         flashinfer, why = flashinfer_sampler(params)
         if flashinfer is not None:
             found["flashinfer"] = lambda: flashinfer(xt)
@@ -133,8 +133,8 @@ def sample_shape(n_rows: int, n_cols: int, read_GBps: float) -> list[dict]:
             rows.append({"kernel": "flashinfer", "correct": None, "error": why, **here})
         timed_rows, timed = time_calls(found, here, x.nbytes, read_GBps, "sampling_01_rows")
         for row in timed_rows:
-            if "torch" in timed:
-                row["vs_torch"] = timed["torch"] / row["ms"]
+            if "torch_sort_sample" in timed:
+                row["vs_torch"] = timed["torch_sort_sample"] / row["ms"]
         rows += timed_rows
         print(f"sample {n_rows}x{n_cols} {label}: " + "  ".join(f"{k} {v * 1e3:.0f} us" for k, v in timed.items()),
               flush=True)
