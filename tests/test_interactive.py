@@ -328,7 +328,7 @@ def test_chapter_12_memory_counterpart():
 
     fig = tf.linear_loss_memory_figure()
     assert check(fig.spec()) == []
-    assert tf.held_bytes(8192, 128256, None) == 2 * 8192 * 128256 * 2
+    assert tf.held_bytes(8192, 128256, None) == 3 * 8192 * 128256 * 2
     assert tf.held_bytes(8192, 128256, 128) == 128 * 128256 * 2 + 128256 * tf.HIDDEN * 4
     shown = visible(table(fig.spec()), {"vocabulary": 262144, "tokens": 8192})
     ours = next(r for r in shown if r["series"].startswith("linear_cross_entropy"))["y"]

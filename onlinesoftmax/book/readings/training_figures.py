@@ -18,12 +18,13 @@ GIB = 2.0 ** 30
 
 def held_bytes(tokens: int, vocabulary: int, chunk: int | None, weight_grad: str = "sum") -> float:
     """Bytes the loss holds at once beyond its inputs and the gradients it returns. chunk None: torch's
-    path, the logits and their gradient (bf16); else the chunked path: one chunk's logits (bf16, their
+    path at its backward's peak, three tensors the size of the logits (bf16): the log-probabilities
+    it saved, their gradient and the logits' gradient; else the chunked path: one chunk's logits (bf16, their
     gradient written over them) and, with weight_grad "sum", the float32 sum of the weight's gradient;
     with "recompute" the larger of the token pass (a chunk's logits) and the vocabulary pass (every
     token's logits of one block of default_vocab_chunk entries, 6 bytes an element)."""
     if chunk is None:
-        return 2.0 * tokens * vocabulary * 2
+        return 3.0 * tokens * vocabulary * 2
     token_pass = min(chunk, tokens) * vocabulary * 2
     if weight_grad == "recompute":
         return max(token_pass, tokens * default_vocab_chunk(vocabulary) * 6.0)
@@ -43,7 +44,7 @@ def linear_loss_memory_figure(vocabularies=VOCABULARIES, tokens=TOKENS, chunks=C
         for n in tokens:
             when = {"vocabulary": vocabulary, "tokens": n}
             xs = [c for c in chunks if c <= n]
-            fig.series(panel, "torch: the logits and their gradient", xs,
+            fig.series(panel, "torch: log-probabilities and two gradients (its peak)", xs,
                        [held_bytes(n, vocabulary, None) / GIB] * len(xs), color=color("torch"), when=when)
             fig.series(panel, "linear_cross_entropy: a chunk's logits and the float32 sum of dW", xs,
                        [held_bytes(n, vocabulary, c) / GIB for c in xs], color=color("cross_entropy_01_rows"),
