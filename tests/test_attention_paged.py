@@ -137,6 +137,16 @@ def test_the_gather_grader_passes_the_answer_and_rejects_wrong_ones():
                                                                 if pool.shape[1] > 1 else 0],
              "the length ignored (whole pages)": lambda pool, row, n: pool[row[row >= 0]].reshape(-1, pool.shape[2]),
              "right on the visible pools only": lambda pool, row, n: ep.gather_keys(pool, row, n)
-             if pool.shape in ((6, 4, 3), (7, 1, 2)) else np.zeros((n, pool.shape[2]))}
+             if pool.shape in ((6, 4, 3), (7, 1, 2)) else np.zeros((n, pool.shape[2])),
+             "the last key zeroed (a key index past the pool's pages)": _last_key_zeroed}
     for name, fn in wrong.items():
-        assert not ep.check_gather_keys(fn, quiet=True), name
+        assert not ep.check_gather_keys(fn, quiet=True), name   # FAILED printed, never an IndexError
+
+
+def _last_key_zeroed(pool, row, n):
+    from onlinesoftmax.book.exercises import exercises_paged as ep
+
+    keys = ep.gather_keys(pool, row, n)
+    if n:
+        keys[-1] = 0.0
+    return keys

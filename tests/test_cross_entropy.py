@@ -229,9 +229,30 @@ def test_the_exercise_grader_passes_the_solution_and_rejects_wrong_ones():
              "the one-hot with the wrong sign": lambda x, t, eps: el.solution(x, t, eps) + 2 * _one_hot(x, t, eps),
              "the untouched stub": lambda x, t, eps: None,
              "right on the visible shapes only": lambda x, t, eps: el.solution(x, t, eps)
-             if np.shape(x)[1] in (3, 50, 1) else np.zeros(np.shape(x), np.float32)}
+             if np.shape(x)[1] in (3, 50, 1, 20) else np.zeros(np.shape(x), np.float32),
+             "the row's mean subtracted, not its maximum": lambda x, t, eps: _shifted(x, t, eps, np.mean),
+             "the row's first logit subtracted": lambda x, t, eps: _shifted(x, t, eps, lambda a, axis, keepdims:
+                                                                            a[:, :1]),
+             "a float64 gradient": lambda x, t, eps: el.solution(x, t, eps).astype(np.float64)}
     for name, fn in wrong.items():
         assert not el.check_cross_entropy_grad(fn, quiet=True), name
+    # right answers by other roads pass: torch's (e^(x - lse), lse in float32), at any offset
+    for seed in range(20):
+        assert el.check_cross_entropy_grad(_through_lse, quiet=True), seed
+
+
+def _shifted(x, t, eps, shift):
+    x = np.asarray(x, np.float32)
+    with np.errstate(all="ignore"):
+        p = np.exp(x - shift(x, axis=1, keepdims=True))
+        return (p / p.sum(axis=1, keepdims=True) - np.float32(eps / x.shape[1]) - _one_hot(x, t, eps)).astype(np.float32)
+
+
+def _through_lse(x, t, eps):
+    x = np.asarray(x, np.float32)
+    m = x.max(axis=1, keepdims=True)
+    lse = (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True))).astype(np.float32)
+    return (np.exp(x - lse) - np.float32(eps / x.shape[1]) - _one_hot(x, t, eps)).astype(np.float32)
 
 
 def _one_hot(x, t, eps):

@@ -38,6 +38,45 @@ def fa2_no_final_division(scores, values, tiles):
     return o * np.exp(lse - scores.max()) if np.isfinite(lse) else o, lse     # o left unnormalized
 
 
+def fa2_started_at_minus_1e30(scores, values, tiles):
+    """The running maximum started at a large finite negative number instead of -inf."""
+    m, l, o = -1e30, 0.0, np.zeros(values.shape[1])
+    for t in tiles:
+        s, v = scores[t], values[t]
+        m_new = max(m, s.max()) if len(s) else m
+        p = np.exp(s - m_new)
+        o = o * np.exp(m - m_new) + p @ v
+        l = l * np.exp(m - m_new) + p.sum()
+        m = m_new
+    return (o / l if l > 0 else o), (m + np.log(l) if l > 0 else -np.inf)
+
+
+def merge_topk_nan_last(a, b, k):
+    """NaN sorted last (a lexsort on -values), where the exercise puts it first."""
+    (m_a, l_a, va, ca), (m_b, l_b, vb, cb) = a, b
+    m, l = reference.combine((m_a, l_a), (m_b, l_b))
+    v, c = np.concatenate([va, vb]).astype(np.float64), np.concatenate([ca, cb]).astype(np.int64)
+    keep = np.lexsort((c, -v))[:k]
+    return m, l, v[keep], c[keep]
+
+
+def decode_splits_four_resident(batch, heads, kv_heads, n_q, n_k, sms):
+    """Four resident blocks an SM always (a block of 2 query rows fits only 3)."""
+    import math
+
+    rows_per_kv = heads // kv_heads * n_q
+    per_block = next((r for r in (1, 2, 4) if r >= rows_per_kv), 4)
+    blocks = batch * kv_heads * math.ceil(rows_per_kv / per_block)
+    resident = 4 * sms
+
+    def fill(s):
+        return blocks * s / (resident * math.ceil(blocks * s / resident))
+    counts = range(1, math.ceil(n_k / 256) + 1)
+    splits = next((s for s in counts if fill(s) >= 0.95), max(counts, key=fill))
+    keys = 32 * math.ceil(math.ceil(n_k / splits) / 32)
+    return math.ceil(n_k / keys), keys
+
+
 def fa2_nan_for_a_blind_row(scores, values, tiles):
     tiles = list(tiles)
     if np.isneginf(scores).all():
@@ -96,6 +135,7 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda a, b, k: (*et.solution_merge_topk(a, b, k)[:3], et.solution_merge_topk(a, b, k)[3][:, None]),
          "columns has shape (2, 1), expected (2,) (an extra axis of length 1"),
         (lambda a, b, k: (max(a[0], b[0]), a[1] + b[1], *et.solution_merge_topk(a, b, k)[2:]), "l is"),
+        (merge_topk_nan_last, "FAILED on NaN in both parts"),
     ]),
     "attention_memory": (ea.check_attention_memory, ea.solution_attention_memory, [
         (lambda b, h, n, e: None, "not answered yet"),
@@ -112,12 +152,14 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
          "expected 2 values (o, lse), got 3"),
         (fa2_no_final_division, "FAILED on the worked example"),
         (fa2_nan_for_a_blind_row, "FAILED on every score -inf (a query that sees no key): o[0] is nan, expected 0"),
+        (fa2_started_at_minus_1e30, "FAILED on scores near -1e306"),
     ]),
     "decode_splits": (ea.check_decode_splits, ea.solution_decode_splits, [
         (lambda *shape: None, "not answered yet"),
         (lambda *shape: 17, "expected 2 values (splits, keys per split) as a tuple, got one int"),
         (lambda b, h, kv, nq, nk, sms: (1, nk), "splits is 1, expected 16"),
         (lambda b, h, kv, nq, nk, sms: (max(1, -(-nk // 256)), 256), "splits is 128, expected 16"),   # never looks at the SMs
+        (decode_splits_four_resident, "FAILED on batch 1, heads 16, kv heads 8, 1 query"),
     ]),
 }
 GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_argmax", "check_torch_dispatch",

@@ -295,7 +295,10 @@ def test_the_sampling_graders_pass_the_answers_and_reject_wrong_ones():
                    "the noise's sign flipped": lambda x, u: np.argmax(x - g(u), axis=1),
                    "noise on the probabilities": lambda x, u: np.argmax(_softmax(x) + g(u), axis=1),
                    "right on the visible shapes only": lambda x, u: es.gumbel_pick(x, u)
-                   if np.shape(x) in ((1, 3), (8, 40)) else np.full(len(x), -1)}   # never a token
+                   if np.shape(x) in ((1, 3), (8, 40), (1, 2)) else np.full(len(x), -1),   # never a token
+                   "tokens as floats": lambda x, u: es.gumbel_pick(x, u).astype(np.float64),
+                   "u clipped to [1e-4, 1 - 1e-4]": lambda x, u: np.argmax(x - np.log(-np.log(np.clip(u, 1e-4, 1 - 1e-4))),
+                                                                          axis=1)}
     for name, fn in wrong_picks.items():
         assert not es.check_gumbel_pick(fn, quiet=True), name
     wrong_thresholds = {"the stub": lambda x, p: None, "one token short": _threshold_before_p,

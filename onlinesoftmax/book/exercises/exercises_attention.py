@@ -97,8 +97,8 @@ def fa2_row_cases():
             Case("a middle tile all -inf", (middle_masked, v, _tiles(1000, [300, 500])), None),
             Case("every score -inf (a query that sees no key)", (np.full(64, NEG_INF), v[:64], _tiles(64, [32])), None),
             Case("scores near 500, one key per tile", (s[:20] + 500, v[:20], _tiles(20, list(range(1, 20)))), None),
-            Case("scores near -1e30 (below any finite starting state), -inf mixed in",
-                 (np.where(np.arange(40) % 3 == 0, NEG_INF, s[:40] * 1e28 - 1e30), v[:40], _tiles(40, [10, 25])), None)]
+            Case("scores near -1e306 (below any finite starting state but the most negative float), -inf mixed in",
+                 (np.where(np.arange(40) % 3 == 0, NEG_INF, s[:40] * 1e304 - 1e306), v[:40], _tiles(40, [10, 25])), None)]
 
 
 def hidden_fa2_row_cases(rng):
@@ -176,7 +176,7 @@ def solution_decode_splits(batch, heads, kv_heads, n_q, n_k, sms):
 
 def decode_splits_cases(sms: int):
     shapes = [(1, 32, 32, 1, 32768), (32, 32, 32, 1, 32768), (1, 32, 8, 1, 32768), (32, 32, 8, 1, 32768),
-              (1, 32, 32, 1, 100), (8, 32, 8, 4, 262144), (1, 8, 1, 8, 4097)]
+              (1, 32, 32, 1, 100), (8, 32, 8, 4, 262144), (1, 8, 1, 8, 4097), (1, 16, 8, 1, 32768)]
     return [Case(f"batch {b}, heads {h}, kv heads {kv}, {nq} quer{'y' if nq == 1 else 'ies'}, {nk} keys, {sms} SMs",
                  (b, h, kv, nq, nk, sms), None) for b, h, kv, nq, nk in shapes]
 

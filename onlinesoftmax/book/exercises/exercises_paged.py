@@ -16,14 +16,14 @@ def expected_keys(pool, row, length):
     return (np.asarray(pool)[np.asarray(row)[keys // pool.shape[1]], keys % pool.shape[1]],)
 
 
-def gather_cases():
+def gather_cases():   # (rows_arg None: a wrong key is not a row of the pool to quote)
     rng = np.random.default_rng(8)
     pool = rng.standard_normal((6, 4, 3))
-    return [Case("pages [2, 0, 5] of 4 slots, 10 keys", (pool, np.array([2, 0, 5]), 10)),
-            Case("one page, 3 keys", (pool, np.array([4]), 3)),
-            Case("a page per key (pages of 1 slot), 5 keys", (rng.standard_normal((7, 1, 2)), np.array([6, 1, 3, 0, 2]), 5)),
-            Case("entries past the last page are not pages (-1)", (pool, np.array([1, 3, -1, -1]), 8)),
-            Case("an empty sequence", (pool, np.array([-1]), 0))]
+    return [Case("pages [2, 0, 5] of 4 slots, 10 keys", (pool, np.array([2, 0, 5]), 10), None),
+            Case("one page, 3 keys", (pool, np.array([4]), 3), None),
+            Case("a page per key (pages of 1 slot), 5 keys", (rng.standard_normal((7, 1, 2)), np.array([6, 1, 3, 0, 2]), 5), None),
+            Case("entries past the last page are not pages (-1)", (pool, np.array([1, 3, -1, -1]), 8), None),
+            Case("an empty sequence", (pool, np.array([-1]), 0), None)]
 
 
 def hidden_gather_cases(rng):
@@ -31,7 +31,8 @@ def hidden_gather_cases(rng):
     pages = int(rng.integers(3, 30))
     length = int(rng.integers(1, pages * page_size))
     row = rng.permutation(pages)[: -(-length // page_size)]
-    return [Case(f"{length} keys in pages of {page_size}", (rng.standard_normal((pages, page_size, 4)), row, length))]
+    return [Case(f"{length} keys in pages of {page_size}", (rng.standard_normal((pages, page_size, 4)), row, length),
+                 None)]
 
 
 def check_gather_keys(fn, quiet: bool = False) -> bool:

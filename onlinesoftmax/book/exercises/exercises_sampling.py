@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Kinds, Tolerance, grade
 from onlinesoftmax.kernels.sampling import rows as ksampling
 
 
@@ -26,7 +26,9 @@ def pick_cases():
                  (np.array([[0.0, 1.0, 2.0]]), np.array([[0.9, 0.99, 0.2]]))),
             Case("8 rows of 40", (x, rng.uniform(1e-6, 1 - 1e-6, x.shape))),
             Case("logits near +1000 (probabilities overflow)", (x + 1000, rng.uniform(1e-6, 1 - 1e-6, x.shape))),
-            Case("a -inf logit: never picked", (np.array([[-np.inf, 0.0, -1.0]]), np.array([[0.999999, 0.1, 0.5]])))]
+            Case("a -inf logit: never picked", (np.array([[-np.inf, 0.0, -1.0]]), np.array([[0.999999, 0.1, 0.5]]))),
+            Case("a logit 12 below the other, with u = 1 - 1e-7: the rare token wins (u is not clipped)",
+                 (np.array([[0.0, -12.0]]), np.array([[0.5, 1 - 1e-7]])))]
 
 
 def hidden_pick_cases(rng):
@@ -38,7 +40,7 @@ def hidden_pick_cases(rng):
 def check_gumbel_pick(fn, quiet: bool = False) -> bool:
     """fn(x, u) -> argmax_j (x_j + g_j), g_j = -log(-log u_j): exactly the token of each row."""
     return grade("gumbel_pick", fn, pick_cases(), expected_pick, ("tokens",), Tolerance(rtol=0, atol=0),
-                 quiet=quiet, hidden=hidden_pick_cases)
+                 quiet=quiet, hidden=hidden_pick_cases, dtypes=(Kinds("iu", "integers (token ids)"),))
 
 
 def gumbel_pick(x, u):

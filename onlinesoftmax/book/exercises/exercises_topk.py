@@ -72,6 +72,8 @@ def merge_topk_cases():
              (state_of([NEG_INF, NEG_INF], 0, 2), state_of([NEG_INF, 0.0], 2, 2), 2), None),
         Case("a row of 300 with ties and -inf, split at 123, k = 16",
              (state_of(row[:123], 0, 16), state_of(row[123:], 123, 16), 16), None),
+        Case("NaN in both parts: [1, nan, 3] | [nan, 5], k = 3",
+             (state_of([1, np.nan, 3], 0, 3), state_of([np.nan, 5], 3, 3), 3), None),
         Case("logits near 1000: [1000, 999] | [1001]", (state_of([1000, 999], 0, 2), state_of([1001], 2, 2), 2),
              None),
     ]

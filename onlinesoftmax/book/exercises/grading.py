@@ -71,6 +71,13 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Kinds:
+    """A dtype asked by kind, for `grade(dtypes=...)`: Kinds("iu", "integers") takes any integer dtype."""
+    kinds: str
+    name: str
+
+
+@dataclass(frozen=True)
 class Tolerance:
     """Finite values pass when |yours - expected| <= rtol * |expected| + atol + row_rtol * scale,
     scale being the largest finite |expected| of the value's row (its last axis)."""
@@ -247,7 +254,11 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
             values = (yours,) if len(names) == 1 and not isinstance(yours, tuple) else tuple(yours)
             for name, value, dtype in zip(names, values, dtypes):
                 got = to_numpy(value)
-                if dtype is not None and np.asarray(got).dtype != np.dtype(dtype):
+                if isinstance(dtype, Kinds):
+                    if np.asarray(got).dtype.kind not in dtype.kinds:
+                        problem = f"{name} has dtype {np.asarray(got).dtype}; the exercise asks for {dtype.name}"
+                        break
+                elif dtype is not None and np.asarray(got).dtype != np.dtype(dtype):
                     problem = (f"{name} has dtype {np.asarray(got).dtype}; the exercise asks for "
                                f"{np.dtype(dtype).name} (compute in {np.dtype(dtype).name}, as the kernel does)")
                     break
@@ -272,7 +283,7 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
                     say(f"  yours:    {_fmt(value[row])}")
                     say(f"  expected: {_fmt(want[row])}")
                 rows = case.args[case.rows_arg] if case.rows_arg is not None else None
-                if rows is not None and np.ndim(rows) >= 2:
+                if rows is not None and np.ndim(rows) >= 2 and row < len(rows):
                     say(f"  input row {row}: {_fmt(np.asarray(rows)[row])}")
             return False
     problem = last() if last is not None else None

@@ -283,6 +283,10 @@ class TopK(SoftmaxRows):
         one_lane[:, ::32] = np.array([10.0, 11.0, 12.0, 13.0], np.float32)   # ascending, all read by lane 0
         rows.insert(2, ("the four largest in one lane's slice (columns 0, 32, 64, 96), in increasing order",
                         {"x": one_lane}))
+        one_lane_down = rng.standard_normal((2, 256)).astype(np.float32)
+        one_lane_down[:, :128:32] = np.array([13.0, 12.0, 11.0, 10.0], np.float32)   # lane 0, decreasing, then worse ones
+        rows.insert(3, ("the four largest in one lane's slice (columns 0, 32, 64, 96), decreasing, more of that lane after them",
+                        {"x": one_lane_down}))
         return rows
 
     def launch(self, backend, name, x, probs, columns, n_cols, k, x_stride):

@@ -58,6 +58,11 @@ class Attention:
             q = (rng.standard_normal((heads, n_q, self.d)) * q_scale).astype(np.float32)
             k, v = (rng.standard_normal((heads, n_k, self.d)).astype(np.float32) for _ in range(2))
             found.append((label, {"q": q, "k": k, "v": v}))
+        rng = np.random.default_rng(99)
+        q = np.full((1, 7, self.d), -30.0, np.float32) + rng.standard_normal((1, 7, self.d)).astype(np.float32)
+        k = (4.0 + 0.1 * rng.standard_normal((1, 45, self.d))).astype(np.float32)
+        found.append(("every score near -1000 (below e^s's float32 range)", {"q": q, "k": k,
+                      "v": rng.standard_normal((1, 45, self.d)).astype(np.float32)}))
         return found
 
     def run(self, backend, name, case, arena):
