@@ -13,7 +13,7 @@ build time, so the page is the same wherever it was built; each series says whic
     attention_figure()           chapter 08, blocked attention against the float64 reference
     tensor_core_figure()         chapter 09, a step of the tensor-core ladder: error and wavefronts
     sampling_figure(row)         chapter 13, a row's filtered distribution and the draws of the sampler
-    paged_figure()               chapter 13, the pages and splits of a batch of sequences in a paged cache
+    paged_figure()               chapter 13, the pages and busiest blocks of a batch in a paged cache
 
 Chapter 03's kernel explorer and chapter 06's explorer build theirs next to their widgets
 (widgets_online.explorer_figure, explorer.explorer_figure).
@@ -352,27 +352,34 @@ def sampling_figure(row: np.ndarray, draws: int = 20000, seed: int = 0) -> Figur
 
 def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> Figure:
     """The paged-decode page: for sequences of lengths between 1K and 128K keys, the pages each one
-    takes and the splits it divides its keys into (attention_08_paged_decode's rule, 32 heads over
-    8 kv heads on the H200's SMs), for every page size and batch of the widget's controls."""
+    takes and the keys of its busiest block beside an even share of all the keys over the same blocks
+    (attention_08_paged_decode's rule, 32 heads over 8 kv heads on the H200's SMs), for every page
+    size and batch of the widget's controls."""
     from onlinesoftmax.kernels.attention import paged
 
     lengths = np.exp(np.random.default_rng(seed).uniform(np.log(1024), np.log(131072), max(batches))).astype(int)
-    fig = Figure("paged", "Pages and splits per sequence of a batch",
+    fig = Figure("paged", "Pages and the busiest block per sequence of a batch",
                  [select("page_size", "page size", list(page_sizes), 16), select("batch", "batch", list(batches), 8)],
-                 caption="attention_08_paged_decode's page and split rules; lengths drawn between 1K and 128K keys")
-    pages_panel = fig.panel("pages", x="sequence", y="pages", title="pages it takes", y_scale="log", width=255,
-                            height=200)
-    split_panel = fig.panel("splits", x="sequence", y="splits", title="splits of its keys", width=255, height=200,
-                            y_zero=True)
-    for page_size in page_sizes:
-        for batch in batches:
+                 caption="attention_08_paged_decode's page and split rules; lengths drawn between 1K and 128K keys; "
+                         "an even share is all the keys over batch × grid splits blocks")
+    pages_panel = fig.panel("pages", x="sequence", y="pages", title="pages it takes (page-table entries)",
+                            y_scale="log", width=255, height=200)
+    keys_panel = fig.panel("keys", x="sequence", y="keys", title="keys of its busiest block", y_scale="log",
+                           width=255, height=200)
+    for batch in batches:
+        grid = paged.splits_for(batch, 32, 8, 1, 132)
+        n = lengths[:batch]
+        busiest = [min(paged.sequence_splits(int(k), grid)[1], int(k)) for k in n]
+        even = float(n.sum()) / (batch * grid)
+        fig.series(keys_panel, "keys of its busiest block", np.arange(batch), busiest, mark="point", color=CHOSEN,
+                   source="model", when={"batch": batch})
+        fig.series(keys_panel, "an even share", ys=[even], mark="rule_y", color=REFERENCE, dash=True, source="model",
+                   when={"batch": batch})
+        for page_size in page_sizes:
             when = {"page_size": page_size, "batch": batch}
-            grid = paged.splits_for(batch, 32, 8, 1, 132)
-            n = lengths[:batch]
             fig.series(pages_panel, "pages", np.arange(batch), -(-n // page_size), mark="point",
                        color=color("attention_08_paged_decode"), source="model", when=when)
-            fig.series(split_panel, "splits used", np.arange(batch), [paged.sequence_splits(int(k), grid)[0] for k in n],
-                       mark="point", color=CHOSEN, source="model", when=when)
-            fig.note(f"batch {batch}: the grid has {grid} splits per (sequence, kv head); "
+            fig.note(f"batch {batch}: a grid of {grid} split{'s' * (grid > 1)} per (sequence, kv head), the busiest "
+                     f"block reading {max(busiest) / even:.1f} times an even share; "
                      f"{int((-(-n // page_size)).sum())} pages in all", when=when)
     return fig
