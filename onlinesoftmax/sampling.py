@@ -19,8 +19,9 @@ gets token -1: never a silent token.
 generator: None (fresh randomness), an int seed (the same tokens for the same seed and inputs), a
 numpy Generator, or a torch Generator (its seed and offset: the same generator state gives the same
 tokens; a CUDA generator's seed and offset are read and its offset advanced on the host, so such a
-call cannot be captured in a CUDA graph). Tokens depend only on the seed, the row and the token's
-place, never on the launch or the number of threads (every sum in the kernel is exact).
+call cannot be captured in a CUDA graph). Tokens depend only on the seed, the offset, the row's place
+in the batch and the token's place, never on the launch or the number of threads (every sum in the
+kernel is exact): the same logits at another row of a batch draw other noise.
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel sampling_01_rows, torch tensors
 on torch's current stream. Per-row arrays are checked on the host (one synchronization each, on the

@@ -342,9 +342,9 @@ def sampling_figure(row: np.ndarray, draws: int = 20000, seed: int = 0) -> Figur
                     when = dict(params)
                     exact = ks.distribution(row[None, :], **params)[0]
                     drawn = np.bincount(ks.simulate(repeated, seed, 0, **params), minlength=row.size) / draws
-                    fig.series(panel, "probability (float64)", tokens, exact, mark="point", color=REFERENCE,
+                    fig.series(panel, "probability (float64)", tokens, exact, mark="bar", color=REFERENCE,
                                source="reference", when=when)
-                    fig.series(panel, "frequency drawn", tokens, drawn, mark="line",
+                    fig.series(panel, "frequency drawn", tokens, drawn, mark="point",
                                color=color("sampling_01_rows"), source="model", when=when)
                     fig.note(f"{int((exact > 0).sum())} of {row.size} tokens kept", when=when)
     return fig
