@@ -143,9 +143,26 @@ def test_the_row_backward_grader_passes_the_answer_and_rejects_wrong_ones():
              "dV transposed": lambda q, K, V, dout, lse, scale: (*eb.row_backward(q, K, V, dout, lse, scale)[:2],
                                                                    eb.row_backward(q, K, V, dout, lse, scale)[2].T),
              "right on the visible shapes only": lambda q, K, V, dout, lse, scale: eb.row_backward(q, K, V, dout, lse, scale)
-             if K.shape in ((3, 2), (50, 16), (20, 8), (1, 4)) else (np.zeros_like(q), np.zeros_like(K), np.zeros_like(V))}
+             if K.shape in ((3, 2), (50, 16), (20, 8), (1, 4), (60, 32)) else (np.zeros_like(q), np.zeros_like(K),
+                                                                                 np.zeros_like(V)),
+             "P below 1e-8 dropped": _small_p_dropped, "a second softmax, lse never read": _second_softmax}
     for name, fn in wrong.items():
         assert not eb.check_row_backward(fn, quiet=True), name
+
+
+def _small_p_dropped(q, K, V, dout, lse, scale):
+    p = np.exp(scale * (K @ q) - lse)
+    p[p < 1e-8] = 0.0
+    ds = p * (V @ dout - dout @ (p @ V))
+    return scale * (ds @ K), scale * np.outer(ds, q), np.outer(p, dout)
+
+
+def _second_softmax(q, K, V, dout, lse, scale):
+    s = scale * (K @ q)
+    p = np.exp(s - s.max())
+    p /= p.sum()
+    ds = p * (V @ dout - dout @ (p @ V))
+    return scale * (ds @ K), scale * np.outer(ds, q), np.outer(p, dout)
 
 
 def test_the_causal_backward_grader_passes_the_answer_and_rejects_wrong_ones():

@@ -20,12 +20,14 @@ def expected_row_backward(q, K, V, dout, lse, scale):
     return scale * (ds @ K), scale * np.outer(ds, q), np.outer(p, dout)
 
 
-def _case(name, rng, n, d, shift=0.0, mask=None, score=None):
+def _case(name, rng, n, d, shift=0.0, mask=None, score=None, spread=None):
     q, dout = rng.standard_normal(d), rng.standard_normal(d)
     K, V = rng.standard_normal((n, d)) + shift, rng.standard_normal((n, d))
     scale = 1 / np.sqrt(d)
     if score is not None:                  # move every key along q: each score rises by `score`
         K = K + (score / scale) * q / (q @ q)
+    if spread is not None:                 # key j's score falls by up to `spread`: P down to e^-spread
+        K = K + (np.linspace(0, -spread, n)[:, None] / scale) * q / (q @ q)
     s = scale * (K @ q)
     if mask is not None:
         K[mask] = 0.0
@@ -38,7 +40,8 @@ def row_cases():
     rng = np.random.default_rng(11)
     return [_case("one query, 3 keys of d = 2", rng, 3, 2), _case("one query, 50 keys of d = 16", rng, 50, 16),
             _case("keys that make scores near 800 (e^s overflows in float64)", rng, 20, 8, score=800.0),
-            _case("a single key", rng, 1, 4)]
+            _case("a single key", rng, 1, 4),
+            _case("scores falling by up to 30 across 60 keys (P from about 1 down to 1e-13)", rng, 60, 32, spread=30.0)]
 
 
 def hidden_row_cases(rng):
@@ -49,7 +52,32 @@ def hidden_row_cases(rng):
 def check_row_backward(fn, quiet: bool = False) -> bool:
     """fn(q, K, V, dout, lse, scale) -> (dq, dK, dV) of one query row, float64."""
     return grade("row_backward", fn, row_cases(), expected_row_backward, ("dq", "dK", "dV"),
-                 Tolerance(rtol=1e-9, atol=1e-12, row_rtol=1e-9), quiet=quiet, hidden=hidden_row_cases)
+                 Tolerance(rtol=1e-9, atol=1e-12, row_rtol=1e-9), quiet=quiet, hidden=hidden_row_cases,
+                 wrap=_watch_lse, require=_lse_read)
+
+
+class _Watched(np.ndarray):
+    """A 0-d float64 array that notes whether arithmetic (or float()) read it."""
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        self.read[0] = True
+        inputs = tuple(np.asarray(i) if isinstance(i, _Watched) else i for i in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __float__(self):
+        self.read[0] = True
+        return float(np.asarray(self))
+
+
+def _watch_lse(args):
+    q, K, V, dout, lse, scale = args
+    watched = np.asarray(float(lse)).view(_Watched)
+    watched.read = [False]
+    return q, K, V, dout, watched, scale
+
+
+def _lse_read(given):
+    return None if given[4].read[0] else ("your function never used lse: recompute P from the saved LSE "
+                                          "(P = e^(s - lse)), not by a second softmax")
 
 
 def row_backward(q, K, V, dout, lse, scale):

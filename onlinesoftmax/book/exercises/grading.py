@@ -227,9 +227,9 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
                   for case in hidden(np.random.default_rng(seed))]
     for number, case in enumerate(cases):
         pristine = copy.deepcopy(case.args) if copy_args else case.args
-        expected = expected_of(*copy.deepcopy(case.args)) if copy_args else expected_of(*case.args)
-        expected = expected if isinstance(expected, tuple) else (expected,)
-        expected = tuple(np.array(e, copy=True) if isinstance(e, np.ndarray) else e for e in expected)
+        # made after the call from the pristine copy, so that an answer cannot find them on the stack;
+        # before it for arguments the answer consumes (copy_args=False: a stream is read once)
+        expected = None if copy_args else expected_of(*case.args)
         args = copy.deepcopy(case.args) if copy_args else case.args
         given = wrap(args) if wrap is not None else args
         try:
@@ -240,6 +240,9 @@ def grade(exercise: str, fn: Callable, cases, expected_of: Callable, names: tupl
             say(f"{exercise}: FAILED on {case.name}: your function raised "
                 f"{type(error).__name__}: {error} (arguments of shape {shapes})")
             return False
+        expected = expected_of(*copy.deepcopy(pristine)) if copy_args else expected
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        expected = tuple(np.array(e, copy=True) if isinstance(e, np.ndarray) else e for e in expected)
         if yours is None and number == 0:
             say(not_answered(exercise))
             return False
