@@ -93,7 +93,7 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
 
     def add_share(rows, dlogits):   # the chunk's share of d weight and d bias, into the float32 sums
         if tensor:   # in place: no float32 copy of the chunk's product
-            dw.add_(dlogits.T @ h[rows])
+            _add_product(dw, dlogits.T, h[rows])
             if db is not None:
                 db.add_(dlogits.sum(0))
         else:
@@ -123,6 +123,26 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
     if torch_bridge.is_tensor(hidden):
         return _LinearCrossEntropy.apply(hidden, weight, targets, bias, options)
     return linear_cross_entropy_with_grad(hidden, weight, targets, bias, **options)[0]
+
+
+_FP32_ADDMM = [True]   # torch's addmm with out_dtype (CUDA, 16-bit operands): cleared if it ever refuses
+
+
+def _add_product(acc, a, b):
+    """acc += a @ b, acc float32: one product summed into acc in float32 (cuBLAS's beta = 1), where torch
+    has addmm with out_dtype for 16-bit a and b on a GPU and for float32 ones anywhere; else a @ b in
+    a's dtype, then added (a second pass over V x H)."""
+    torch = _torch()
+    if a.dtype == acc.dtype:
+        acc.addmm_(a, b)
+        return
+    if a.is_cuda and _FP32_ADDMM[0]:
+        try:
+            torch.ops.aten.addmm.dtype_out(acc, a, b, torch.float32, out=acc)
+            return
+        except (RuntimeError, NotImplementedError, AttributeError):   # an older torch, or not these dtypes
+            _FP32_ADDMM[0] = False
+    acc.add_(a @ b)
 
 
 def _mm(a, b):

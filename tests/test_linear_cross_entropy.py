@@ -241,3 +241,19 @@ def test_default_chunks_follow_the_memory_each_weight_grad_holds():
     assert default_chunk(8192, "sum") == 1024 and default_chunk(8192, "recompute") == 128
     assert default_chunk(100, "sum") == default_chunk(100, "recompute") == 64
     assert default_chunk(8193, "recompute") == 129   # rounded up: at most 64 chunks
+
+
+def test_the_float32_sum_of_products_accumulates():
+    """d weight's running sum: acc += a @ b into float32 for float32 and 16-bit operands (on a GPU the
+    16-bit one is one addmm with out_dtype; here the product and an add), twice in a row."""
+    torch = pytest.importorskip("torch")
+    from onlinesoftmax.linear_loss import _add_product
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(5, 7, generator=g).to(dtype), torch.randn(7, 3, generator=g).to(dtype)
+        acc = torch.ones(5, 3)
+        _add_product(acc, a, b)
+        _add_product(acc, a, b)
+        want = 1 + 2 * (a.double() @ b.double())
+        assert acc.dtype == torch.float32 and torch.allclose(acc.double(), want, rtol=2e-2 if dtype != torch.float32 else 1e-5)
