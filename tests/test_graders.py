@@ -51,6 +51,16 @@ def fa2_started_at_minus_1e30(scores, values, tiles):
     return (o / l if l > 0 else o), (m + np.log(l) if l > 0 else -np.inf)
 
 
+def fa2_two_passes(scores, values, tiles):
+    """The row's maximum over the tiles first, then a second walk for the sums: not the online pass."""
+    m = max((scores[t].max() for t in tiles if len(scores[t])), default=-np.inf)
+    l, o = 0.0, np.zeros(values.shape[1])
+    for t in tiles:
+        p = np.exp(scores[t] - m) if np.isfinite(m) else np.zeros(len(scores[t]))
+        l, o = l + p.sum(), o + p @ values[t]
+    return (o / l if l > 0 else o), (m + np.log(l) if l > 0 else -np.inf)
+
+
 def merge_topk_nan_last(a, b, k):
     """NaN sorted last (a lexsort on -values), where the exercise puts it first."""
     (m_a, l_a, va, ca), (m_b, l_b, vb, cb) = a, b
@@ -153,6 +163,7 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (fa2_no_final_division, "FAILED on the worked example"),
         (fa2_nan_for_a_blind_row, "FAILED on every score -inf (a query that sees no key): o[0] is nan, expected 0"),
         (fa2_started_at_minus_1e30, "FAILED on scores near -1e306"),
+        (fa2_two_passes, "walked the tiles more than once"),
     ]),
     "decode_splits": (ea.check_decode_splits, ea.solution_decode_splits, [
         (lambda *shape: None, "not answered yet"),

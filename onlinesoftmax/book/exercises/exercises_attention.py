@@ -112,11 +112,14 @@ def hidden_fa2_row_cases(rng):
 
 class TileList(list):
     """The tiles, as a list that notes whether the answer read it (an answer that never does
-    computed the whole row at once, not the loop the exercise is about)."""
+    computed the whole row at once, not the loop the exercise is about) and how many times it
+    walked it (twice: a first pass for the maximum, then the sums, not one online pass)."""
     read = False
+    walks = 0
 
     def __iter__(self):
         self.read = True
+        self.walks += 1
         return super().__iter__()
 
     def __getitem__(self, index):
@@ -134,6 +137,9 @@ def _watched_tiles(args):
 
 
 def _read_the_tiles(args):
+    if args[2].walks > 1:
+        return ("your function walked the tiles more than once: the exercise is one pass, the online state "
+                "updated once per tile")
     if args[2].read:
         return None
     return ("your function never read the tiles: the exercise is FlashAttention-2's loop over them "
