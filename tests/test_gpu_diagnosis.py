@@ -10,8 +10,9 @@ import pytest
 from onlinesoftmax import book
 from onlinesoftmax.runtime import device
 
-CPU_LINE = ("executed without a GPU: kernel outputs come from the kernels' NumPy models, "
-            "throughput figures from recorded GPU data")
+CPU_LINE = ("executed without a GPU: kernel outputs come from the kernels' NumPy models (and, where a cell "
+            "says so, from the kernel's CUDA source run on a CPU emulator), throughput figures from "
+            "recorded GPU data")
 DRIVER_ERROR = ("CUDARuntimeError: cudaErrorInsufficientDriver: "
                 "CUDA driver version is insufficient for CUDA runtime version")
 

@@ -25,8 +25,9 @@ def execution_mode() -> str:
     diagnosis = device.gpu_diagnosis()   # a GPU is there but CuPy cannot use it: say so loudly
     if diagnosis:
         print(diagnosis)
-    return ("executed without a GPU: kernel outputs come from the kernels' NumPy models, "
-            "throughput figures from recorded GPU data")
+    return ("executed without a GPU: kernel outputs come from the kernels' NumPy models (and, where a cell "
+            "says so, from the kernel's CUDA source run on a CPU emulator), throughput figures from "
+            "recorded GPU data")
 
 
 def html_table(header: list[str], rows: list[list], caption: str | None = None):
