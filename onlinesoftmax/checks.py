@@ -326,7 +326,7 @@ def compare_topk(probs, columns, x, k: int, renormalize: bool = False, selects_o
     float64 probability is within the tolerance of the definition's (rounded probabilities may tie
     and swap columns, and every probability under fp32's smallest normal may be stored as 0); a row whose softmax is NaN returns columns 0 .. k-1. Probabilities: NaN exactly
     where the definition's are, and an error at most twice the baseline's (the softmax in fp32
-    rounded once to x's dtype, at the same columns) plus two ulps of the largest. lse, if given:
+    rounded once to x's dtype, at the same columns) plus two ulps of max(|p|, 1), i.e. of 1. lse, if given:
     within 4 fp32 ulps (of max(|lse|, 1)) of the float64 log-sum-exp where that is finite, and NaN in
     every row whose probabilities are NaN (a row holding +inf or NaN: the fused kernels give no LSE
     for a row they cannot normalise)."""

@@ -12,7 +12,7 @@
 // Lists: K keys, best first, empty slots 0 (K a compile-time constant: every loop unrolls, the
 //        list is 2K registers, no stack).
 // Used by the softmax_topk kernels (kernels/topk/); the NumPy models in
-// onlinesoftmax/kernels/topk_keys.py build the same keys bit for bit.
+// onlinesoftmax/kernels/topk/keys.py build the same keys bit for bit.
 #pragma once
 #include "numeric.cuh"
 
