@@ -68,7 +68,7 @@ SAMPLING = [(b, n, k, dtype) for dtype in ("float32", "bfloat16") for b in (1, 8
 MOE = [(t, e, k, dtype) for dtype in ("float32", "bfloat16") for t in (1, 64, 512, 4096)
        for e in (64, 128, 256, 512) for k in (2, 8)]
 LARGE_K = [(256, 262144, k, "float32") for k in (64, 128, 256, 512, 1024)] + \
-          [(rows, n, k, "float32") for rows, n in ((4000, 32768), (64, 151936)) for k in (1, 2, 4, 8, 16, 24, 32)]
+          [(rows, n, k, "float32") for rows, n in ((4000, 32768), (64, 151936)) for k in (1, 2, 4, 8, 10, 12, 16, 24, 32)]
 HOST_SHAPES = [(1, 32000, 20, "float32"), (1, 151936, 50, "bfloat16"), (8, 128256, 1, "float32"),
                (1, 128256, 1, "bfloat16"), (1, 256, 8, "bfloat16"), (64, 512, 8, "bfloat16"),
                (512, 256, 2, "float32"), (32, 4096, 5, "float32")]
