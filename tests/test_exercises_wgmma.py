@@ -1,7 +1,7 @@
 """CPU tier: the grader of the Hopper page's descriptor exercise accepts the kernels' descriptor (and
 one with any leading offset, which a K-major operand does not read) and rejects the wrong ones a
 reader writes: the 64-column blocks forgotten, the 8-row groups 512 bytes apart, no swizzle bits, the
-byte offset of k0 given in elements, a start that ignores k0, a stub, something not an integer."""
+byte offset of k0 given in elements, a start that ignores k0, bits set outside the four fields, a stub, something not an integer."""
 from onlinesoftmax.book.exercises import exercises_wgmma as x
 from onlinesoftmax.kernels.attention import wgmma_layout as wl
 
@@ -22,6 +22,8 @@ WRONG = {
     "k0 in elements": lambda b, r, k0: wl.descriptor(b + (k0 // 64) * r * 128 + (k0 % 64), 0, 1024),
     "k0 ignored": lambda b, r, k0: wl.descriptor(b, 0, 1024),
     "not an integer": lambda b, r, k0: float(right(b, r, k0)),
+    "base-offset bits set": lambda b, r, k0: right(b, r, k0) | (5 << 49),
+    "a bit between the fields": lambda b, r, k0: right(b, r, k0) | (1 << 15),
 }
 
 

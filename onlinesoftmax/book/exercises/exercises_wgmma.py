@@ -31,6 +31,11 @@ def _cases(seed: int):
     return cases
 
 
+# the descriptor's four fields: start address (bits 0-13), leading and stride byte offsets (16-29,
+# 32-45), swizzle mode (62-63); every other bit must be 0
+FIELDS = (1 << 14) - 1 | ((1 << 14) - 1) << 16 | ((1 << 14) - 1) << 32 | 3 << 62
+
+
 def descriptor_problem(fn, seed: int | None = None) -> str | None:
     """None when fn(base, rows, k0) names column k0's k-step of every tile, else what is wrong."""
     seed = secrets.randbits(32) if seed is None else seed
@@ -46,6 +51,10 @@ def descriptor_problem(fn, seed: int | None = None) -> str | None:
         if not isinstance(desc, (int, np.integer)) or not 0 <= int(desc) < 1 << 64:
             return f"{where}: a descriptor is a 64-bit unsigned integer, got {desc!r}"
         desc = int(desc)
+        if desc & ~FIELDS:
+            return (f"{where}: bits {[b for b in range(64) if desc >> b & 1 and not FIELDS >> b & 1]} are set outside "
+                    "the four fields (start, leading and stride offsets, swizzle); the hardware reads them too "
+                    "(the base offset, bits 49-51, for one): leave them 0")
         if (desc >> 62) != wl.SWIZZLE_128B:
             return f"{where}: bits 62-63 say swizzle mode {desc >> 62}; the tiles are stored with the 128-byte swizzle (1)"
         try:
