@@ -17,7 +17,8 @@
 //               addresses and loop state), which spills under the 168-register cap of 288
 //               threads. So the producer is a whole warpgroup (384 threads) that lowers its
 //               limit to 24 (setmaxnreg) and the consumers raise theirs to 240:
-//               128 x 24 + 256 x 240 registers fit the SM's 65536.
+//               128 x 24 + 256 x 240 = 384 x 168, exactly the registers the block is
+//               launched with (a raise draws on what the lowering warpgroup gave back).
 // Launch:       grid = (ceil(n_q / 128), heads, batch); block = 384 threads (2 consumer
 //               warpgroups, 1 producer warpgroup); dynamic shared memory the Q tile and three
 //               stages of K and V (128 keys x D), 1 KiB to align them and 7 barriers: 113 KiB at
