@@ -165,7 +165,7 @@ def decode_splits_reference(batch, heads, kv_heads, n_q, n_k, sms):
 
 def solution_decode_splits(batch, heads, kv_heads, n_q, n_k, sms):
     """Blocks without a split; the GPU holds 4 of them per SM at once (3 with 2 rows a block). The
-    fewest splits (at least 256 keys each) whose blocks fill their waves of resident blocks to 95 %,
+    fewest splits (at most ceil(n_k / 256) of them) whose blocks fill their waves of resident blocks to 95 %,
     else the fullest; the keys per split rounded up to a multiple of 32 (which can lower the count)."""
     rows_per_kv = heads // kv_heads * n_q                 # query rows that read one kv head
     rows_per_block = next((r for r in (1, 2, 4) if r >= rows_per_kv), 4)

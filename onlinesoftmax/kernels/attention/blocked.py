@@ -124,7 +124,7 @@ def plan_blocked(variant: Variant, q, out, k=None, v=None, lse=None, causal=Fals
     return run
 
 
-DECODE_KEYS_MIN = 256       # the fewest keys a split gets (fewer: the merge costs more than it spreads)
+DECODE_KEYS_MIN = 256       # splits are at most ceil(n_k / 256) (more, shorter splits: the merge costs more than they spread)
 DECODE_ROWS = (1, 2, 4)     # query rows per block the decode kernel is built for
 
 
