@@ -14,7 +14,7 @@
 // the row's k-th best, every element of the row's k best enters its thread's list and stays.
 // Pushes are deferred to the end of a step: a mask of the step's entering elements, then one push
 // site that reads each entering value again (from L1) after the values were folded into the state.
-// The NumPy model (onlinesoftmax/kernels/topk_rows_model.py) replays this order.
+// The NumPy model (onlinesoftmax/kernels/topk/rows_model.py) replays this order.
 #pragma once
 #include "online_rows.cuh"
 #include "top_keys.cuh"

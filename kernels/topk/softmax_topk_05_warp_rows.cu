@@ -2,7 +2,7 @@
 // experts, k up to 8): one warp per row, 8 rows per block, the row held in registers, no shared
 // memory, no barrier.
 //
-// Changed from softmax_topk_04_online_fused: a 256-thread block per row leaves most threads
+// Changed from softmax_topk_04_online_fused: a 128-thread block per row leaves most threads
 //               with one or two elements of a 256-element row and pays block-wide barriers
 //               for its states and its merge of lists. Here one warp owns a row and keeps all
 //               of it in registers: lane t holds E elements (E = 4, 8, 16 or 32, the smallest

@@ -9,8 +9,8 @@ Order: larger logit first, equal logits by the lower column, NaN above every num
 ranks it). Probabilities e^(v - m) / l (or over the sum of the k kept, renormalize=True) in x's
 dtype; columns int64; the LSE float32. Each thread keeps a sorted list of K >= k keys in registers
 (K a compile-time bucket, K_BUCKETS), so these kernels take k <= 32; softmax_topk_05_warp_rows
-(short rows, softmax_topk_moe.py) and softmax_topk_06_split (few long rows and k up to 1024,
-softmax_topk_split.py) are the others.
+(short rows, moe.py) and softmax_topk_06_split (few long rows and k up to 1024,
+split.py) are the others.
 
 The models (simulate_*) return what the kernels return, computed in the kernels' schedule:
 the (m, l) or the sum in the order of topk_rows.cuh (topk_rows_model.py), the selection exact.
