@@ -2,8 +2,9 @@
 //
 // Changed from softmax_02_online: a row is cut into blocks_per_row chunks of chunk_cols
 //               columns, one block each, so a few long rows still fill the GPU. Launch 1
-//               (softmax_06_split_merge_partials) runs softmax_02's statistics pass on its
-//               chunk and writes the chunk's state to partials[row][chunk]. Launch 2
+//               (softmax_06_split_merge_partials) folds its chunk into one running state per
+//               thread (a plain strided loop, not softmax_02's chunked fold), combines the
+//               block's states and writes the chunk's state to partials[row][chunk]. Launch 2
 //               (softmax_06_split_merge_normalize) has every block combine its row's
 //               partial states — any grouping gives the same state, since combine is
 //               associative and commutative — and write its own chunk of the output. A chunk

@@ -51,9 +51,9 @@ def measure(shapes=SHAPES) -> dict:
             x_check = inputs[0][:CHECK_ROWS]
             passed, message = checks.compare(y[:CHECK_ROWS], reference.softmax(x_check),
                                              reference.softmax_same_dtype(x_check), np.float32)
-            # softmax_02_online is the comparison point, not the subject: at N ~ 1M each of its
-            # threads sums N/256 terms in sequence, and its error can exceed twice the pairwise
-            # float32 baseline's. That is recorded in the row (and said in chapter 04), not hidden;
+            # softmax_02_online is the comparison point, not the subject: a kernel whose threads
+            # fold long chains of terms in sequence can exceed twice the pairwise float32
+            # baseline's error. That is recorded in the row (chapter 04 reads it), not hidden;
             # a NaN-pattern mismatch or a grossly wrong answer (error > 1e-4) still stops the run.
             error = checks.max_abs_error(y[:CHECK_ROWS], reference.softmax(x_check))
             if not passed and (name != "softmax_02_online" or not error <= 1e-4):
