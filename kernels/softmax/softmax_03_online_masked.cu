@@ -28,7 +28,7 @@
 // Traffic:      x: 2 reads + 1 write per kept element, 1 write per element past the limit
 //               (causal on a square matrix: ~1 + 1 read instead of 2 + 1); 4 B per access
 //               for fp32, 2 B for fp16 / bf16. An additive mask of rows x N adds 2 reads of
-//               4 B per element; a broadcast mask (row stride 0) is one row of N re-read by
+//               4 B per element; a broadcast mask (mask_rows = 1) is one row of N re-read by
 //               every block (mostly from L2).
 // Limits:       x and y float32, float16 or bfloat16 (the same dtype); the additive mask
 //               and `fill` float32 for every dtype; 1 <= n_cols <= 2^31 - 2^16; rows may be

@@ -160,7 +160,7 @@ def explorer(live: bool | None = None, recorded: list[dict] | None = None):
                     note = "masks are fused in softmax_03_online_masked: switched to it. "
                 else:
                     mask.value = "none"
-                    note = "masks exist for fp32 only (softmax_03_online_masked). "
+                    note = "this explorer offers the masked kernel (softmax_03_online_masked) in fp32 only. "
             return note
         finally:
             busy["flag"] = False
