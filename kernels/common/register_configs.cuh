@@ -2,7 +2,7 @@
 // groups, softmax_08's blocks, and softmax_14 and log_softmax_02, which have both. Each list names (tag, storage type,
 // V elements per access, NV accesses per lane, lanes) and expands a kernel's own entry macro M on
 // every item, so the files instantiate the same configurations. The launchers choose among
-// the same lists: CONFIGS_07 and CONFIGS_08 in onlinesoftmax/kernels/softmax_fast_configs.py.
+// the same lists: CONFIGS_07 and CONFIGS_08 in onlinesoftmax/kernels/softmax/fast_configs.py.
 #pragma once
 
 // Lane groups (softmax_07's layout): one access per lane and G = 1 .. 32 lanes per row; then G = 32

@@ -48,7 +48,7 @@ def _recorded_lines(kernels) -> str:
 def recorded_expectation(name: str) -> str:
     """What the recorded H200 data say to expect at the timed shape of the copy-ceiling exercise."""
     return (f"What to expect at {TIMED_SHAPE[0]} x {TIMED_SHAPE[1]} fp32 on the recorded H200, the book's kernels, "
-            "not yours:\n" + _recorded_lines([("softmax_02_online", "softmax-fast", "the starter's design"),
+            "not yours:\n" + _recorded_lines([("softmax_02_online", "softmax-fast", "two reads, like the starter"),
                                                ("softmax_08_registers", "softmax-fast", "the row held in registers")]))
 
 

@@ -1,8 +1,8 @@
 """Configurations of the fast softmax kernels softmax_07 .. softmax_13: how a row of N elements of
 a dtype is cut into lanes, vectors and chunks, and the launch geometry that follows.
 
-Pure functions of (rows, N, dtype, vector width): the plan builders (softmax_fast.py) and the
-NumPy models (softmax_fast_models.py) both use them, so a model partitions a row exactly as
+Pure functions of (rows, N, dtype, vector width): the plan builders (fast.py) and the
+NumPy models (fast_models.py) both use them, so a model partitions a row exactly as
 its kernel does. Each `.cu` holds template instantiations with extern "C" entries named
 `<file stem>_<dtype>_v<V>[_...]`: V = 16 / itemsize elements per 16-byte access, or V = 1
 (the scalar path); `entry_names` lists them. softmax_09 .. 12 run their V > 1 builds on rows at any
