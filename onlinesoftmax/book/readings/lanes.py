@@ -136,20 +136,25 @@ def combine_instructions(sass_text: str, count: int = 8) -> list[tuple[str, str]
 
 def contraction(sass_text: str) -> dict | None:
     """The combine's FFMA in the first butterfly step and where its operands come from:
-    {"ffma", "fmul", "shfl"} instruction texts (fmul writes the FFMA's addend; shfl brings the
-    partner's l), or None when the listing does not have that shape."""
-    listing = combine_instructions(sass_text, count=40)
-    ffma = next((text for _, text in listing if _REGISTER_FFMA.match(text)), None)
-    if ffma is None:
+    {"ffma", "fmul", "shfl"} instruction texts (fmul: the last FMUL before the FFMA that writes its
+    addend, the partner's l times its exponential; shfl: the shuffle that brings that l), or None
+    when the listing does not have that shape (the lane's own l a factor of the FFMA, the
+    partner's not)."""
+    def ops(text):
+        return text.replace(",", "").split()
+    listing = [text for _, text in combine_instructions(sass_text, count=40)]
+    at = next((i for i, text in enumerate(listing) if _REGISTER_FFMA.match(text)), None)
+    if at is None:
         return None
-    addend = ffma.replace(",", "").split()[4]
-    fmul = next((text for _, text in listing if text.startswith("FMUL") and
-                 text.replace(",", "").split()[1] == addend), None)
+    ffma = listing[at]
+    fmul = next((text for text in reversed(listing[:at]) if text.startswith("FMUL") and ops(text)[1] == ops(ffma)[4]),
+                None)
     if fmul is None:
         return None
-    factors = fmul.replace(",", "").split()[2:4]
-    shfl = next((text for _, text in listing if text.startswith("SHFL.BFLY") and
-                 text.replace(",", "").split()[2] in factors), None)
+    shfl = next((text for text in listing[:at] if text.startswith("SHFL.BFLY") and ops(text)[2] in ops(fmul)[2:4]),
+                None)
+    if shfl is None or ops(shfl)[3] not in ops(ffma)[2:4] or ops(shfl)[2] in ops(ffma)[2:4]:
+        return None
     return {"ffma": ffma, "fmul": fmul, "shfl": shfl}
 
 
