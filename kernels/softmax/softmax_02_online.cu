@@ -8,8 +8,9 @@
 //               -DONLINE_SOFTMAX_GUARDS=0 for the unguarded teaching variant.
 //               Each thread folds its slice in chunks of 16 columns, each into a fresh state,
 //               and merges the chunks' states pairwise with online_combine (thread_fold.cuh,
-//               as softmax_01_safe adds its sum): no state takes more than 16 pushes and
-//               log2(N / 4096) merges, where one running state would take N / 256 pushes.
+//               as softmax_01_safe adds its sum): no state takes more than 16 pushes and about
+//               log2(N / 4096) merges up to N = 2^20 (above it the counter's top level chains
+//               groups of 128 chunks), where one running state would take N / 256 pushes.
 //               -DTHREAD_FOLD_SEQUENTIAL=1 builds the one-running-state schedule.
 // Launch:       grid = (n_rows), block = (256), at most 64 registers (__launch_bounds__(256, 4):
 //               4 blocks share an SM): a whole chunk's 16 loads are held in registers, so all
