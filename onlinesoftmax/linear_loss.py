@@ -75,11 +75,8 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
         raise ValueError(f"linear_cross_entropy: vocab_chunk must be a positive int or None, got {vocab_chunk!r}")
     h = hidden.reshape(-1, hidden.shape[-1])
     t = targets.reshape(-1)
-    bad = ((t < 0) | (t >= weight.shape[0])) & (t != ignore_index)
-    if bool(bad.any()):   # all the targets checked at once (one synchronization), none per chunk
-        row = int(bad.nonzero()[0][0])
-        raise ValueError(f"linear_cross_entropy: target {int(t[row])} of token {row} is outside [0, "
-                         f"{weight.shape[0]}) and is not ignore_index ({ignore_index})")
+    # all the targets checked at once (one synchronization), none per chunk
+    _loss_module.check_target_range(t, weight.shape[0], ignore_index, "linear_cross_entropy", "token")
     n_tokens = h.shape[0]
     chunk = default_chunk(n_tokens, weight_grad) if chunk is None else int(chunk)
     tensor = torch_bridge.is_tensor(h)

@@ -93,15 +93,20 @@ def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, sof
     if not isinstance(check_targets, (bool, np.bool_)):
         raise TypeError(f"{function}: check_targets must be True or False, got {check_targets!r}")
     xp = array_module(logits)
-    if not check_targets:
-        return on_gpu, xp
-    flat = targets.reshape(-1)
-    bad = ((flat < 0) | (flat >= logits.shape[-1])) & (flat != ignore_index)
-    if bool(bad.any()):   # one synchronization on the GPU: a wrong target is an error, never a device fault
-        row = int(xp.argmax(bad))
-        raise ValueError(f"{function}: target {int(flat[row])} of row {row} is outside [0, {logits.shape[-1]}) "
-                         f"and is not ignore_index ({ignore_index})")
+    if check_targets:
+        check_target_range(targets, logits.shape[-1], ignore_index, function)
     return on_gpu, xp
+
+
+def check_target_range(targets, n_classes: int, ignore_index: int, function: str, unit: str = "row") -> None:
+    """A ValueError naming the first target outside [0, n_classes) that is not ignore_index (NumPy, CuPy
+    or torch; one synchronization on a GPU): a wrong target is an error, never a device fault."""
+    flat = targets.reshape(-1)
+    bad = ((flat < 0) | (flat >= n_classes)) & (flat != ignore_index)
+    if bool(bad.any()):
+        at = int(bad.nonzero()[0][0])
+        raise ValueError(f"{function}: target {int(flat[at])} of {unit} {at} is outside [0, {n_classes}) "
+                         f"and is not ignore_index ({ignore_index})")
 
 
 def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place,
