@@ -286,8 +286,8 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
     saved LSE; float64 x gives float64).
 
     The axis is removed from the shape (kept with length 1 with keepdims=True, as numpy's keepdims and
-    torch's keepdim). A row of all -inf gives -inf, an empty row -inf; a row holding NaN or +inf gives
-    NaN (torch gives +inf for +inf). numpy input runs the model, cupy input the kernel."""
+    torch's keepdim). A row of all -inf gives -inf, an empty row -inf, a row holding +inf and no NaN
+    +inf (as torch), a row holding NaN NaN. numpy input runs the model, cupy input the kernel."""
     if keepdims is not False:
         return _keepdims(x, axis, keepdims, variant, out)
     key = None

@@ -15,6 +15,7 @@ from onlinesoftmax.book.exercises import exercises_logsumexp as el
 from onlinesoftmax.book.exercises import exercises_monoid as em
 from onlinesoftmax.book.exercises import exercises_topk as et
 from onlinesoftmax.book.exercises import grading
+from onlinesoftmax.kernels.softmax import split_merge as km
 
 
 def merge_partials_right(m, l):
@@ -27,6 +28,27 @@ def split_softmax_right(x, blocks):
 
 def logsumexp_right(x):
     return reference.logsumexp(x)
+
+
+def split_logsumexp_right(x, blocks_per_row=8):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m, l = km.merge_states(*km.partial_states(x, blocks_per_row))
+        return m + np.log(l)
+
+
+def split_merging_copies(x, blocks_per_row=8):
+    km.partial_states(x, blocks_per_row)
+    m, l = km.partial_states(x[:, ::-1].copy(), blocks_per_row)   # the row reversed: other chunk states
+    with np.errstate(all="ignore"):
+        m, l = km.merge_states(m, l)
+        return m + np.log(l)
+
+
+def split_without_rescaling(x, blocks_per_row=8):
+    m, l = km.partial_states(x, blocks_per_row)
+    km.merge_states(m, l)
+    with np.errstate(all="ignore"):
+        return m.max(1) + np.log(l.sum(1))   # adds the chunks' l as if they shared one maximum
 
 
 def probabilities_right(scores, lse):
@@ -122,6 +144,16 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda x: (reference.logsumexp(x), reference.logsumexp(x)), "expected 1 value (lse), got 2"),
         (lambda x: [float(v) for v in reference.logsumexp(x)], "lse should be a numpy or cupy array or a number, got list"),
         (lambda x: np.array([str(v) for v in reference.logsumexp(x)]), "lse should hold numbers, got dtype <U"),
+    ]),
+    "split_logsumexp": (el.check_split_logsumexp, split_logsumexp_right, [
+        (lambda x, blocks_per_row=8: reference.logsumexp(x), "km.partial_states was never called"),  # no split
+        (lambda x, blocks_per_row=8: split_logsumexp_right(x, 8), "called with blocks_per_row=[8], not the 1"),
+        (lambda x, blocks_per_row=8: (km.partial_states(x, blocks_per_row), reference.logsumexp(x))[1],
+         "km.merge_states never merged"),                  # launch 1 run, its states thrown away
+        (split_merging_copies, "km.merge_states never merged"),   # launch 2 given states it made itself
+        (split_without_rescaling, "lse[0] is 4.0986"),
+        (lambda x, blocks_per_row=8: km.merge_states(*km.partial_states(x, blocks_per_row))[0], "lse[0] is 3,"),  # m, no log l
+        (lambda x, blocks_per_row=8: None, "not answered yet"),
     ]),
     "merge_attention": (el.check_merge_attention, merge.merge, [
         (lambda a, b: merge.merge(a, b)[:2], "expected 3 values (m, l, u), got 2"),   # leaves out u

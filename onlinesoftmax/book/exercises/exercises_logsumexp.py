@@ -83,6 +83,78 @@ def check_logsumexp_rows(fn, quiet: bool = False) -> bool:
                  _logsumexp_tolerance, quiet=quiet, hidden=hidden_logsumexp_cases)
 
 
+# --- exercise: the split log-sum-exp (launch 1's chunk states, launch 2's merge) ----------------
+
+def split_cases():
+    """Rows of the log-sum-exp exercise, each with a chunk count: 1 chunk, fewer chunks than
+    columns, more chunks than columns, and the page's 8."""
+    rows = logsumexp_cases()
+    counts = (8, 1, 3, 8, 64, 2, 5, 8, 16, 8, 4, 8, 8, 8, 8)
+    return [Case(f"{case.name}, blocks_per_row={b}", (case.args[0], b)) for case, b in zip(rows, counts)]
+
+
+def hidden_split_cases(rng):
+    return [Case(f"{case.name}, blocks_per_row={b}", (case.args[0], b))
+            for case, b in zip(hidden_logsumexp_cases(rng), rng.integers(2, 40, 4))]
+
+
+def _split_answer(fn, record):
+    """fn(x, blocks_per_row=b), with the split kernel's two models watched while it runs: what
+    launch 1's model returned and what launch 2's model was given go into `record`."""
+    from onlinesoftmax.kernels.softmax import split_merge as km
+    partial, merge_ = km.partial_states, km.merge_states
+
+    def watched_partial(x, blocks_per_row=None):
+        states = partial(x, blocks_per_row)
+        record.append(("partial", blocks_per_row, np.array(states[0]), np.array(states[1]),
+                       np.array(x, np.float32)))
+        return states
+
+    def watched_merge(m, l):
+        record.append(("merge", None, np.array(m), np.array(l), None))
+        return merge_(m, l)
+
+    def answer(x, b):
+        record.clear()
+        km.partial_states, km.merge_states = watched_partial, watched_merge
+        try:
+            return _either_convention(lambda rows: fn(rows, blocks_per_row=b))(x)
+        finally:
+            km.partial_states, km.merge_states = partial, merge_
+    return answer
+
+
+def _split_used(record):
+    """A problem, or None: launch 1's model ran on the rows given, with the case's chunk count, and
+    launch 2's model merged exactly the states it returned."""
+    def problem(given):
+        rows, b = np.asarray(given[0], np.float32), int(given[1])
+        partials = [r for r in record if r[0] == "partial"]
+        if not partials:
+            return "km.partial_states was never called: the exercise asks for launch 1's chunk states"
+        if not any(r[1] is not None and int(r[1]) == b for r in partials):
+            return (f"km.partial_states was called with blocks_per_row={[r[1] for r in partials]}, "
+                    f"not the {b} your function was given")
+        partials = [r for r in partials if r[1] is not None and int(r[1]) == b and r[4].shape == rows.shape
+                    and np.array_equal(r[4], rows, equal_nan=True)]
+        merged = [r for r in record if r[0] == "merge"]
+        if not any(np.array_equal(mr[2], pr[2], equal_nan=True) and np.array_equal(mr[3], pr[3], equal_nan=True)
+                   for mr in merged for pr in partials):
+            return "km.merge_states never merged the states km.partial_states returned (launch 2 merges launch 1's)"
+        return None
+    return problem
+
+
+def check_split_logsumexp(fn, quiet: bool = False) -> bool:
+    """fn(x, blocks_per_row) -> log sum_j e^(x_ij) per row, made as the split kernel would: launch 1's
+    chunk states from km.partial_states(x, blocks_per_row), merged by km.merge_states. The grader
+    watches both calls, so a log-sum-exp of the whole row, however right, does not pass."""
+    record: list = []
+    return grade("split_logsumexp", _split_answer(fn, record), split_cases(), lambda x, b: state_logsumexp(x),
+                 ("lse",), lambda x, b: _logsumexp_tolerance(x), quiet=quiet, hidden=hidden_split_cases,
+                 require=_split_used(record))
+
+
 # --- exercise: merge two (m, l, u) states --------------------------------------------------------
 
 def merge_cases():
