@@ -345,3 +345,15 @@ def test_the_exercises_benchmark_writes_one_row_per_kernel_and_stops_on_a_wrong_
     monkeypatch.setattr(kx, "run_compare", lambda items, timeout_s: {"passed": False, "results": [wrong] * len(items)})
     with pytest.raises(SystemExit, match="FAILED on the row"):
         bench.measure()
+
+
+def test_the_row_sums_tolerance_is_each_rows_own():
+    """A row of -1e5s beside a row of -1e7s: 500 off on the small row is 20 times its rounding bound
+    (8 float32 ulps of its sum of |x|), though far inside the large row's; it must fail."""
+    from onlinesoftmax.book.exercises import grading, kernel_tasks
+    x = np.stack([np.full(221, -1e7), np.full(221, -1e5)]).astype(np.float32)
+    sums = x.astype(np.float64).sum(axis=1)
+    (check,) = kernel_tasks.RowSum().expect_lse(x, (sums + [0.0, 500.0]).astype(np.float32))
+    assert grading.first_mismatch(check.yours, check.expected, check.tolerance) == (1,)
+    (check,) = kernel_tasks.RowSum().expect_lse(x, sums.astype(np.float32))
+    assert grading.first_mismatch(check.yours, check.expected, check.tolerance) is None
