@@ -10,7 +10,7 @@ causal=True is aligned to the bottom-right corner as flash-attention does: query
 j <= i + n_k - n_q, so a single decoding query sees the whole cache; softmax(causal=True) aligns its
 mask the same way. (torch's scaled_dot_product_attention(is_causal=True) is aligned top-left: query i
 sees keys j <= i, causal_align="top_left" here; the two agree when n_q == n_k.) A query that sees no key (causal with n_q > n_k) gives an output of zeros
-and an LSE of -inf, as flash-attention does.
+and an LSE of -inf (flash-attention's output is zeros too; its LSE is +inf).
 
 cupy input runs a CUDA kernel (numpy input the same kernel's NumPy model). variant="auto"
 (`choose`) takes, for n_q <= 8, attention_06_decode_mma when several heads share a kv head and

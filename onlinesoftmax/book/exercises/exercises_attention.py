@@ -52,8 +52,8 @@ def check_attention_memory(fn, quiet: bool = False) -> bool:
 # --- exercise: FlashAttention-2's loop for one query row, masked tiles included ----------------
 
 def row_reference(scores, values, tiles):
-    """The whole row at once in float64: (o, lse); a row with no visible key gives (0, -inf), as
-    flash-attention (and the book's kernels) do."""
+    """The whole row at once in float64: (o, lse); a row with no visible key gives (0, -inf), as the
+    book's kernels do (flash-attention's output is 0 too; its LSE +inf)."""
     s, v = np.asarray(scores, np.float64), np.asarray(values, np.float64)
     m = s.max()
     if m == NEG_INF:
@@ -71,7 +71,7 @@ def solution_fa2_row(scores, values, tiles):
         base = 0.0 if m_new == NEG_INF else m_new       # the guard: no -inf - -inf
         alpha, p = np.exp(m - base), np.exp(s - base)
         l, o, m = alpha * l + p.sum(), alpha * o + p @ v, m_new
-    if l == 0.0:                                       # no visible key: what flash-attention gives
+    if l == 0.0:                                       # no visible key: o = 0, lse = -inf (the book's kernels)
         return np.zeros(values.shape[1]), NEG_INF
     return o / l, m + np.log(l)
 

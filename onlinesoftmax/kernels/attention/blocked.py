@@ -9,7 +9,7 @@ l (sum of e^(s - m)) and O (the unnormalized output, sum of e^(s - m) v) — upd
 and divided by l once at the end (FA2: one division per row, not one per tile). With causal
 masking a key tile entirely past a query tile's last visible key is skipped. Arithmetic in
 float32 (inputs widened exactly), output rounded once to q's dtype; LSE = m + ln l in float32.
-A query row that sees no key keeps l = 0: its output is 0 and its LSE -inf (as flash-attention).
+A query row that sees no key keeps l = 0: its output is 0 (as flash-attention's) and its LSE -inf (flash-attention's is +inf).
 
 Two kernels compute it (kernels/attention/): attention_01_blocked, the tiles of this model (its
 exponentials in base 2 with the scale folded into q, which changes only the rounding), and
