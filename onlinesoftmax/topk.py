@@ -49,12 +49,14 @@ AUTO_WARP_MAX_COLS = 512      # rows up to this length (k <= 8) go to softmax_to
 # rows of a vocabulary the block per row (softmax_topk_04) was ahead for k = 1; at 64 rows the split
 # kernel was ahead for rows of 151936 and 262144 and behind for 32000. For k = 1 the split therefore
 # needs a row of SPLIT_K1_MIN_ROW_BYTES below 1.5 rows per SM, or fewer than SPLIT_BELOW_ROWS_PER_SM_K1
-# (a quarter of a row per SM). With 9 <= k <= 16 (the lists of 16) the split kernel was ahead on every
+# (a quarter of a row per SM). The bound lies between the 64-row shapes of the H200 recording
+# (data/h200/2026-12-04-softmax-topk.json): rows of 125 KiB (32000 fp32) went to the block per row
+# (17.4 against 21.0 us), rows of 250.5 KiB (128256 bf16) to the split (34.9 against 44.2 us). With 9 <= k <= 16 (the lists of 16) the split kernel was ahead on every
 # long row measured, at 4000 rows too (4000 x 32768, k = 16: 295 against 472 us; 4000 x 262144,
 # k = 10 and 15: 1.4-1.6 against 3.7 ms), so long rows always split there.
 SPLIT_BELOW_ROWS_PER_SM = 1.5
 SPLIT_BELOW_ROWS_PER_SM_K1 = 0.25
-SPLIT_K1_MIN_ROW_BYTES = 262144
+SPLIT_K1_MIN_ROW_BYTES = 196608
 SPLIT_MIN_ROW_BYTES = 32768
 SPLIT_FROM_K = 9
 AUTO_LIST_MAX_K = 16

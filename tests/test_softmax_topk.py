@@ -376,7 +376,9 @@ def test_auto_chooses_by_rows_length_k_and_dtype():
     assert choose(256, 262144, 8, "bfloat16", sms=132) is kt.ONLINE_FUSED and choose(198, 128256, 5, sms=132) \
         is kt.ONLINE_FUSED
     assert choose(197, 128256, 5, sms=132) is sp.SPLIT and choose(64, 151936, 8, "bfloat16", sms=132) is sp.SPLIT
-    # k = 1: below a quarter of a row per SM, or below 1.5 with rows of 256 KiB or more
+    # k = 1: below a quarter of a row per SM, or below 1.5 with rows of 192 KiB or more (a 128256 bf16
+    # row of 250.5 KiB splits at 64 rows; the split was the faster there on the H200)
+    assert choose(64, 128256, 1, "bfloat16", sms=132) is sp.SPLIT and choose(64, 48000, 1, sms=132) is kt.ONLINE_FUSED
     assert choose(64, 32000, 1, "bfloat16", sms=132) is kt.ONLINE_FUSED and choose(8, 128256, 1, sms=132) is sp.SPLIT
     assert choose(64, 151936, 1, "bfloat16", sms=132) is sp.SPLIT and choose(64, 32000, 1, sms=132) is kt.ONLINE_FUSED
     assert choose(256, 262144, 1, sms=132) is kt.ONLINE_FUSED and choose(197, 65536, 1, sms=132) is sp.SPLIT
