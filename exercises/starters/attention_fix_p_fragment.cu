@@ -1,7 +1,7 @@
 // attention_fix_p_fragment — exercise (chapter 09): attention_04_ldmatrix with P's A fragment
 // packed by hand from the score accumulators, and wrong: the outputs are off for every shape.
 // Find the bug in the packing (look for "P's A fragment") and fix it; grade with
-//     from onlinesoftmax.book import exercises_mma
+//     from onlinesoftmax.book.exercises import exercises_mma
 //     exercises_mma.grade_kernel()        # builds your copy and runs it on the CPU emulator
 // The fragment maps are in kernels/common/mma.cuh and in chapter 09's figure.
 #include "attention_mma.cuh"
