@@ -100,7 +100,7 @@ def draw_execution_model(n_warps: int = 4, n_blocks: int = 12, n_sms: int = 4):
 def draw_memory_hierarchy(levels: list[tuple[str, str]]):
     """A pyramid, fastest and smallest on top: `levels` is [(name, description)], top first."""
     fig, ax = plt.subplots(figsize=(9, 0.9 * len(levels) + 0.8))
-    _blank(ax, (-6, 6), (-0.2, len(levels) + 0.2), "the memory hierarchy: each level larger and slower")
+    _blank(ax, (-6, 6), (-0.2, len(levels) + 0.2), "the memory hierarchy: each level slower than the one above")
     ax.set_aspect("auto")
     shades = ["#fff2cc", "#d9ead3", "#cfe2f3", "#ead1dc", "#eeeeee"]
     for i, (name, description) in enumerate(levels):
@@ -128,7 +128,7 @@ def draw_coalescing(strides=(1, 32)):
         n_segments = max(segments_touched(stride), 4)
         span = n_segments * SEGMENT_BYTES
         scale = 32.0 / span                                # bytes -> drawing units
-        _blank(ax, (-1, 33), (-1.6, 3.4), f"stride {stride}: {segments_touched(stride)} segment(s) of 128 bytes")
+        _blank(ax, (-1, 33), (-1.6, 3.4), f"stride {stride}: {segments_touched(stride)} line(s) of 128 bytes")
         ax.set_aspect("auto")
         touched = set((np.arange(LANES) * stride * 4 // SEGMENT_BYTES).tolist())
         for s in range(n_segments):
