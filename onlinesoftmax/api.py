@@ -14,6 +14,7 @@ import numpy as np
 
 from onlinesoftmax import exact
 from onlinesoftmax.kernels import dispatch
+from onlinesoftmax.kernels.logsumexp import split as logsumexp_split
 from onlinesoftmax.inputs import (as_rows, check_array, check_length, check_out, check_variant_accepts,  # noqa: F401
                                   from_rows, normalize_axis, resolve)
 from onlinesoftmax.registry import REGISTRY, Variant
@@ -64,9 +65,10 @@ def run(variant: Variant, x, out=None, **options):
     return y
 
 
-def _call(function: str, family: str, x, axis, variant, out, options: dict, auto: str, key=None, given=()):
+def _call(function: str, family: str, x, axis, variant, out, options: dict, auto, key=None, given=()):
     """The slow path: validate, choose, plan, run. `auto` is what variant="auto" runs: a registry name,
-    or the rule of kernels/dispatch.py that picks one (its choose_masked when a mask is given). With `key` (the call's fast-path key, _call_key),
+    the name of a rule of kernels/dispatch.py that picks one (its choose_masked when a mask is given),
+    or such a rule itself (a function of rows, N, dtype returning a Choice). With `key` (the call's fast-path key, _call_key),
     remember the runner under it when a repeat of the call can skip all of this: x used in place
     (no copy), and every array option (`given`: the caller's mask, lengths) passed to the kernel as
     the caller's own memory."""
@@ -80,8 +82,8 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, auto
     out_dtype = np.dtype(np.float32) if per_row else x.dtype
     out_shape = tuple(s for i, s in enumerate(x.shape) if i != axis) if per_row else tuple(x.shape)
     if variant in AUTO:
-        chosen = REGISTRY.get(auto) or getattr(dispatch, "choose_masked" if options else auto)(*rows.shape,
-                                                                                             rows.dtype).variant
+        chooser = auto if callable(auto) else getattr(dispatch, "choose_masked" if options else auto, None)
+        chosen = REGISTRY[auto] if not callable(auto) and auto in REGISTRY else chooser(*rows.shape, rows.dtype).variant
         asked = "auto"
     else:
         chosen = resolve(variant, family, function)
@@ -304,7 +306,7 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(logsumexp, "logsumexp", x, axis, plain, variant=variant, out=out)
-    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, "logsumexp_01_online", key)
+    return _call("logsumexp", "logsumexp", x, axis, variant, out, {}, logsumexp_split.choose, key)
 
 
 def _keepdims(x, axis, keepdims, variant, out):

@@ -117,9 +117,10 @@ def fast(cp, osm, checks):
                 cp.cuda.Device().synchronize()
 
 
-@family("logsumexp", "logsumexp_01/02, log_softmax_01/02 (lane groups, misaligned and strided views), softmax_06",
+@family("logsumexp", "logsumexp_01/02/03, log_softmax_01/02 (lane groups, misaligned and strided views, "
+        "chunk counts), softmax_06",
         ("logsumexp_01_online", "log_softmax_01_online", "log_softmax_02_registers", "softmax_06_split_merge",
-         "logsumexp_02_state"))
+         "logsumexp_02_state", "logsumexp_03_split"))
 def logsumexp(cp, osm, checks):
     from onlinesoftmax.kernels.logsumexp import state as logsumexp_state
     from onlinesoftmax.runtime.plan import get_runner
@@ -144,6 +145,10 @@ def logsumexp(cp, osm, checks):
                 if dtype == "float32" and n_cols <= 65536 and wanted(split_v.name):
                     for blocks_per_row in (None, 3, 64):
                         osm.api.run(split_v, x, blocks_per_row=blocks_per_row)
+                if wanted("logsumexp_03_split") and x.strides[1] == x.itemsize:   # chunks: one, a few, many
+                    lse = cp.empty(x.shape[0], cp.float32)
+                    for n_chunks in (None, 1, 3, 1024):
+                        get_runner(osm.REGISTRY["logsumexp_03_split"], x, lse, {"n_chunks": n_chunks})(x, lse)
                 if wanted("logsumexp_02_state") and x.strides[1] == x.itemsize:   # shard statistics, with targets
                     targets = cp.arange(x.shape[0], dtype=cp.int64) % (n_cols + 2)
                     logsumexp_state.row_state_planes(x)

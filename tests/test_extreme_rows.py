@@ -105,13 +105,17 @@ def test_log_softmax_on_extreme_rows(xp, variant):
             assert passed, f"{variant.name} {dtype} N={n_cols}: {message}"
 
 
+@pytest.mark.parametrize("variant", ("auto", *(v.name for v in osm.variants("logsumexp"))))
 @pytest.mark.parametrize("dtype", checks.DTYPES)
-def test_logsumexp_on_extreme_rows(xp, dtype):
+def test_logsumexp_on_extreme_rows(xp, dtype, variant):
+    """Through variant="auto" and each logsumexp kernel by name (logsumexp_03_split cuts the rows into
+    chunks: a +inf, a NaN or the maximum lands in one chunk and the merge must carry it)."""
     for n_cols in cols(xp):
         x = extremes.extreme_rows(xp, n_cols, dtype)
-        lse = checks.run_checked(lambda x, out: osm.logsumexp(x, out=out), x, shape=(x.shape[0],), dtype="float32")
+        lse = checks.run_checked(lambda x, out: osm.logsumexp(x, out=out, variant=variant), x, shape=(x.shape[0],),
+                                 dtype="float32")
         passed, message = each_row(lambda a, b: lse_compare(host(a), host(b)), lse, x)
-        assert passed, f"logsumexp {dtype} N={n_cols}: {message}"
+        assert passed, f"logsumexp {variant} {dtype} N={n_cols}: {message}"
         assert host(lse)[extremes.EXTREME_ROWS.index("one +inf")] == np.inf, "+inf without NaN gives +inf"
 
 

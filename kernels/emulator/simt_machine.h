@@ -77,6 +77,7 @@ struct State {
     u32 epoch = 0;             // the barrier interval: a new one at every block and every open barrier
     u32 warp_epoch[MAX_THREADS / 32] = {};   // per warp: a new one at every completed collective
     u32 block_serial = 0;      // a new one at every block
+    int votes[2] = {};         // __syncthreads_or: the OR of the predicates, by the barrier interval's parity
     long long block_linear = 0;   // the running block's index, x fastest
 };
 inline State state;
@@ -179,6 +180,7 @@ inline bool open_barrier() {
         return false;
     }
     for (int t = 0; t < state.n_threads; ++t) state.fibers[t].wait = RUNNABLE;
+    state.votes[(state.epoch + 1) & 1] = 0;   // the next interval's slot (its threads read this one's first)
     ++state.epoch;
     return true;
 }
@@ -265,6 +267,7 @@ inline void reset_async_state();   // simt_tma.h: the block's mbarriers
 
 inline int run_block() {
     begin_block_checks();
+    state.votes[0] = state.votes[1] = 0;
     reset_async_state();
     if (__start_simt_shared != __stop_simt_shared)
         std::memset(__start_simt_shared, 0xff, __stop_simt_shared - __start_simt_shared);
@@ -374,4 +377,12 @@ inline int launch(void (*kernel)(P...), const unsigned* dims, unsigned shared_by
 
 // ---- block synchronisation ------------------------------------------------------------------------
 inline void __syncthreads(int line = __builtin_LINE()) { simt::switch_out(simt::BARRIER, "__syncthreads()", line); }
+// A barrier that also returns whether any thread's predicate was non-zero: each thread ORs its
+// predicate into the slot of the interval it ends, and reads the slot once the barrier opens.
+inline int __syncthreads_or(int predicate, int line = __builtin_LINE()) {
+    int& vote = simt::state.votes[simt::state.epoch & 1];
+    vote |= predicate != 0;
+    simt::switch_out(simt::BARRIER, "__syncthreads_or()", line);
+    return vote;
+}
 inline void __nanosleep(unsigned) { simt::switch_out(simt::YIELD, "__nanosleep", 0); }

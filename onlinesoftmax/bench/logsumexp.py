@@ -1,5 +1,5 @@
-"""Suite `logsumexp`: logsumexp_01_online, log_softmax_01_online and log_softmax_02_registers (rows up to
-32K) in fp32, fp16 and bf16 against the libraries.
+"""Suite `logsumexp`: logsumexp_01_online, logsumexp_03_split (each row over many blocks), log_softmax_01_online
+and log_softmax_02_registers (rows up to 32K) in fp32, fp16 and bf16 against the libraries.
 
 Peers, same process, same inputs, same timer (`onlinesoftmax.measure.timer.time_gpu`):
 torch.logsumexp / torch.log_softmax (when torch is importable) and cupy's
@@ -34,7 +34,7 @@ from onlinesoftmax.measure import timer
 
 SUITE = "logsumexp"
 SHAPES = [(4000, n) for n in (256, 1024, 4096, 16384, 65536, 262144)] + \
-         [(10, n) for n in (4096, 65536, 1048576)]
+         [(10, n) for n in (4096, 65536, 1048576)] + [(1, 4194304), (64, 262144)]
 QUICK_SHAPES = [(4000, 1024), (4000, 16384), (4000, 65536)]
 CHECK_ROWS = 64  # rows compared with the float64 reference before timing
 LSE_BYTES = "ideal: 1 read per element + 4 B written per row"
@@ -89,16 +89,15 @@ def measure_shape(n_rows: int, n_cols: int, dtype: str, copy_GBps: float) -> lis
     rows = []
     for op in ("logsumexp", "log_softmax"):
         if op == "logsumexp":
-            variant = osm.REGISTRY["logsumexp_01_online"]
             out = cupy.empty(n_rows, dtype=cupy.float32)
-            ours = lambda x: osm.logsumexp(x, out=out)  # noqa: E731
             ideal_bytes, counted = n_rows * n_cols * itemsize + 4 * n_rows, LSE_BYTES
         else:
             out = cupy.empty((n_rows, n_cols), dtype=dtype)
             ideal_bytes, counted = 2 * n_rows * n_cols * itemsize, LOG_SOFTMAX_BYTES
-        ours_calls = [(variant, ours)] if op == "logsumexp" else [   # each log_softmax kernel that takes the rows
-            (v, lambda x, name=v.name: osm.log_softmax(x, out=out, variant=name))
-            for v in osm.variants("log_softmax") if n_cols <= v.max_cols]
+        function = osm.logsumexp if op == "logsumexp" else osm.log_softmax
+        ours_calls = [   # each kernel of the op that takes the rows, by name (auto's pick is one of them)
+            (v, lambda x, name=v.name, function=function: function(x, out=out, variant=name))
+            for v in osm.variants(op) if n_cols <= v.max_cols]
         for variant, ours in ours_calls:
             check_ours(op, ours(inputs[0]), inputs[0])
             row = bench.measure(variant.name, ours, inputs, bytes_per_call=ideal_bytes, copy_GBps=copy_GBps,

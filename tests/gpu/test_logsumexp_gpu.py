@@ -1,4 +1,4 @@
-"""GPU tier for logsumexp_01_online, log_softmax_01_online and log_softmax_02_registers in float32,
+"""GPU tier for logsumexp_01_online, logsumexp_03_split, log_softmax_01_online and log_softmax_02_registers in float32,
 float16 and bfloat16: edge matrix, special rows, views, every lane-group size, poisoned outputs,
 agreement with the NumPy models, bad input. log_softmax_02 holds rows of up to 32K: the edge
 matrix's longer rows check that its plan refuses them.
@@ -25,6 +25,7 @@ DTYPES = checks.DTYPES
 LSE = osm.REGISTRY["logsumexp_01_online"]
 LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
 LOG_SOFTMAX_02 = osm.REGISTRY["log_softmax_02_registers"]
+SPLIT = osm.REGISTRY["logsumexp_03_split"]
 LOG_SOFTMAXES = pytest.mark.parametrize("variant", (LOG_SOFTMAX, LOG_SOFTMAX_02), ids=lambda v: v.name)
 
 
@@ -54,12 +55,12 @@ def to_host(x):
     return x.get()
 
 
-def lse_checked(x, out=None, **options):
+def lse_checked(x, out=None, variant=LSE, **options):
     """LSE on a poisoned float32 output; synchronize (surfaces CUDA errors); nothing left unwritten."""
     x = rows_of(x)
     out = cp.empty(x.shape[0], cp.float32) if out is None else out
     out.fill(checks.POISON["float32"])
-    get_runner(LSE, x, out, options)(x, out, **options)
+    get_runner(variant, x, out, options)(x, out, **options)
     cp.cuda.Device().synchronize()
     assert out.dtype == cp.float32 and checks.unwritten(out) == 0, "LSE left outputs unwritten"
     return out
@@ -181,6 +182,39 @@ def test_misaligned_and_strided_views(dtype, n_cols):
         for variant in (LOG_SOFTMAX, LOG_SOFTMAX_02):
             assert_log_softmax_close(log_softmax_checked(view, variant=variant), view)
         assert_lse_close(lse_checked(view), view)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_rows, n_cols", [(1, 1), (3, 4097), (10, 2**20), (7, 300001), (131, 65536), (1, 2**24)])
+def test_split_on_few_long_rows(n_rows, n_cols, dtype):
+    """logsumexp_03_split at its own chunk count, one chunk, a few, and as many as the row allows."""
+    x = gpu_rows(n_rows, n_cols, dtype, seed=n_rows + n_cols)
+    for n_chunks in (None, 1, 5, min(1024, -(-n_cols // 64))):
+        assert_lse_close(lse_checked(x, variant=SPLIT, n_chunks=n_chunks), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_cols", (3, 4097, 200003))
+def test_split_on_special_rows_and_views(dtype, n_cols):
+    """+inf, NaN and all -inf rows with the special value in some chunk of many; views off 16 bytes."""
+    x, nan_rows = checks.special_rows(cp, n_cols, dtype)
+    for n_chunks in (None, 3, min(1024, -(-n_cols // 64))):
+        lse = lse_checked(x, variant=SPLIT, n_chunks=n_chunks).get()
+        assert lse[1] == -np.inf and lse[2] == np.inf
+        assert (np.isnan(lse) == (np.arange(len(nan_rows)) == 3)).all(), "NaN exactly for the row holding NaN"
+        assert_lse_close(cp.asarray(lse), x)
+    base = gpu_rows(5, n_cols + 9, dtype, seed=n_cols)
+    for view in (base[:, 1:n_cols + 1], base[::2, 3:n_cols + 3], base[::-1, :n_cols]):
+        assert_lse_close(lse_checked(view, variant=SPLIT, n_chunks=7), view)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_auto_splits_ten_rows_of_a_million_and_matches_the_model(dtype):
+    x = gpu_rows(10, 2**20, dtype, seed=3)
+    lse = osm.logsumexp(x)
+    assert_lse_close(lse, x)
+    model = SPLIT.simulate(to_host(x))
+    assert np.abs(lse.get() - model).max() <= 4 * EPS32 * max(1.0, np.abs(model).max())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

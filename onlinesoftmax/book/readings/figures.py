@@ -39,6 +39,7 @@ PALETTE = {
     "log_softmax_01_online": "#ff7f0e",
     "log_softmax_02_registers": "#756bb1",
     "logsumexp_02_state": "#31a354",
+    "logsumexp_03_split": "#0b6e4f",
     "softmax_topk_01_topk_only": "#8c6d31",
     "softmax_topk_02_safe_unfused": "#d6616b",
     "softmax_topk_03_safe_fused": "#e7ba52",

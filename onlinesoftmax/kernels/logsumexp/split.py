@@ -1,0 +1,172 @@
+"""Launcher module of logsumexp_03_split: the log-sum-exp of a few long rows, each row split over
+C blocks (one online state per chunk), then a merge launch that writes m + log l.
+
+The chunk count fills the GPU: about BLOCKS_PER_SM blocks per SM over all rows, chunks of at
+least MIN_CHUNK_BYTES, at most MAX_CHUNKS per row, every chunk a whole number of 64-element
+pieces (so in a 16-byte aligned row every chunk starts on a 16-byte boundary). A chunk's block
+has the lanes logsumexp_01_online would give a row of that length (`online.group_size`, at least
+32). The NumPy model follows both launches: each chunk's lanes and group reduction as
+`online.row_state` computes them for a row starting at the chunk's address, then the merge's
+block reduction over C states (the identity past C) and lse_rows.cuh's +inf rule.
+
+`choose(n_rows, n_cols, dtype)` is what logsumexp's variant="auto" runs: this kernel when a
+group per row would leave SMs idle and the rows are long enough to split, else logsumexp_01_online.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from onlinesoftmax import simulate as sim
+from onlinesoftmax.kernels.logsumexp import online as lo
+from onlinesoftmax.registry import DTYPE_ITEMSIZE, DTYPE_TAGS, REGISTRY, Launch, Variant, register
+from onlinesoftmax.runtime import driver
+from onlinesoftmax.runtime.loader import get_kernel
+
+NAME = "logsumexp_03_split"
+F32 = np.float32
+BLOCKS_PER_SM = 4
+MIN_CHUNK_BYTES = 32 * 1024     # below this a chunk's block spends more on its start than on its reads
+MAX_CHUNKS = 1024               # one state per thread in the merge
+PIECE = 64                      # chunk lengths are multiples of this many elements
+SPLIT_MIN_ROW_BYTES = 128 * 1024   # auto: rows shorter than this stay whole (logsumexp_01_online)
+POINTER, INT, LONG = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+
+
+@dataclass(frozen=True)
+class Chunks:
+    n_chunks: int
+    chunk_elems: int
+    threads: int          # the states launch's block
+    merge_threads: int    # the merge launch's block
+
+
+def check_chunks(n_chunks) -> None:
+    if n_chunks is None:
+        return
+    if isinstance(n_chunks, (bool, np.bool_)) or not isinstance(n_chunks, (int, np.integer)):
+        raise TypeError(f"{NAME}: n_chunks must be an int, got {type(n_chunks).__name__} {n_chunks!r}")
+    if not 1 <= n_chunks <= MAX_CHUNKS:
+        raise ValueError(f"{NAME}: n_chunks must be in 1 .. {MAX_CHUNKS}, got {n_chunks}")
+
+
+def chunks_for(n_rows: int, n_cols: int, dtype: str, n_chunks: int | None = None, sms: int | None = None) -> Chunks:
+    """The split of each row: C chunks of chunk_elems (the last one shorter), every chunk non-empty."""
+    from onlinesoftmax.runtime import device
+
+    check_chunks(n_chunks)
+    if n_chunks is None:
+        sms = device.sm_count() if sms is None else sms
+        fill = -(-BLOCKS_PER_SM * sms // max(1, n_rows))
+        longest = max(1, n_cols * DTYPE_ITEMSIZE[dtype] // MIN_CHUNK_BYTES)
+        n_chunks = max(1, min(MAX_CHUNKS, fill, longest))
+    chunk = -(-n_cols // n_chunks)
+    chunk = -(-chunk // PIECE) * PIECE
+    n_chunks = -(-n_cols // chunk)          # rounding the length up may leave fewer, all non-empty
+    threads = max(32, lo.group_size(chunk, lo.LAYOUTS[dtype].vec))
+    merge = max(32, 1 << (n_chunks - 1).bit_length())
+    return Chunks(n_chunks, chunk, threads, merge)
+
+
+def launches(n_rows: int, chunks: Chunks) -> tuple[Launch, Launch]:
+    return (Launch(grid=(n_rows * chunks.n_chunks,), block=(chunks.threads,)),
+            Launch(grid=(n_rows,), block=(chunks.merge_threads,)))
+
+
+def geometry(n_rows: int, n_cols: int) -> Launch:
+    """The states launch of float32 rows (`launches` gives both)."""
+    return launches(n_rows, chunks_for(n_rows, n_cols, "float32"))[0]
+
+
+def choose(n_rows: int, n_cols: int, dtype="float32", sms: int | None = None):
+    """variant="auto" for logsumexp: (variant, reason) as the package's choosers return (dispatch.Choice)."""
+    from onlinesoftmax.kernels.dispatch import Choice
+    from onlinesoftmax.runtime import device
+
+    dtype = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    sms = device.sm_count() if sms is None else sms
+    if n_rows < sms and n_cols * DTYPE_ITEMSIZE[dtype] >= SPLIT_MIN_ROW_BYTES:
+        return Choice(SPLIT, "fewer rows than SMs, each of 128 KB or more: split over blocks, states merged")
+    return Choice(REGISTRY["logsumexp_01_online"], "a group of lanes per row, one read")
+
+
+# --- the model --------------------------------------------------------------------------------
+
+def chunk_states(x, chunks: Chunks):
+    """Every chunk's (m, l), shape (n_rows, C) each, as the states launch computes them."""
+    layout = lo.LAYOUTS[x.dtype.name]
+    n_rows, n_cols = x.shape
+    m = np.empty((n_rows, chunks.n_chunks), F32)
+    l = np.empty((n_rows, chunks.n_chunks), F32)
+    for c in range(chunks.n_chunks):
+        piece = x[:, c * chunks.chunk_elems:min(n_cols, (c + 1) * chunks.chunk_elems)]
+        m[:, c], l[:, c] = lo.group_reduce(*lo.lane_states(piece, chunks.threads, layout), chunks.threads)
+    return m, l
+
+
+def merge(m, l, merge_threads: int):
+    """The merge launch's block reduction: thread t holds state t, the identity past C."""
+    n_rows, n_chunks = m.shape
+    lanes_m = np.full((n_rows, merge_threads), sim.NEG_INF, F32)
+    lanes_l = np.zeros((n_rows, merge_threads), F32)
+    lanes_m[:, :n_chunks], lanes_l[:, :n_chunks] = m, l
+    return lo.group_reduce(lanes_m, lanes_l, merge_threads)
+
+
+def simulate(x, n_chunks: int | None = None, sms: int | None = None) -> np.ndarray:
+    """LSE per row (float32) from the kernel's model; x float32, float16 or bfloat16, 2-D."""
+    x = np.asarray(x)
+    chunks = chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks, sms)
+    m, l = merge(*chunk_states(x, chunks), chunks.merge_threads)
+    with np.errstate(all="ignore"):
+        lse = (m + np.log(l)).astype(F32)
+        nan_seen = np.isnan(x.astype(F32)).any(axis=1)
+        return np.where((m == np.inf) & ~nan_seen, F32(np.inf), lse).astype(F32)
+
+
+# --- the launcher -----------------------------------------------------------------------------
+
+def plan(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool = True):
+    """States, then the merge as a programmatic dependent launch (an ordinary one when
+    programmatic=False, below compute capability 9.0 or without cuda-bindings: the stream orders it)."""
+    import cupy
+
+    from onlinesoftmax.runtime import device
+
+    dtype = x.dtype.name
+    if y.dtype != np.float32 or y.shape != (x.shape[0],):
+        raise ValueError(f"{NAME}: the LSE must be float32 of shape ({x.shape[0]},), got {y.dtype} {tuple(y.shape)}")
+    n_rows, n_cols = x.shape
+    chunks = chunks_for(n_rows, n_cols, dtype, n_chunks)
+    states_launch, merge_launch = launches(n_rows, chunks)
+    tag = DTYPE_TAGS[dtype]
+    states = get_kernel(variant.path, f"{NAME}_states_{tag}", variant.defines)
+    merger = get_kernel(variant.path, f"{NAME}_merge_{tag}", variant.defines)
+    stride = x.strides[0] // x.itemsize
+    launch_states = driver.prepare_launch(states, states_launch.grid, states_launch.block, 0, 1,
+                                          (POINTER, POINTER, INT, LONG, INT, INT),
+                                          fixed={2: n_cols, 3: stride, 4: chunks.n_chunks, 5: chunks.chunk_elems})
+    early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
+    launch_merge = driver.prepare_launch(merger, merge_launch.grid, merge_launch.block, 0, 1,
+                                         (POINTER, POINTER, POINTER, INT, LONG, INT),
+                                         fixed={3: n_cols, 4: stride, 5: chunks.n_chunks}, programmatic=early)
+    n_partials = 2 * n_rows * chunks.n_chunks
+
+    def run(x, y, **_):
+        partials = cupy.empty(n_partials, dtype=cupy.float32)
+        launch_states(x.data.ptr, partials.data.ptr)
+        launch_merge(x.data.ptr, partials.data.ptr, y.data.ptr)
+    return run
+
+
+def entries(variant: Variant) -> tuple[str, ...]:
+    return tuple(f"{NAME}_{part}_{DTYPE_TAGS[d]}" for d in variant.dtypes for part in ("states", "merge"))
+
+
+SPLIT = register(Variant(
+    name=NAME, family="logsumexp", file="logsumexp/logsumexp_03_split.cu", short="split",
+    story="a few long rows: each split over blocks, one state per chunk, merged in a second launch",
+    geometry=geometry, simulate=simulate, plan=plan, reads_per_element=1, writes_per_element=0,
+    features=frozenset({lo.ONE_VALUE_PER_ROW}), dtypes=lo.DTYPES, entry=f"{NAME}_states_f32", entries=entries))

@@ -1,0 +1,150 @@
+"""CPU tier for logsumexp_03_split (a few long rows, each split over blocks): its chunk plan, its NumPy
+model against the float64 reference and against logsumexp_01's, the special rows a chunk may hold,
+variant="auto"'s rule, and the kernel's own source on the CPU emulator (both launches, any thread
+order) against the reference. The GPU tier (tests/gpu/test_logsumexp_gpu.py) runs it on the device."""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+from onlinesoftmax import checks, reference
+from onlinesoftmax.kernels.logsumexp import online as lo
+from onlinesoftmax.kernels.logsumexp import split
+
+from test_logsumexp import lse_compare
+
+
+@pytest.mark.parametrize("n_rows, n_cols, dtype", [(10, 2**20, "float32"), (1, 300001, "bfloat16"), (3, 1, "float32"),
+                                                    (100, 65536, "float16"), (131, 10**6, "float32"), (1, 64, "float32")])
+def test_every_chunk_is_whole_and_non_empty(n_rows, n_cols, dtype):
+    for n_chunks in (None, 1, 2, 7, 1024):
+        c = split.chunks_for(n_rows, n_cols, dtype, n_chunks, sms=132)
+        assert 1 <= c.n_chunks <= split.MAX_CHUNKS and c.chunk_elems % split.PIECE == 0
+        assert (c.n_chunks - 1) * c.chunk_elems < n_cols <= c.n_chunks * c.chunk_elems, "every chunk holds elements"
+        assert c.merge_threads >= max(32, c.n_chunks) and c.merge_threads & (c.merge_threads - 1) == 0
+        assert 32 <= c.threads <= 1024 and c.threads & (c.threads - 1) == 0
+    default = split.chunks_for(n_rows, n_cols, dtype, sms=132)
+    assert default.chunk_elems * checks.np_dtype(dtype).itemsize >= min(split.MIN_CHUNK_BYTES,
+                                                                         n_cols * checks.np_dtype(dtype).itemsize)
+
+
+def test_the_split_fills_the_gpu():
+    c = split.chunks_for(10, 2**20, "float32", sms=132)
+    assert 10 * c.n_chunks >= 3 * 132, "ten rows of 2^20: several blocks per SM, not ten blocks"
+
+
+def test_bad_chunk_counts_are_named():
+    with pytest.raises(ValueError, match=r"n_chunks must be in 1 \.\. 1024, got 0"):
+        split.chunks_for(1, 100, "float32", 0)
+    with pytest.raises(TypeError, match="n_chunks must be an int"):
+        split.chunks_for(1, 100, "float32", True)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("n_cols", (1, 7, 1000, 4097, 65536, 100003))
+def test_the_model_meets_the_reference(dtype, n_cols):
+    x = checks.random_rows(np, 3, n_cols, dtype, seed=n_cols)
+    for n_chunks in (None, 1, 3, 64):
+        lse = split.simulate(x, n_chunks=n_chunks)
+        passed, message = lse_compare(lse, x)
+        assert passed, f"{dtype} N={n_cols} C={n_chunks}: {message}"
+    one = split.simulate(x, n_chunks=1)
+    if n_cols >= 1000:   # one chunk is logsumexp_01's row with the same lanes: the same bits
+        assert np.array_equal(one, lo.simulate_logsumexp(x, group=split.chunks_for(3, n_cols, dtype, 1).threads))
+
+
+def test_special_rows_survive_the_merge():
+    """+inf, NaN, -inf and the maximum each in one chunk of many: the merge carries them."""
+    x = np.full((5, 100000), -np.inf, np.float32)
+    x[1, 70000] = np.inf                   # +inf in a late chunk: +inf
+    x[2, 5] = np.inf
+    x[2, 99999] = np.nan                   # +inf in the first chunk, NaN in the last: NaN
+    x[3, 50000] = np.nan                   # NaN alone: NaN
+    x[4] = np.random.default_rng(0).standard_normal(100000)
+    x[4, 12345] = 80.0                     # the maximum in one chunk
+    lse = split.simulate(x, n_chunks=40)
+    assert lse[0] == -np.inf and lse[1] == np.inf and np.isnan(lse[2]) and np.isnan(lse[3])
+    assert abs(lse[4] - reference.logsumexp(x[4:5].astype(np.float64))[0]) < 1e-5 * 80
+
+
+def test_auto_splits_few_long_rows_only():
+    assert split.choose(10, 2**20, "float32", sms=132).variant is split.SPLIT
+    assert split.choose(1, 65536, "bfloat16", sms=132).variant is split.SPLIT            # 128 KiB
+    assert split.choose(1, 65535, "bfloat16", sms=132).variant.name == "logsumexp_01_online"
+    assert split.choose(132, 2**20, "float32", sms=132).variant.name == "logsumexp_01_online"   # a row per SM
+    assert split.choose(4000, 32000, "float32", sms=132).variant.name == "logsumexp_01_online"
+    x = checks.random_rows(np, 2, 70000, "float32", seed=4)
+    assert np.array_equal(osm.logsumexp(x), split.simulate(x)), "auto on numpy runs the split model"
+    assert np.array_equal(osm.logsumexp(x, variant="split"), split.simulate(x))
+
+
+# ---- the kernel's own source on the CPU emulator ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emulated():
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    return emulator.Module(split.SPLIT.path, list(split.SPLIT.launched_entries))
+
+
+def emulate(module, x, n_chunks, schedule="fixed", seed=0):
+    """Both launches on x (numpy, 2-D, unit column stride): states into poisoned partials, then the merge
+    into a poisoned LSE."""
+    tag = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[x.dtype.name]
+    c = split.chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
+    states, merge = split.launches(x.shape[0], c)
+    words = x if x.dtype == np.float32 else x.view(np.uint16)
+    stride = np.int64(x.strides[0] // x.itemsize)
+    partials = np.full(2 * x.shape[0] * c.n_chunks, np.nan, np.float32)
+    lse = checks.poisoned_like(x, "float32", (x.shape[0],))
+    module.launch(f"logsumexp_03_split_states_{tag}", states.grid, states.block,
+                  (words, partials, np.int32(x.shape[1]), stride, np.int32(c.n_chunks), np.int32(c.chunk_elems)),
+                  schedule=schedule, seed=seed)
+    assert not np.isnan(partials[0::2]).any(), "a chunk's state was never written"
+    module.launch(f"logsumexp_03_split_merge_{tag}", merge.grid, merge.block,
+                  (words, partials, lse, np.int32(x.shape[1]), stride, np.int32(c.n_chunks)), schedule=schedule, seed=seed)
+    assert checks.unwritten(lse) == 0
+    return lse
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_the_kernel_source_meets_the_reference(emulated, dtype):
+    for n_rows, n_cols, n_chunks in ((2, 5000, 3), (1, 1000, 1), (3, 2049, 5), (1, 70, 2)):
+        x = checks.random_rows(np, n_rows, n_cols, dtype, seed=n_cols)
+        lse = emulate(emulated, x, n_chunks)
+        passed, message = lse_compare(lse, x)
+        assert passed, f"{dtype} {x.shape} C={n_chunks}: {message}"
+        assert np.allclose(lse, split.simulate(x, n_chunks=n_chunks), rtol=1e-6, atol=1e-6)
+
+
+def test_the_kernel_source_on_special_rows_views_and_any_order(emulated):
+    x = np.full((4, 3000), -np.inf, np.float32)
+    x[1, 2500] = np.inf
+    x[2, 10], x[2, 2999] = np.inf, np.nan
+    x[3] = np.random.default_rng(1).standard_normal(3000)
+    lse = emulate(emulated, x, 4, schedule="random", seed=3)
+    assert lse[0] == -np.inf and lse[1] == np.inf and np.isnan(lse[2]) and not np.isnan(lse[3])
+    odd = checks.random_rows(np, 3, 2003, "float16", seed=2)   # rows after the first off 16 bytes: scalar heads
+    passed, message = lse_compare(emulate(emulated, odd, 3), odd)
+    assert passed, message
+
+
+@pytest.mark.parametrize("change, why", [
+    (("t < n_chunks ? partials", "t < 1 ? partials"), "a merge that reads only the first chunk's state"),
+    (("if (threadIdx.x == 0) partials[blockIdx.x] = s;", "if (threadIdx.x == 0) partials[blockIdx.x] = "
+      "OnlineState{s.m, s.l * 0.5f};"), "a chunk state that halves l"),
+    (("return s.m + logf(s.l);", "return s.m + logf(s.l);"), None),   # the source as it is: passes
+])
+def test_the_emulated_check_rejects_a_broken_kernel(change, why):
+    """The check above, on the kernel's source with one line changed: it must fail for each bug."""
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    source = split.SPLIT.path.read_text()
+    assert change[0] in source or change[0] in (split.SPLIT.path.parent.parent / "common" / "lse_rows.cuh").read_text()
+    module = emulator.Module(split.SPLIT.path, list(split.SPLIT.launched_entries), source=source.replace(*change))
+    x = checks.random_rows(np, 2, 5000, "float32", seed=9)
+    passed, _ = lse_compare(emulate(module, x, 3), x)
+    assert passed == (why is None), why
