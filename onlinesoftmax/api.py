@@ -280,7 +280,7 @@ def log_softmax(x, axis: int = -1, *, variant: str = "auto", out=None):
         return y
     elif torch_bridge.is_tensor(x):
         return _from_torch(log_softmax, "log_softmax", x, axis, plain, variant=variant, out=out)
-    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, "choose_log_softmax", key)
+    return _call("log_softmax", "log_softmax", x, axis, variant, out, {}, logsumexp_split.choose_log_softmax, key)
 
 
 def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto", out=None):

@@ -1,7 +1,8 @@
-"""CPU tier for logsumexp_03_split (a few long rows, each split over blocks): its chunk plan, its NumPy
-model against the float64 reference and against logsumexp_01's, the special rows a chunk may hold,
-variant="auto"'s rule, and the kernel's own source on the CPU emulator (both launches, any thread
-order) against the reference. The GPU tier (tests/gpu/test_logsumexp_gpu.py) runs it on the device."""
+"""CPU tier for logsumexp_03_split and log_softmax_03_split (a few long rows, each split over blocks): the
+chunk plan, the NumPy models against the float64 reference and against the one-group-per-row kernels',
+the special rows a chunk may hold, variant="auto"'s rules, and the kernels' own sources on the CPU
+emulator (both launches, any thread order) against the reference, with broken copies rejected. The GPU
+tier (tests/gpu/test_logsumexp_gpu.py) runs them on the device."""
 import numpy as np
 import pytest
 
@@ -10,7 +11,7 @@ from onlinesoftmax import checks, reference
 from onlinesoftmax.kernels.logsumexp import online as lo
 from onlinesoftmax.kernels.logsumexp import split
 
-from test_logsumexp import lse_compare
+from test_logsumexp import log_softmax_compare, lse_compare
 
 
 @pytest.mark.parametrize("n_rows, n_cols, dtype", [(10, 2**20, "float32"), (1, 300001, "bfloat16"), (3, 1, "float32"),
@@ -131,10 +132,10 @@ def test_the_kernel_source_on_special_rows_views_and_any_order(emulated):
 
 
 @pytest.mark.parametrize("change, why", [
-    (("t < n_chunks ? partials", "t < 1 ? partials"), "a merge that reads only the first chunk's state"),
-    (("if (threadIdx.x == 0) partials[blockIdx.x] = s;", "if (threadIdx.x == 0) partials[blockIdx.x] = "
-      "OnlineState{s.m, s.l * 0.5f};"), "a chunk state that halves l"),
-    (("return s.m + logf(s.l);", "return s.m + logf(s.l);"), None),   # the source as it is: passes
+    (("split_row_state(partials, row, n_chunks, scratch)", "split_row_state(partials, row, 1, scratch)"),
+     "a merge that reads only the first chunk's state"),
+    (("n_chunks, chunk_elems);", "n_chunks, chunk_elems / 2);"), "a states launch that reads half of each chunk"),
+    (("", ""), None),   # the source as it is: passes
 ])
 def test_the_emulated_check_rejects_a_broken_kernel(change, why):
     """The check above, on the kernel's source with one line changed: it must fail for each bug."""
@@ -143,8 +144,103 @@ def test_the_emulated_check_rejects_a_broken_kernel(change, why):
     if not emulator.available():
         pytest.skip("the CPU emulator needs g++")
     source = split.SPLIT.path.read_text()
-    assert change[0] in source or change[0] in (split.SPLIT.path.parent.parent / "common" / "lse_rows.cuh").read_text()
+    assert change[0] in source
     module = emulator.Module(split.SPLIT.path, list(split.SPLIT.launched_entries), source=source.replace(*change))
     x = checks.random_rows(np, 2, 5000, "float32", seed=9)
     passed, _ = lse_compare(emulate(module, x, 3), x)
+    assert passed == (why is None), why
+
+
+# ---- log_softmax_03_split ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("n_cols", (1, 1000, 65536, 100003))
+def test_the_log_softmax_model_meets_the_reference(dtype, n_cols):
+    x = checks.random_rows(np, 3, n_cols, dtype, seed=n_cols + 1)
+    for n_chunks in (None, 1, 3, 64):
+        y = split.simulate_log_softmax(x, n_chunks=n_chunks)
+        passed, message = log_softmax_compare(y, x)
+        assert passed, f"{dtype} N={n_cols} C={n_chunks}: {message}"
+
+
+def test_log_softmax_special_rows_and_auto():
+    x, nan_rows = checks.special_rows(np, 70000)
+    y = split.simulate_log_softmax(x, n_chunks=9)
+    assert (np.isnan(y).all(axis=1) == nan_rows).all() and not np.isnan(y[~nan_rows]).any()
+    assert (y[~nan_rows][np.isneginf(x[~nan_rows])] == -np.inf).all()
+    assert split.choose_log_softmax(10, 2**20, "float32", sms=132).variant is split.LOG_SOFTMAX_SPLIT
+    assert split.choose_log_softmax(4000, 2**20, "float32", sms=132).variant.name == "log_softmax_01_online"
+    assert split.choose_log_softmax(10, 4096, "float32", sms=132).variant.name == "log_softmax_02_registers"
+    x = checks.random_rows(np, 2, 70000, "bfloat16", seed=5)
+    assert np.array_equal(osm.log_softmax(x).view(np.uint16), split.simulate_log_softmax(x).view(np.uint16))
+
+
+@pytest.fixture(scope="module")
+def emulated_log_softmax():
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    v = split.LOG_SOFTMAX_SPLIT
+    return emulator.Module(v.path, list(v.launched_entries))
+
+
+def emulate_log_softmax(module, x, n_chunks, y=None, schedule="fixed", seed=0):
+    """Both launches of log_softmax_03 on x (numpy, C-contiguous) into a poisoned y (or the y given)."""
+    tag = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[x.dtype.name]
+    c = split.chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
+    grid = (x.shape[0] * c.n_chunks,)
+    words = (lambda a: a) if x.dtype == np.float32 else (lambda a: a.view(np.uint16))
+    y = checks.poisoned_like(x) if y is None else y
+    stride = np.int64(x.strides[0] // x.itemsize)
+    partials = np.full(2 * x.shape[0] * c.n_chunks, np.nan, np.float32)
+    module.launch(f"log_softmax_03_split_states_{tag}", grid, (c.threads,),
+                  (words(x), partials, np.int32(x.shape[1]), stride, np.int32(c.n_chunks), np.int32(c.chunk_elems)),
+                  schedule=schedule, seed=seed)
+    module.launch(f"log_softmax_03_split_output_{tag}", grid, (split.output_threads(c),),
+                  (words(x), words(y), partials, np.int32(x.shape[1]), stride, np.int64(y.strides[0] // y.itemsize),
+                   np.int32(c.n_chunks), np.int32(c.chunk_elems)), schedule=schedule, seed=seed)
+    assert checks.unwritten(y) == 0, "log_softmax_03 left outputs unwritten"
+    return y
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_the_log_softmax_source_meets_the_reference(emulated_log_softmax, dtype):
+    for n_rows, n_cols, n_chunks in ((2, 5000, 3), (1, 1000, 1), (3, 2049, 5), (1, 70, 2), (2, 2003, 40)):
+        x = checks.random_rows(np, n_rows, n_cols, dtype, seed=n_cols)
+        y = emulate_log_softmax(emulated_log_softmax, x, n_chunks, schedule="random", seed=n_cols)
+        passed, message = log_softmax_compare(y, x)
+        assert passed, f"{dtype} {x.shape} C={n_chunks}: {message}"
+
+
+def test_the_log_softmax_source_on_special_rows(emulated_log_softmax):
+    x, nan_rows = checks.special_rows(np, 3000)
+    y = emulate_log_softmax(emulated_log_softmax, x, 7)
+    assert (np.isnan(y).all(axis=1) == nan_rows).all() and not np.isnan(y[~nan_rows]).any()
+    passed, message = log_softmax_compare(y, x)
+    assert passed, message
+
+
+@pytest.mark.parametrize("change, why", [
+    (("split_row_state(partials, row, n_chunks, scratch)", "split_row_state(partials, row, 1, scratch)"),
+     "every block takes its row's first chunk state for the row's"),
+    (("y + row * y_row_stride + start, length", "y + row * y_row_stride, length"), "every chunk written at the row's start"),
+    (("", ""), None),   # the source as it is: passes
+])
+def test_the_emulated_log_softmax_check_rejects_a_broken_kernel(change, why):
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    v = split.LOG_SOFTMAX_SPLIT
+    source = v.path.read_text()
+    assert change[0] in source
+    module = emulator.Module(v.path, list(v.launched_entries), source=source.replace(*change))
+    x = checks.random_rows(np, 2, 5000, "float32", seed=9)
+    y = checks.poisoned_like(x)
+    try:
+        emulate_log_softmax(module, x, 3, y=y)
+        passed, _ = log_softmax_compare(y, x)
+    except AssertionError:   # outputs left unwritten
+        passed = False
     assert passed == (why is None), why

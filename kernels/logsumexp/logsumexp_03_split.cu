@@ -25,24 +25,8 @@
 //               strided with unit column stride, starting anywhere. sm_80 or newer; the
 //               programmatic launch needs sm_90 (below it the two launches are ordinary,
 //               stream-ordered ones).
-#include "launch_order.cuh"
 #include "lse_rows.cuh"
-
-template <class Row>
-__device__ __forceinline__ void split_states(const typename Row::Elem* __restrict__ x,
-                                             OnlineState* __restrict__ partials, int n_cols,
-                                             long long x_row_stride, int n_chunks, int chunk_elems) {
-    __shared__ OnlineState scratch[32];
-    dependents_may_launch();  // the merge's blocks may take free SM slots now (they wait below)
-    const long long row = blockIdx.x / n_chunks;
-    const int chunk = static_cast<int>(blockIdx.x % n_chunks);
-    const long long start = static_cast<long long>(chunk) * chunk_elems;
-    const int length = static_cast<int>(min(static_cast<long long>(chunk_elems), n_cols - start));
-    OnlineState s = row_online_state<Row>(x + row * x_row_stride + start, length,
-                                          static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-    s = online_group_reduce(s, static_cast<int>(blockDim.x), scratch);
-    if (threadIdx.x == 0) partials[blockIdx.x] = s;
-}
+#include "split_states.cuh"
 
 template <class Row>
 __device__ __forceinline__ void split_merge(const typename Row::Elem* __restrict__ x,
@@ -52,11 +36,10 @@ __device__ __forceinline__ void split_merge(const typename Row::Elem* __restrict
     __shared__ OnlineState scratch[32];
     const long long row = blockIdx.x;
     wait_for_prerequisite_grid();  // the states launch has finished and its partials are visible
+    const OnlineState whole = split_row_state(partials, row, n_chunks, scratch);
     const int t = static_cast<int>(threadIdx.x);
-    const OnlineState mine = t < n_chunks ? partials[row * n_chunks + t] : online_identity();
-    const int group = static_cast<int>(blockDim.x);
-    const OnlineState whole = online_group_reduce(mine, group, scratch);
-    const float value = row_lse<Row>(whole, x + row * x_row_stride, n_cols, t, group, true, scratch);
+    const float value = row_lse<Row>(whole, x + row * x_row_stride, n_cols, t, static_cast<int>(blockDim.x), true,
+                                     scratch);
     if (t == 0) lse[row] = value;
 }
 

@@ -1,5 +1,7 @@
-"""Launcher module of logsumexp_03_split: the log-sum-exp of a few long rows, each row split over
-C blocks (one online state per chunk), then a merge launch that writes m + log l.
+"""Launcher module of logsumexp_03_split and log_softmax_03_split: a few long rows, each row split
+over C blocks (one online state per chunk), then a second launch: logsumexp_03's merge writes
+m + log l per row; log_softmax_03's output launch gives every chunk a block that merges its row's
+states and writes (x - m) - log l over its chunk.
 
 The chunk count fills the GPU: about BLOCKS_PER_SM blocks per SM over all rows, chunks of at
 least MIN_CHUNK_BYTES, at most MAX_CHUNKS per row, every chunk a whole number of 64-element
@@ -9,8 +11,9 @@ has the lanes logsumexp_01_online would give a row of that length (`online.group
 `online.row_state` computes them for a row starting at the chunk's address, then the merge's
 block reduction over C states (the identity past C) and lse_rows.cuh's +inf rule.
 
-`choose(n_rows, n_cols, dtype)` is what logsumexp's variant="auto" runs: this kernel when a
-group per row would leave SMs idle and the rows are long enough to split, else logsumexp_01_online.
+`choose(n_rows, n_cols, dtype)` is what logsumexp's variant="auto" runs: the split when a group per
+row would leave SMs idle and the rows are long enough to split, else logsumexp_01_online;
+`choose_log_softmax` the same rule in front of dispatch.choose_log_softmax.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
 NAME = "logsumexp_03_split"
+LOG_SOFTMAX_NAME = "log_softmax_03_split"
 F32 = np.float32
 BLOCKS_PER_SM = 4
 MIN_CHUNK_BYTES = 32 * 1024     # below this a chunk's block spends more on its start than on its reads
@@ -92,6 +96,16 @@ def choose(n_rows: int, n_cols: int, dtype="float32", sms: int | None = None):
     return Choice(REGISTRY["logsumexp_01_online"], "a group of lanes per row, one read")
 
 
+def choose_log_softmax(n_rows: int, n_cols: int, dtype="float32", sms: int | None = None):
+    """variant="auto" for log_softmax: the split for few long rows, else dispatch.choose_log_softmax."""
+    from onlinesoftmax.kernels import dispatch
+
+    if choose(n_rows, n_cols, dtype, sms).variant is SPLIT:
+        return dispatch.Choice(LOG_SOFTMAX_SPLIT, "fewer rows than SMs, each of 128 KB or more: split over "
+                                                  "blocks, each block merges its row's states and writes its chunk")
+    return dispatch.choose_log_softmax(n_rows, n_cols, dtype)
+
+
 # --- the model --------------------------------------------------------------------------------
 
 def chunk_states(x, chunks: Chunks):
@@ -113,6 +127,21 @@ def merge(m, l, merge_threads: int):
     lanes_l = np.zeros((n_rows, merge_threads), F32)
     lanes_m[:, :n_chunks], lanes_l[:, :n_chunks] = m, l
     return lo.group_reduce(lanes_m, lanes_l, merge_threads)
+
+
+def output_threads(chunks: Chunks) -> int:
+    """log_softmax_03's output block: the chunk's lanes, and at least one thread per state."""
+    return max(chunks.threads, chunks.merge_threads)
+
+
+def simulate_log_softmax(x, n_chunks: int | None = None, sms: int | None = None) -> np.ndarray:
+    """log_softmax_03's output from its model: (x - m) - log l in float32, rounded once to x's dtype, with
+    the (m, l) every block of a row merges (output_threads lanes, the identity past C)."""
+    x = np.asarray(x)
+    chunks = chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks, sms)
+    m, l = merge(*chunk_states(x, chunks), output_threads(chunks))
+    with np.errstate(all="ignore"):
+        return ((x.astype(F32) - m[:, None]) - np.log(l)[:, None]).astype(x.dtype)
 
 
 def simulate(x, n_chunks: int | None = None, sms: int | None = None) -> np.ndarray:
@@ -161,8 +190,42 @@ def plan(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool
     return run
 
 
+def plan_log_softmax(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool = True):
+    """States, then the output launch (programmatic, as `plan`'s merge); y of x's dtype and shape."""
+    import cupy
+
+    from onlinesoftmax.runtime import device
+
+    dtype = x.dtype.name
+    if y.dtype != x.dtype or y.shape != x.shape or y.strides[1] != y.itemsize:
+        raise ValueError(f"{LOG_SOFTMAX_NAME}: y must be {dtype} of shape {tuple(x.shape)} with unit column stride, "
+                         f"got {y.dtype} {tuple(y.shape)}")
+    n_rows, n_cols = x.shape
+    chunks = chunks_for(n_rows, n_cols, dtype, n_chunks)
+    grid = (n_rows * chunks.n_chunks,)
+    tag = DTYPE_TAGS[dtype]
+    states = get_kernel(variant.path, f"{LOG_SOFTMAX_NAME}_states_{tag}", variant.defines)
+    output = get_kernel(variant.path, f"{LOG_SOFTMAX_NAME}_output_{tag}", variant.defines)
+    x_stride, y_stride = x.strides[0] // x.itemsize, y.strides[0] // y.itemsize
+    launch_states = driver.prepare_launch(states, grid, (chunks.threads,), 0, 1, (POINTER, POINTER, INT, LONG, INT, INT),
+                                          fixed={2: n_cols, 3: x_stride, 4: chunks.n_chunks, 5: chunks.chunk_elems})
+    early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
+    launch_output = driver.prepare_launch(output, grid, (output_threads(chunks),), 0, 1,
+                                          (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
+                                          fixed={3: n_cols, 4: x_stride, 5: y_stride, 6: chunks.n_chunks,
+                                                 7: chunks.chunk_elems}, programmatic=early)
+    n_partials = 2 * n_rows * chunks.n_chunks
+
+    def run(x, y, **_):
+        partials = cupy.empty(n_partials, dtype=cupy.float32)
+        launch_states(x.data.ptr, partials.data.ptr)
+        launch_output(x.data.ptr, y.data.ptr, partials.data.ptr)
+    return run
+
+
 def entries(variant: Variant) -> tuple[str, ...]:
-    return tuple(f"{NAME}_{part}_{DTYPE_TAGS[d]}" for d in variant.dtypes for part in ("states", "merge"))
+    second = "merge" if variant.name == NAME else "output"
+    return tuple(f"{variant.name}_{part}_{DTYPE_TAGS[d]}" for d in variant.dtypes for part in ("states", second))
 
 
 SPLIT = register(Variant(
@@ -170,3 +233,9 @@ SPLIT = register(Variant(
     story="a few long rows: each split over blocks, one state per chunk, merged in a second launch",
     geometry=geometry, simulate=simulate, plan=plan, reads_per_element=1, writes_per_element=0,
     features=frozenset({lo.ONE_VALUE_PER_ROW}), dtypes=lo.DTYPES, entry=f"{NAME}_states_f32", entries=entries))
+
+LOG_SOFTMAX_SPLIT = register(Variant(
+    name=LOG_SOFTMAX_NAME, family="log_softmax", file="logsumexp/log_softmax_03_split.cu", short="split",
+    story="a few long rows: each split over blocks, every chunk's block merges its row's states and writes the chunk",
+    geometry=geometry, simulate=simulate_log_softmax, plan=plan_log_softmax, reads_per_element=2,
+    writes_per_element=1, dtypes=lo.DTYPES, entry=f"{LOG_SOFTMAX_NAME}_states_f32", entries=entries))
