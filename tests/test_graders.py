@@ -11,6 +11,7 @@ import pytest
 
 from onlinesoftmax import merge, reference
 from onlinesoftmax.book.exercises import exercises_attention as ea
+from onlinesoftmax.book.exercises import exercises_gradients as eg
 from onlinesoftmax.book.exercises import exercises_logsumexp as el
 from onlinesoftmax.book.exercises import exercises_monoid as em
 from onlinesoftmax.book.exercises import exercises_topk as et
@@ -203,6 +204,25 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda b, h, kv, nq, nk, sms: (1, nk), "splits is 1, expected 16"),
         (lambda b, h, kv, nq, nk, sms: (max(1, -(-nk // 256)), 256), "splits is 128, expected 16"),   # never looks at the SMs
         (decode_splits_four_resident, "FAILED on batch 1, heads 16, kv heads 8, 1 query"),
+    ]),
+    "softmax_backward": (eg.check_softmax_backward, eg.solution_softmax_backward, [
+        (lambda y, dy: None, "not answered yet"),
+        (lambda y, dy: dy * y, "dx[0, 0] is 0, expected -0.0598920245"),                  # forgets the rowsum
+        (lambda y, dy: y * (dy - dy.sum(1, keepdims=True)), "dx[0, 0] is -0.0900305732"),  # sum of dy, not of y dy
+        (lambda y, dy: y * (dy - (y * dy).sum(0, keepdims=True)), "dx[0, 0] is 0,"),      # sums down the columns
+        (lambda y, dy: y * (dy - (y * dy).sum(1)), "raised ValueError"),                  # no keepdims
+        (lambda y, dy: eg.solution_softmax_backward(y, dy).astype(np.float32), "has dtype float32"),
+        (eg.jacobian_softmax_backward, "did it build the 2048 x 2048 Jacobian?"),         # right values, N x N memory
+    ]),
+    "log_softmax_backward": (eg.check_log_softmax_backward, eg.solution_log_softmax_backward, [
+        (lambda z, dy: None, "not answered yet"),
+        (lambda z, dy: dy - z * dy.sum(1, keepdims=True), "dx[0, 0] is 2.40760596"),     # z where e^z belongs
+        (lambda z, dy: dy - np.exp(z) * dy, "dx[0, 0] is 0, expected -0.0900305732"),    # forgets the rowsum
+        (lambda z, dy: eg.solution_softmax_backward(np.exp(z), dy), "dx[0, 0] is -0.0598920245"),   # softmax's rule
+        (lambda z, dy: dy - np.exp(z - z.max(1, keepdims=True)) * dy.sum(1, keepdims=True),
+         "dx[0, 0] is -0.135335283"),                                                      # e^z re-based on the max
+        (lambda z, dy: dy - np.exp(z) * dy.sum(1), "raised ValueError"),                  # no keepdims
+        (eg.jacobian_log_softmax_backward, "did it build the 2048 x 2048 Jacobian?"),
     ]),
 }
 GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_argmax", "check_torch_dispatch",

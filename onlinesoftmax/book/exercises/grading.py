@@ -52,7 +52,8 @@ DIFFICULTY = {
     "shard_statistics": CORE, "merge_records": CORE, "fix_merge": WARM_UP, "exchanged_bytes": CORE,
     "torch_dispatch": CORE, "copy_fraction": WARM_UP,
     "gumbel_pick": WARM_UP, "nucleus_threshold": CORE, "gather_keys": WARM_UP,
-    "row_backward": CORE,
+    "row_backward": CORE, "softmax_backward": CORE, "log_softmax_backward": WARM_UP,
+    "split_logsumexp": CORE,
 }
 
 
