@@ -222,9 +222,10 @@ def test_the_log_softmax_source_on_special_rows(emulated_log_softmax):
 
 
 @pytest.mark.parametrize("change, why", [
-    (("split_row_state(partials, row, n_chunks, scratch)", "split_row_state(partials, row, 1, scratch)"),
+    (("split_row_state(partials, c.row, n_chunks, scratch)", "split_row_state(partials, c.row, 1, scratch)"),
      "every block takes its row's first chunk state for the row's"),
-    (("y + row * y_row_stride + start, length", "y + row * y_row_stride, length"), "every chunk written at the row's start"),
+    (("y + c.row * y_row_stride + c.start, c.length", "y + c.row * y_row_stride, c.length"),
+     "every chunk written at the row's start"),
     (("", ""), None),   # the source as it is: passes
 ])
 def test_the_emulated_log_softmax_check_rejects_a_broken_kernel(change, why):
@@ -244,3 +245,36 @@ def test_the_emulated_log_softmax_check_rejects_a_broken_kernel(change, why):
     except AssertionError:   # outputs left unwritten
         passed = False
     assert passed == (why is None), why
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_the_plans_launch_what_the_model_describes(dtype, monkeypatch):
+    """Without a GPU (fake kernels and launches): each plan builds its file's two entries of x's dtype, with
+    the chunk plan's grids, blocks and sizes, and runs them in order on one partials buffer."""
+    import cupy
+
+    from test_logsumexp import Addressed, install_fake_kernels
+
+    built = install_fake_kernels(monkeypatch, split)
+    monkeypatch.setattr(cupy, "empty", lambda n, dtype: Addressed(np.zeros(n, dtype)))
+    x = checks.to_dtype(np.zeros((3, 70000), np.float32), dtype)
+    c = split.chunks_for(3, 70000, dtype)
+    tag = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+    lse = np.zeros(3, np.float32)
+    split.SPLIT.plan(split.SPLIT, x, lse)(Addressed(x), Addressed(lse))
+    states, merge = built[-2:]
+    assert (states.entry, merge.entry) == (f"logsumexp_03_split_states_{tag}", f"logsumexp_03_split_merge_{tag}")
+    assert states.launches[0][:2] == ((3 * c.n_chunks,), (c.threads,)) and merge.launches[0][:2] == ((3,), (c.merge_threads,))
+    assert states.launches[0][2][2:] == (70000, 70000, c.n_chunks, c.chunk_elems)
+    assert states.launches[0][2][1] == merge.launches[0][2][1], "the merge reads the partials the states wrote"
+    y = np.zeros_like(x)
+    split.LOG_SOFTMAX_SPLIT.plan(split.LOG_SOFTMAX_SPLIT, x, y)(Addressed(x), Addressed(y))
+    states, output = built[-2:]
+    assert output.entry == f"log_softmax_03_split_output_{tag}"
+    assert output.launches[0][:2] == ((3 * c.n_chunks,), (split.output_threads(c),))
+    assert output.launches[0][2][1] == y.ctypes.data and output.launches[0][2][3:] == (70000, 70000, 70000, c.n_chunks,
+                                                                                       c.chunk_elems)
+    with pytest.raises(ValueError, match="float32 of shape"):
+        split.SPLIT.plan(split.SPLIT, x, np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="unit column stride"):
+        split.LOG_SOFTMAX_SPLIT.plan(split.LOG_SOFTMAX_SPLIT, x, np.zeros((3, 70000), np.float64))

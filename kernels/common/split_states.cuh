@@ -12,15 +12,24 @@
 #include "launch_order.cuh"
 #include "online_rows.cuh"
 
+// This block's chunk: row b / C, elements [start, start + length) of it.
+struct ChunkSpan {
+    long long row, start;
+    int length;
+};
+
+__device__ __forceinline__ ChunkSpan chunk_span(int n_cols, int n_chunks, int chunk_elems) {
+    const long long row = blockIdx.x / n_chunks;
+    const long long start = static_cast<long long>(blockIdx.x % n_chunks) * chunk_elems;
+    return {row, start, static_cast<int>(min(static_cast<long long>(chunk_elems), n_cols - start))};
+}
+
 template <class Row>
 __device__ __forceinline__ OnlineState split_chunk_state(const typename Row::Elem* __restrict__ x, int n_cols,
                                                          long long x_row_stride, int n_chunks, int chunk_elems,
                                                          OnlineState* scratch) {
-    const long long row = blockIdx.x / n_chunks;
-    const int chunk = static_cast<int>(blockIdx.x % n_chunks);
-    const long long start = static_cast<long long>(chunk) * chunk_elems;
-    const int length = static_cast<int>(min(static_cast<long long>(chunk_elems), n_cols - start));
-    const OnlineState s = row_online_state<Row>(x + row * x_row_stride + start, length,
+    const ChunkSpan c = chunk_span(n_cols, n_chunks, chunk_elems);
+    const OnlineState s = row_online_state<Row>(x + c.row * x_row_stride + c.start, c.length,
                                                 static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
     return online_group_reduce(s, static_cast<int>(blockDim.x), scratch);
 }

@@ -33,13 +33,10 @@ __device__ __forceinline__ void split_output(const typename Row::Elem* __restric
                                              long long x_row_stride, long long y_row_stride, int n_chunks,
                                              int chunk_elems) {
     __shared__ OnlineState scratch[32];
-    const long long row = blockIdx.x / n_chunks;
-    const int chunk = static_cast<int>(blockIdx.x % n_chunks);
-    const long long start = static_cast<long long>(chunk) * chunk_elems;
-    const int length = static_cast<int>(min(static_cast<long long>(chunk_elems), n_cols - start));
+    const ChunkSpan c = chunk_span(n_cols, n_chunks, chunk_elems);
     wait_for_prerequisite_grid();  // the states launch has finished and its partials are visible
-    const OnlineState whole = split_row_state(partials, row, n_chunks, scratch);
-    row_log_softmax_output<Row>(x + row * x_row_stride + start, y + row * y_row_stride + start, length,
+    const OnlineState whole = split_row_state(partials, c.row, n_chunks, scratch);
+    row_log_softmax_output<Row>(x + c.row * x_row_stride + c.start, y + c.row * y_row_stride + c.start, c.length,
                                 static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), whole.m, logf(whole.l));
 }
 

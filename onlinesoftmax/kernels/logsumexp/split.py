@@ -157,31 +157,38 @@ def simulate(x, n_chunks: int | None = None, sms: int | None = None) -> np.ndarr
 
 # --- the launcher -----------------------------------------------------------------------------
 
-def plan(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool = True):
-    """States, then the merge as a programmatic dependent launch (an ordinary one when
-    programmatic=False, below compute capability 9.0 or without cuda-bindings: the stream orders it)."""
-    import cupy
-
+def _two_launches(variant: Variant, x, chunks: Chunks, second_block: int, second_types, second_fixed: dict,
+                  programmatic: bool):
+    """(states launch, second launch) of a split plan: the second is the file's other entry ("merge" or
+    "output"), a programmatic dependent launch when asked, from compute capability 9.0 with cuda-bindings
+    (else an ordinary one: the stream orders it)."""
     from onlinesoftmax.runtime import device
 
-    dtype = x.dtype.name
+    tag = DTYPE_TAGS[x.dtype.name]
+    grid = (x.shape[0] * chunks.n_chunks,)
+    states = get_kernel(variant.path, f"{variant.name}_states_{tag}", variant.defines)
+    second = get_kernel(variant.path, f"{variant.name}_{_second(variant)}_{tag}", variant.defines)
+    launch_states = driver.prepare_launch(states, grid, (chunks.threads,), 0, 1, (POINTER, POINTER, INT, LONG, INT, INT),
+                                          fixed={2: x.shape[1], 3: x.strides[0] // x.itemsize, 4: chunks.n_chunks,
+                                                 5: chunks.chunk_elems})
+    early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
+    second_grid = (x.shape[0],) if variant.name == NAME else grid
+    launch_second = driver.prepare_launch(second, second_grid, (second_block,), 0, 1, second_types, fixed=second_fixed,
+                                          programmatic=early)
+    return launch_states, launch_second
+
+
+def plan(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool = True):
+    """States, then the merge (a programmatic dependent launch where it can be)."""
+    import cupy
+
     if y.dtype != np.float32 or y.shape != (x.shape[0],):
         raise ValueError(f"{NAME}: the LSE must be float32 of shape ({x.shape[0]},), got {y.dtype} {tuple(y.shape)}")
-    n_rows, n_cols = x.shape
-    chunks = chunks_for(n_rows, n_cols, dtype, n_chunks)
-    states_launch, merge_launch = launches(n_rows, chunks)
-    tag = DTYPE_TAGS[dtype]
-    states = get_kernel(variant.path, f"{NAME}_states_{tag}", variant.defines)
-    merger = get_kernel(variant.path, f"{NAME}_merge_{tag}", variant.defines)
-    stride = x.strides[0] // x.itemsize
-    launch_states = driver.prepare_launch(states, states_launch.grid, states_launch.block, 0, 1,
-                                          (POINTER, POINTER, INT, LONG, INT, INT),
-                                          fixed={2: n_cols, 3: stride, 4: chunks.n_chunks, 5: chunks.chunk_elems})
-    early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
-    launch_merge = driver.prepare_launch(merger, merge_launch.grid, merge_launch.block, 0, 1,
-                                         (POINTER, POINTER, POINTER, INT, LONG, INT),
-                                         fixed={3: n_cols, 4: stride, 5: chunks.n_chunks}, programmatic=early)
-    n_partials = 2 * n_rows * chunks.n_chunks
+    chunks = chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
+    launch_states, launch_merge = _two_launches(
+        variant, x, chunks, chunks.merge_threads, (POINTER, POINTER, POINTER, INT, LONG, INT),
+        {3: x.shape[1], 4: x.strides[0] // x.itemsize, 5: chunks.n_chunks}, programmatic)
+    n_partials = 2 * x.shape[0] * chunks.n_chunks
 
     def run(x, y, **_):
         partials = cupy.empty(n_partials, dtype=cupy.float32)
@@ -191,30 +198,18 @@ def plan(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool
 
 
 def plan_log_softmax(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool = True):
-    """States, then the output launch (programmatic, as `plan`'s merge); y of x's dtype and shape."""
+    """States, then the output launch (as `plan`'s merge); y of x's dtype and shape."""
     import cupy
 
-    from onlinesoftmax.runtime import device
-
-    dtype = x.dtype.name
     if y.dtype != x.dtype or y.shape != x.shape or y.strides[1] != y.itemsize:
-        raise ValueError(f"{LOG_SOFTMAX_NAME}: y must be {dtype} of shape {tuple(x.shape)} with unit column stride, "
-                         f"got {y.dtype} {tuple(y.shape)}")
-    n_rows, n_cols = x.shape
-    chunks = chunks_for(n_rows, n_cols, dtype, n_chunks)
-    grid = (n_rows * chunks.n_chunks,)
-    tag = DTYPE_TAGS[dtype]
-    states = get_kernel(variant.path, f"{LOG_SOFTMAX_NAME}_states_{tag}", variant.defines)
-    output = get_kernel(variant.path, f"{LOG_SOFTMAX_NAME}_output_{tag}", variant.defines)
-    x_stride, y_stride = x.strides[0] // x.itemsize, y.strides[0] // y.itemsize
-    launch_states = driver.prepare_launch(states, grid, (chunks.threads,), 0, 1, (POINTER, POINTER, INT, LONG, INT, INT),
-                                          fixed={2: n_cols, 3: x_stride, 4: chunks.n_chunks, 5: chunks.chunk_elems})
-    early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
-    launch_output = driver.prepare_launch(output, grid, (output_threads(chunks),), 0, 1,
-                                          (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
-                                          fixed={3: n_cols, 4: x_stride, 5: y_stride, 6: chunks.n_chunks,
-                                                 7: chunks.chunk_elems}, programmatic=early)
-    n_partials = 2 * n_rows * chunks.n_chunks
+        raise ValueError(f"{LOG_SOFTMAX_NAME}: y must be {x.dtype.name} of shape {tuple(x.shape)} with unit column "
+                         f"stride, got {y.dtype} {tuple(y.shape)}")
+    chunks = chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
+    launch_states, launch_output = _two_launches(
+        variant, x, chunks, output_threads(chunks), (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
+        {3: x.shape[1], 4: x.strides[0] // x.itemsize, 5: y.strides[0] // y.itemsize, 6: chunks.n_chunks,
+         7: chunks.chunk_elems}, programmatic)
+    n_partials = 2 * x.shape[0] * chunks.n_chunks
 
     def run(x, y, **_):
         partials = cupy.empty(n_partials, dtype=cupy.float32)
@@ -223,9 +218,13 @@ def plan_log_softmax(variant: Variant, x, y, n_chunks: int | None = None, progra
     return run
 
 
+def _second(variant: Variant) -> str:
+    """The second launch's entry stem: logsumexp_03's merge, log_softmax_03's output."""
+    return "merge" if variant.name == NAME else "output"
+
+
 def entries(variant: Variant) -> tuple[str, ...]:
-    second = "merge" if variant.name == NAME else "output"
-    return tuple(f"{variant.name}_{part}_{DTYPE_TAGS[d]}" for d in variant.dtypes for part in ("states", second))
+    return tuple(f"{variant.name}_{part}_{DTYPE_TAGS[d]}" for d in variant.dtypes for part in ("states", _second(variant)))
 
 
 SPLIT = register(Variant(
