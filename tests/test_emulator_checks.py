@@ -71,6 +71,31 @@ def test_a_missing_barrier_after_the_last_read_is_a_race_under_every_schedule(tm
     np.testing.assert_allclose(y, softmax(x.astype(np.float64)), rtol=1e-5)
 
 
+# The same kernel as a function template whose buffer is its own static __shared__, and one declared in an
+# included header: g++ drops a section attribute on a template's static locals, so the emulator must give
+# such buffers their storage in the block's shared memory some other way, or it would never check them.
+TEMPLATED = THREE_PASS.replace("extern \"C\" __global__ void three_pass(const float* x, float* y, int n) {\n"
+                               "    __shared__ float buf[64];",
+                               "template <int K>\n__device__ void pass3(const float* x, float* y, int n) {\n"
+                               "    __shared__ float buf[64 * K];") + \
+    'extern "C" __global__ void three_pass(const float* x, float* y, int n) { pass3<1>(x, y, n); }\n'
+
+
+@pytest.mark.parametrize("where", ("kernel file", "header"))
+def test_a_race_on_a_templates_own_shared_buffer_is_found(tmp_path, where):
+    text = TEMPLATED.replace("BARRIER", "")
+    if where == "header":
+        (tmp_path / "pass3.cuh").write_text("#pragma once\n" + text.split("extern \"C\"")[0])
+        text = '#include "pass3.cuh"\n' + 'extern "C"' + text.split('extern "C"')[1]
+    with pytest.raises(emulator.EmulatorRace, match=r"on static __shared__ byte 0"):
+        module(tmp_path, "three_pass", text).launch("three_pass", 3, 64, three_pass_args(), schedule="random", seed=1)
+    right = module(tmp_path, "three_pass", TEMPLATED.replace("BARRIER", "__syncthreads();"))
+    x, y, n = three_pass_args()
+    stats = right.launch("three_pass", 3, 64, (x, y, n), stats=True)
+    np.testing.assert_allclose(y, softmax(x.astype(np.float64)), rtol=1e-5)
+    assert stats.shared_bytes == 64 * 4, "the template's buffer is seen by the checks"
+
+
 def test_the_race_check_can_be_turned_off(tmp_path):
     wrong = module(tmp_path, "three_pass", THREE_PASS.replace("BARRIER", ""))
     wrong.launch("three_pass", 3, 64, three_pass_args(), check_races=False)   # the fixed schedule hides it

@@ -89,13 +89,27 @@ def emulated():
     return emulator.Module(split.SPLIT.path, list(split.SPLIT.launched_entries))
 
 
+def span(a):
+    """A 2-D view with unit column stride (rows strided, starting anywhere) as the one contiguous run of
+    memory from its first element to its last: what the kernel is given, its address a's own."""
+    if a.flags.c_contiguous:
+        return a
+    base = a
+    while base.base is not None:
+        base = base.base
+    first = (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // a.itemsize
+    run = base.reshape(-1).view(a.dtype)[first:first + (a.shape[0] - 1) * (a.strides[0] // a.itemsize) + a.shape[1]]
+    assert run.__array_interface__["data"][0] == a.__array_interface__["data"][0] and a.strides[1] == a.itemsize
+    return run
+
+
 def emulate(module, x, n_chunks, schedule="fixed", seed=0):
-    """Both launches on x (numpy, 2-D, unit column stride): states into poisoned partials, then the merge
-    into a poisoned LSE."""
+    """Both launches on x (numpy, 2-D, unit column stride, any row stride and start): states into poisoned
+    partials, then the merge into a poisoned LSE."""
     tag = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[x.dtype.name]
     c = split.chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
     states, merge = split.launches(x.shape[0], c)
-    words = x if x.dtype == np.float32 else x.view(np.uint16)
+    words = span(x) if x.dtype == np.float32 else span(x).view(np.uint16)
     stride = np.int64(x.strides[0] // x.itemsize)
     partials = np.full(2 * x.shape[0] * c.n_chunks, np.nan, np.float32)
     lse = checks.poisoned_like(x, "float32", (x.shape[0],))
@@ -186,11 +200,12 @@ def emulated_log_softmax():
 
 
 def emulate_log_softmax(module, x, n_chunks, y=None, schedule="fixed", seed=0):
-    """Both launches of log_softmax_03 on x (numpy, C-contiguous) into a poisoned y (or the y given)."""
+    """Both launches of log_softmax_03 on x (numpy, 2-D, unit column stride, any row stride and start) into
+    a poisoned y (or the y given, which may be such a view too)."""
     tag = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[x.dtype.name]
     c = split.chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
     grid = (x.shape[0] * c.n_chunks,)
-    words = (lambda a: a) if x.dtype == np.float32 else (lambda a: a.view(np.uint16))
+    words = (lambda a: span(a)) if x.dtype == np.float32 else (lambda a: span(a).view(np.uint16))
     y = checks.poisoned_like(x) if y is None else y
     stride = np.int64(x.strides[0] // x.itemsize)
     partials = np.full(2 * x.shape[0] * c.n_chunks, np.nan, np.float32)
@@ -278,3 +293,58 @@ def test_the_plans_launch_what_the_model_describes(dtype, monkeypatch):
         split.SPLIT.plan(split.SPLIT, x, np.zeros(2, np.float32))
     with pytest.raises(ValueError, match="unit column stride"):
         split.LOG_SOFTMAX_SPLIT.plan(split.LOG_SOFTMAX_SPLIT, x, np.zeros((3, 70000), np.float64))
+
+
+# ---- views off 16 bytes, a merge wider than a warp with its scratch checked, C = 1024 -------------
+
+def _view(n_rows, n_cols, dtype, first, spare, seed):
+    """Rows of n_cols starting `first` elements into rows of n_cols + first + spare: every row off 16 bytes
+    (for first or spare not a multiple of the vector) and a row stride that is no multiple of 16 bytes."""
+    return checks.random_rows(np, n_rows, n_cols + first + spare, dtype, seed=seed)[:, first:first + n_cols]
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_both_sources_on_views_off_16_bytes(emulated, emulated_log_softmax, dtype):
+    """x a strided view starting anywhere (each chunk's scalar head differs), y of log_softmax at another
+    16-byte phase than x (scalar stores) and strided: both kernels meet the reference, nothing between
+    y's rows is written."""
+    for first, spare, n_cols, n_chunks in ((1, 0, 3001, 5), (3, 6, 2003, 4)):
+        x = _view(3, n_cols, dtype, first, spare, seed=first)
+        passed, message = lse_compare(emulate(emulated, x, n_chunks, schedule="random", seed=first), x)
+        assert passed, f"LSE {dtype} first={first}: {message}"
+        y_base = checks.poisoned_like(np.zeros((3, n_cols + 5), np.float32), dtype)
+        y = y_base[:, 2:2 + n_cols]
+        emulate_log_softmax(emulated_log_softmax, x, n_chunks, y=y, schedule="random", seed=first)
+        passed, message = log_softmax_compare(y, x)
+        assert passed, f"log_softmax {dtype} first={first}: {message}"
+        assert checks.unwritten(y_base) == 3 * 5, "written outside y's rows"
+
+
+def test_the_merge_reuses_its_scratch_without_a_race(emulated):
+    """+inf and NaN rows through a merge of C = 100 states (128 threads: split_row_state's reduction and
+    row_lse's +inf re-read both use the shared scratch), with the race check live on that scratch (a
+    function template's own static __shared__: the emulator must see it, tests/test_emulator_checks.py)."""
+    states = np.tile(np.float32([0.0, 1.0]), 100)
+    touched = emulated.launch("logsumexp_03_split_merge_f32", (1,), (128,), (np.zeros(6400, np.float32), states,
+                              np.zeros(1, np.float32), np.int32(6400), np.int64(6400), np.int32(100)), stats=True)
+    assert touched.shared_bytes == 4 * 8, "the merge's scratch is not seen by the checks"
+    x = np.full((3, 64 * 100), -np.inf, np.float32)
+    x[0, 6000] = np.inf
+    x[1, 10], x[1, 6399] = np.inf, np.nan
+    x[2] = np.random.default_rng(1).standard_normal(6400)
+    lse = emulate(emulated, x, 100, schedule="random", seed=6)
+    assert lse[0] == np.inf and np.isnan(lse[1]) and lse_compare(lse[2:], x[2:])[0]
+
+
+def test_the_largest_chunk_count(emulated):
+    """C = 1024 (the merge's 1024 threads, one state each) on a row off 16 bytes."""
+    x = _view(1, 64 * 1023 + 7, "float16", 3, 0, seed=8)
+    c = split.chunks_for(1, x.shape[1], "float16", 1024)
+    assert (c.n_chunks, c.merge_threads) == (1024, 1024)
+    lse = emulate(emulated, x, 1024)
+    passed, message = lse_compare(lse, x)
+    assert passed, message
+
+
+def test_a_numpy_integer_chunk_count():
+    assert split.chunks_for(3, 100000, "float32", np.int64(7), sms=132) == split.chunks_for(3, 100000, "float32", 7)

@@ -75,6 +75,22 @@ __attribute__((always_inline)) inline T& simt_shared_ref(T& x) {
     return *p;
 }
 
+// The storage of the static __shared__ variables (emulator.py's rewrite): one arena in the section of
+// the block's shared memory, handed out once per declaration (per template instance), aligned. A
+// plain global (one translation unit), so g++ keeps its section.
+#define SIMT_STATIC_SHARED_CAPACITY (256 * 1024)
+alignas(1024) __attribute__((section("simt_shared"))) unsigned char simt_static_arena[SIMT_STATIC_SHARED_CAPACITY];
+unsigned long simt_static_used = 0;
+void simt_static_shared_full(unsigned long bytes);
+template <class T>
+inline T* simt_static_shared(unsigned long align) {
+    if (align < alignof(T)) align = alignof(T);
+    const unsigned long at = (simt_static_used + align - 1) / align * align;
+    if (at + sizeof(T) > SIMT_STATIC_SHARED_CAPACITY) simt_static_shared_full(at + sizeof(T));
+    simt_static_used = at + sizeof(T);
+    return reinterpret_cast<T*>(simt_static_arena + at);
+}
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}

@@ -226,3 +226,8 @@ __attribute__((noinline, no_sanitize_address)) void simt_vector_alignment(const 
 extern "C" void __asan_handle_no_return() {}
 extern "C" void __asan_before_dynamic_init(const char*) {}
 extern "C" void __asan_after_dynamic_init() {}
+// More static __shared__ storage than the emulator's arena holds (simt.h): an error of the launch.
+__attribute__((noinline)) void simt_static_shared_full(unsigned long bytes) {
+    simt::fail("the kernels' static __shared__ variables need %lu bytes, more than the emulator's %d "
+               "(SIMT_STATIC_SHARED_CAPACITY in kernels/emulator/simt.h)", bytes, SIMT_STATIC_SHARED_CAPACITY);
+}

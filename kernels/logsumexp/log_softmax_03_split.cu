@@ -21,8 +21,8 @@
 // Limits:       x and y float32, float16 or bfloat16 (the same dtype); 1 <= C <= 1024, every chunk
 //               non-empty; rows strided (unit column stride), any start. A row of all -inf, or
 //               holding NaN or +inf, gives NaN; an element -inf gives -inf (as log_softmax_01).
-//               sm_80 or newer; the programmatic launch needs sm_90 (below it the two launches
-//               are ordinary, stream-ordered ones).
+//               Every GPU the _01 kernels run on; the programmatic launch needs sm_90 (below
+//               it the two launches are ordinary, stream-ordered ones).
 #include "log_softmax_rows.cuh"
 #include "split_states.cuh"
 

@@ -22,7 +22,7 @@
 //               written per row; a row whose maximum is +inf is read a second time.
 // Limits:       x float32, float16 or bfloat16; the LSE float32; all arithmetic in fp32.
 //               1 <= C <= 1024, every chunk non-empty (chunk_elems * (C - 1) < n_cols); rows
-//               strided with unit column stride, starting anywhere. sm_80 or newer; the
+//               strided with unit column stride, starting anywhere. Every GPU the _01 kernels run on; the
 //               programmatic launch needs sm_90 (below it the two launches are ordinary,
 //               stream-ordered ones).
 #include "lse_rows.cuh"

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onlinesoftmax.runtime.loader import INCLUDE_DIRS, KERNELS_DIR, REPO_ROOT
+from onlinesoftmax.runtime.loader import INCLUDE_DIRS, KERNELS_DIR, REPO_ROOT, expand_source
 
 EMULATOR_DIR = KERNELS_DIR / "emulator"
 CACHE_DIR = REPO_ROOT / "build" / "emulator"
@@ -80,10 +80,14 @@ def uninstrumented():
         _instrumented.pop()
 TIMEOUT_S = 600.0
 _EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b")
-# A block's static `__shared__ T name[...];`: g++ does not instrument accesses at constant offsets of
-# a static variable, so the variable is renamed and `name` becomes a reference to it that g++
-# cannot see through (simt_shared_ref), on the same line.
+# A block's static `__shared__ T name[...];` (in the kernel file or a header it includes): its storage
+# is taken once, at the first run of its declaration, from simt_static_arena (in the section of the
+# block's shared memory, so it is poisoned before every block and its accesses are race-checked; a
+# static variable of its own would not be, inside a template: g++ drops the section attribute of a
+# template's static locals), and `name` becomes a reference to it that g++ cannot see through
+# (simt_shared_ref: g++ does not instrument accesses at constant offsets of a variable), on one line.
 _STATIC_SHARED = re.compile(r"\b__shared__\s+([^;{}=]*?)\b([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*);")
+_ALIGN = re.compile(r"__align__\s*\(\s*(\d+)\s*\)")
 _EXTERN_SHARED_NAME = re.compile(r"\bextern\s+__shared__\b[^;]*?\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
@@ -104,14 +108,21 @@ def available() -> bool:
 
 def _wrapper(path: Path, source: str, entries) -> str:
     """What g++ compiles: simt.h, the kernel's source (its file and lines kept), the exports."""
-    names = sorted(set(_EXTERN_SHARED_NAME.findall(source)))
+    expanded = expand_source(path, source)[0]   # the headers' declarations are rewritten too
+    names = sorted(set(_EXTERN_SHARED_NAME.findall(expanded)))
     aliases = "".join(f'asm(".globl {n}\\n\\t.hidden {n}\\n\\t.set {n}, simt_dynamic_shared");\n' for n in names)
-    body = _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", source)
-    body = _STATIC_SHARED.sub(lambda m: f"__shared__ {m[1]}{m[2]}__simt_storage{m[3]}; "
-                                        f"auto& {m[2]} = simt_shared_ref({m[2]}__simt_storage);", body)
-    return ('#include "simt.h"\n' + f'#line 1 "{path}"\n' + body
+    body = _EXTERN_SHARED.sub("extern SIMT_DYNAMIC_SHARED", expanded)
+    body = _STATIC_SHARED.sub(_static_shared, body)
+    return ('#include "simt.h"\n' + body
             + '\n#line 1 "the emulator\'s exports"\n' + aliases + "".join(f"SIMT_EXPORT({e})\n" for e in entries)
             + "SIMT_LIBRARY\n")
+
+
+def _static_shared(m) -> str:
+    align = _ALIGN.search(m[1])
+    kind, name = _ALIGN.sub("", m[1]).strip(), m[2]
+    return (f"typedef {kind} {name}__simt_t{m[3]}; static {name}__simt_t* const {name}__simt_slot = "
+            f"simt_static_shared<{name}__simt_t>({align[1] if align else 1}); auto& {name} = simt_shared_ref(*{name}__simt_slot);")
 
 
 def _compile_errors(path: Path, stderr: str) -> str:

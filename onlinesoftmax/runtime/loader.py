@@ -54,8 +54,9 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def expand_source(path: Path | str) -> tuple[str, tuple[str, ...]]:
-    """Source of `path` with local includes inlined, and the files it is made of.
+def expand_source(path: Path | str, text: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """Source of `path` (or `text` in its place, its includes found from path's folder) with local
+    includes inlined, and the files it is made of.
 
     One loop over a stack of (file, its lines, the next line): an include pushes the included file
     (once: every header is `#pragma once`), the end of a file pops it and marks where the including
@@ -65,7 +66,7 @@ def expand_source(path: Path | str) -> tuple[str, tuple[str, ...]]:
         path = (KERNELS_DIR / path) if (KERNELS_DIR / path).is_file() else (REPO_ROOT / path)
     path = path.resolve()
     seen, out = [path], [f'#line 1 "{_rel(path)}"']
-    stack = [(path, path.read_text().splitlines(), 0)]
+    stack = [(path, (path.read_text() if text is None else text).splitlines(), 0)]
     while stack:
         file, lines, number = stack.pop()
         while number < len(lines):

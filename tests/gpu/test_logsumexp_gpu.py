@@ -151,7 +151,7 @@ def test_special_rows(n_cols, dtype):
     assert lse[2] == np.inf, "a row holding +inf has LSE +inf, as torch and scipy"
     assert (np.isnan(lse) == (np.arange(len(nan_rows)) == 3)).all(), "NaN exactly for the row holding NaN"
     assert_lse_close(cp.asarray(lse), x)
-    for variant in (LOG_SOFTMAX, LOG_SOFTMAX_02) if n_cols <= LOG_SOFTMAX_02.max_cols else (LOG_SOFTMAX,):
+    for variant in (LOG_SOFTMAX, LOG_SOFTMAX_03) + ((LOG_SOFTMAX_02,) if n_cols <= LOG_SOFTMAX_02.max_cols else ()):
         y = log_softmax_checked(x, variant=variant)
         y_host, x_host = checks.as_float64(y).get(), checks.as_float64(x).get()
         assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), f"{variant.name}: all -inf, +inf and NaN rows must be NaN"
@@ -209,12 +209,33 @@ def test_split_on_special_rows_and_views(dtype, n_cols):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_rows, n_cols", [(1, 1), (3, 4097), (10, 2**20), (7, 300001), (1, 2**24)])
+def test_log_softmax_split_on_few_long_rows(n_rows, n_cols, dtype):
+    """log_softmax_03_split at its own chunk count, one, a few and as many as the row allows; views off 16
+    bytes, an output at another 16-byte phase than x, and once as two ordinary launches (no PDL)."""
+    x = gpu_rows(n_rows, n_cols, dtype, seed=n_rows + n_cols + 2)
+    for n_chunks in (None, 1, 5, min(1024, -(-n_cols // 64))):
+        assert_log_softmax_close(log_softmax_checked(x, variant=LOG_SOFTMAX_03, n_chunks=n_chunks), x)
+    if n_cols > 4:
+        view = gpu_rows(n_rows, n_cols + 3, dtype, seed=4)[:, 1:n_cols + 1]
+        out = checks.poisoned_like(gpu_rows(n_rows, n_cols + 3, dtype, seed=5))[:, 2:n_cols + 2]
+        assert_log_softmax_close(log_softmax_checked(view, out=out, variant=LOG_SOFTMAX_03, n_chunks=7), view)
+    y = checks.poisoned_like(x)
+    osm.api.run(LOG_SOFTMAX_03, x, out=y, programmatic=False)
+    assert_log_softmax_close(y, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_auto_splits_ten_rows_of_a_million_and_matches_the_model(dtype):
     x = gpu_rows(10, 2**20, dtype, seed=3)
     lse = osm.logsumexp(x)
     assert_lse_close(lse, x)
     model = SPLIT.simulate(to_host(x))
     assert np.abs(lse.get() - model).max() <= 4 * EPS32 * max(1.0, np.abs(model).max())
+    y = osm.log_softmax(x)
+    assert_log_softmax_close(y, x)
+    y_model = checks.as_float64(LOG_SOFTMAX_03.simulate(to_host(x)))
+    assert (np.abs(checks.as_float64(y).get() - y_model) <= np.abs(y_model) * checks.EPS[dtype] + 1e-5).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

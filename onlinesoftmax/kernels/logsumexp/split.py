@@ -61,6 +61,7 @@ def chunks_for(n_rows: int, n_cols: int, dtype: str, n_chunks: int | None = None
     from onlinesoftmax.runtime import device
 
     check_chunks(n_chunks)
+    n_chunks = None if n_chunks is None else int(n_chunks)
     if n_chunks is None:
         sms = device.sm_count() if sms is None else sms
         fill = -(-BLOCKS_PER_SM * sms // max(1, n_rows))
