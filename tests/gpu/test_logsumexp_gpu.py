@@ -8,6 +8,8 @@ so these tests hold whatever the public functions route. Every output is judged 
 float64 reference: the LSE (float32 for every input dtype) with the float32 rule, log_softmax with
 the rule of x's dtype (twice the error of float32 math rounded once to the dtype, plus two ulps).
 """
+import threading
+
 import numpy as np
 import cupy as cp
 import pytest
@@ -223,6 +225,34 @@ def test_log_softmax_split_on_few_long_rows(n_rows, n_cols, dtype):
     y = checks.poisoned_like(x)
     osm.api.run(LOG_SOFTMAX_03, x, out=y, programmatic=False)
     assert_log_softmax_close(y, x)
+
+
+def test_the_splits_on_two_threads_and_two_streams():
+    """Each call takes its own partials buffer on its caller's stream: two threads, each on a stream of its
+    own, calling the split kernels in a loop, get what a call alone gets, bit for bit; and on torch's side
+    stream (where torch is), the launches go on that stream."""
+    xs = [gpu_rows(8, 300001, "bfloat16", seed=s) for s in (1, 2)]
+    alone = [(osm.logsumexp(x).get(), checks.as_float64(osm.log_softmax(x)).get()) for x in xs]
+    got = [None, None]
+
+    def work(i):
+        with cp.cuda.Stream(non_blocking=True) as stream:
+            for _ in range(10):
+                lse, y = osm.logsumexp(xs[i]), osm.log_softmax(xs[i])
+            stream.synchronize()
+            got[i] = (lse.get(), checks.as_float64(y).get())
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for i in range(2):
+        assert np.array_equal(got[i][0], alone[i][0]) and np.array_equal(got[i][1], alone[i][1])
+    torch = pytest.importorskip("torch")
+    side = torch.cuda.Stream()
+    t = torch.as_tensor(checks.as_float64(xs[0]), device="cuda").to(torch.bfloat16)
+    with torch.cuda.stream(side):
+        lse = osm.logsumexp(t)
+    side.synchronize()
+    assert np.array_equal(lse.cpu().numpy(), alone[0][0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
