@@ -57,9 +57,11 @@
 #define __restrict__ __restrict
 #define __align__(n) alignas(n)
 #define __launch_bounds__(...)
-// A block-scope `__shared__ T x[N]` is one variable for all the fibers of a block: static, in a
-// section of its own that is poisoned before every block. A declaration cannot be both extern and
-// static, so emulator.py turns `extern __shared__ T name[]` into `extern SIMT_DYNAMIC_SHARED T
+// A block-scope `__shared__ T x[N]` is one variable for all the fibers of a block, in a section of
+// its own that is poisoned before every block. emulator.py rewrites each such declaration to take
+// its storage from simt_static_arena (below); the macro is what a declaration it did not rewrite
+// gets (static, in the section: kept outside templates only). A declaration cannot be both extern
+// and static, so emulator.py turns `extern __shared__ T name[]` into `extern SIMT_DYNAMIC_SHARED T
 // name[]` and makes `name` another name of simt_dynamic_shared, the dynamic shared memory.
 #define __shared__ static __attribute__((section("simt_shared")))
 #define SIMT_DYNAMIC_SHARED

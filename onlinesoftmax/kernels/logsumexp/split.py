@@ -158,23 +158,23 @@ def simulate(x, n_chunks: int | None = None, sms: int | None = None) -> np.ndarr
 
 # --- the launcher -----------------------------------------------------------------------------
 
-def _two_launches(variant: Variant, x, chunks: Chunks, second_block: int, second_types, second_fixed: dict,
+def _two_launches(variant: Variant, x, chunks: Chunks, second: Launch, second_types, second_fixed: dict,
                   programmatic: bool):
-    """(states launch, second launch) of a split plan: the second is the file's other entry ("merge" or
-    "output"), a programmatic dependent launch when asked, from compute capability 9.0 with cuda-bindings
-    (else an ordinary one: the stream orders it)."""
+    """(states launch, second launch) of a split plan: the second is the file's other entry (`_second`), on
+    `second`'s grid and block, a programmatic dependent launch when asked, from compute capability 9.0
+    with cuda-bindings (else an ordinary one: the stream orders it)."""
     from onlinesoftmax.runtime import device
 
     tag = DTYPE_TAGS[x.dtype.name]
-    grid = (x.shape[0] * chunks.n_chunks,)
+    states_launch = launches(x.shape[0], chunks)[0]
     states = get_kernel(variant.path, f"{variant.name}_states_{tag}", variant.defines)
-    second = get_kernel(variant.path, f"{variant.name}_{_second(variant)}_{tag}", variant.defines)
-    launch_states = driver.prepare_launch(states, grid, (chunks.threads,), 0, 1, (POINTER, POINTER, INT, LONG, INT, INT),
+    other = get_kernel(variant.path, f"{variant.name}_{_second(variant)}_{tag}", variant.defines)
+    launch_states = driver.prepare_launch(states, states_launch.grid, states_launch.block, 0, 1,
+                                          (POINTER, POINTER, INT, LONG, INT, INT),
                                           fixed={2: x.shape[1], 3: x.strides[0] // x.itemsize, 4: chunks.n_chunks,
                                                  5: chunks.chunk_elems})
     early = programmatic and device.compute_capability() >= 90 and driver.has_driver_bindings()
-    second_grid = (x.shape[0],) if variant.name == NAME else grid
-    launch_second = driver.prepare_launch(second, second_grid, (second_block,), 0, 1, second_types, fixed=second_fixed,
+    launch_second = driver.prepare_launch(other, second.grid, second.block, 0, 1, second_types, fixed=second_fixed,
                                           programmatic=early)
     return launch_states, launch_second
 
@@ -187,7 +187,7 @@ def plan(variant: Variant, x, y, n_chunks: int | None = None, programmatic: bool
         raise ValueError(f"{NAME}: the LSE must be float32 of shape ({x.shape[0]},), got {y.dtype} {tuple(y.shape)}")
     chunks = chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
     launch_states, launch_merge = _two_launches(
-        variant, x, chunks, chunks.merge_threads, (POINTER, POINTER, POINTER, INT, LONG, INT),
+        variant, x, chunks, launches(x.shape[0], chunks)[1], (POINTER, POINTER, POINTER, INT, LONG, INT),
         {3: x.shape[1], 4: x.strides[0] // x.itemsize, 5: chunks.n_chunks}, programmatic)
     n_partials = 2 * x.shape[0] * chunks.n_chunks
 
@@ -206,8 +206,9 @@ def plan_log_softmax(variant: Variant, x, y, n_chunks: int | None = None, progra
         raise ValueError(f"{LOG_SOFTMAX_NAME}: y must be {x.dtype.name} of shape {tuple(x.shape)} with unit column "
                          f"stride, got {y.dtype} {tuple(y.shape)}")
     chunks = chunks_for(x.shape[0], x.shape[1], x.dtype.name, n_chunks)
+    output = Launch(grid=(x.shape[0] * chunks.n_chunks,), block=(output_threads(chunks),))
     launch_states, launch_output = _two_launches(
-        variant, x, chunks, output_threads(chunks), (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
+        variant, x, chunks, output, (POINTER, POINTER, POINTER, INT, LONG, LONG, INT, INT),
         {3: x.shape[1], 4: x.strides[0] // x.itemsize, 5: y.strides[0] // y.itemsize, 6: chunks.n_chunks,
          7: chunks.chunk_elems}, programmatic)
     n_partials = 2 * x.shape[0] * chunks.n_chunks
