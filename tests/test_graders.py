@@ -37,6 +37,18 @@ def split_logsumexp_right(x, blocks_per_row=8):
         return m + np.log(l)
 
 
+def split_visible_sizes_only(x, blocks_per_row=8):
+    """Right on the rows of the visible cases' widths, zeros elsewhere: the hidden cases must catch it."""
+    visible = {case.args[0].shape[1] for case in el.split_cases()}
+    return split_logsumexp_right(x, blocks_per_row) if x.shape[1] in visible else np.zeros(x.shape[0], np.float32)
+
+
+def visible_widths_only(solution):
+    """An answer right on the visible cases' row widths and zeros elsewhere (a lookup of what it was shown)."""
+    visible = {case.args[0].shape[1] for case in eg.softmax_backward_cases()}
+    return lambda y, dy: solution(y, dy) if y.shape[1] in visible else np.zeros_like(y)
+
+
 def split_merging_copies(x, blocks_per_row=8):
     km.partial_states(x, blocks_per_row)
     m, l = km.partial_states(x[:, ::-1].copy(), blocks_per_row)   # the row reversed: other chunk states
@@ -155,6 +167,8 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (split_without_rescaling, "lse[0] is 4.0986"),
         (lambda x, blocks_per_row=8: km.merge_states(*km.partial_states(x, blocks_per_row))[0], "lse[0] is 3,"),  # m, no log l
         (lambda x, blocks_per_row=8: None, "not answered yet"),
+        (lambda x, blocks_per_row=8: 0 * split_logsumexp_right(x, blocks_per_row), "lse[0] is 0,"),   # all zeros
+        (split_visible_sizes_only, "(a hidden case, seed"),   # right on the visible rows only
     ]),
     "merge_attention": (el.check_merge_attention, merge.merge, [
         (lambda a, b: merge.merge(a, b)[:2], "expected 3 values (m, l, u), got 2"),   # leaves out u
@@ -213,6 +227,8 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda y, dy: y * (dy - (y * dy).sum(1)), "raised ValueError"),                  # no keepdims
         (lambda y, dy: eg.solution_softmax_backward(y, dy).astype(np.float32), "has dtype float32"),
         (eg.jacobian_softmax_backward, "did it build the 2048 x 2048 Jacobian?"),         # right values, N x N memory
+        (lambda y, dy: np.zeros_like(y), "dx[0, 0] is 0, expected -0.0598920245"),        # all zeros
+        (visible_widths_only(eg.solution_softmax_backward), "(a hidden case, seed"),      # a lookup of the visible widths
     ]),
     "log_softmax_backward": (eg.check_log_softmax_backward, eg.solution_log_softmax_backward, [
         (lambda z, dy: None, "not answered yet"),
@@ -223,6 +239,8 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
          "dx[0, 0] is -0.135335283"),                                                      # e^z re-based on the max
         (lambda z, dy: dy - np.exp(z) * dy.sum(1), "raised ValueError"),                  # no keepdims
         (eg.jacobian_log_softmax_backward, "did it build the 2048 x 2048 Jacobian?"),
+        (lambda z, dy: np.zeros_like(z), "dx[0, 0] is 0, expected -0.0900305732"),        # all zeros
+        (visible_widths_only(eg.solution_log_softmax_backward), "(a hidden case, seed"),
     ]),
 }
 GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_argmax", "check_torch_dispatch",

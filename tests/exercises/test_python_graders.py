@@ -94,3 +94,10 @@ def test_hidden_cases_change_from_one_grading_to_the_next():
     second = [tuple(r) for r in shown]
     assert first[:len(es.stream_cases())] == second[:len(es.stream_cases())]   # the visible cases
     assert first[len(es.stream_cases()):] != second[len(es.stream_cases()):]   # the hidden ones
+
+
+def test_a_hidden_width_is_never_a_visible_one():
+    rng = np.random.default_rng(0)
+    shown = set(range(2, 30))
+    widths = [grading.width_not_shown(rng, 2, 40, shown) for _ in range(500)]
+    assert not shown & set(widths) and set(widths) == set(range(30, 40))

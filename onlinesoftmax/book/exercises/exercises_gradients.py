@@ -17,7 +17,7 @@ import tracemalloc
 import numpy as np
 
 from onlinesoftmax import reference
-from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade, width_not_shown
 
 EPS = float(np.finfo(np.float64).eps)
 NEG_INF = -np.inf
@@ -81,7 +81,8 @@ def _cases(forward, name_of_output, rng, big_cols=2048):
 
 def _hidden(forward):
     def cases(rng):
-        n_rows, n_cols = int(rng.integers(2, 9)), int(rng.integers(2, 3000))
+        shown = {case.args[0].shape[1] for case in softmax_backward_cases()}   # both exercises' widths
+        n_rows, n_cols = int(rng.integers(2, 9)), width_not_shown(rng, 2, 3000, shown)
         x = _rows(rng, n_rows, n_cols, spread=float(rng.uniform(0.1, 20)), masked=float(rng.choice([0.0, 0.1])))
         dy = rng.standard_normal((n_rows, n_cols)) * rng.uniform(0.01, 100) + rng.uniform(-10, 10)
         return [Case(f"{n_rows} random rows of {n_cols}", (forward(x), dy))]

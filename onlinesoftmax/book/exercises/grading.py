@@ -57,6 +57,14 @@ DIFFICULTY = {
 }
 
 
+def width_not_shown(rng, low: int, high: int, shown) -> int:
+    """A row width in [low, high) drawn from rng, none of the visible cases' widths (`shown`): an answer
+    that looks up what it was shown cannot pass a hidden case by luck."""
+    while (n := int(rng.integers(low, high))) in shown:
+        pass
+    return n
+
+
 def fresh_seed() -> int:
     """A seed nobody has seen: the hidden cases differ at every grading."""
     return secrets.randbits(32)
