@@ -1,4 +1,4 @@
-"""GPU tier for logsumexp_01_online, logsumexp_03_split, log_softmax_01_online and log_softmax_02_registers in float32,
+"""GPU tier for logsumexp_01_online, logsumexp_03_split, log_softmax_01_online, log_softmax_02_registers and log_softmax_03_split in float32,
 float16 and bfloat16: edge matrix, special rows, views, every lane-group size, poisoned outputs,
 agreement with the NumPy models, bad input. log_softmax_02 holds rows of up to 32K: the edge
 matrix's longer rows check that its plan refuses them.
@@ -28,6 +28,7 @@ LSE = osm.REGISTRY["logsumexp_01_online"]
 LOG_SOFTMAX = osm.REGISTRY["log_softmax_01_online"]
 LOG_SOFTMAX_02 = osm.REGISTRY["log_softmax_02_registers"]
 SPLIT = osm.REGISTRY["logsumexp_03_split"]
+LOG_SOFTMAX_03 = osm.REGISTRY["log_softmax_03_split"]
 LOG_SOFTMAXES = pytest.mark.parametrize("variant", (LOG_SOFTMAX, LOG_SOFTMAX_02), ids=lambda v: v.name)
 
 
