@@ -23,3 +23,13 @@ def test_a_missing_peer_is_a_reason():
         assert why is None or ":" in why                                # "ModuleNotFoundError: ..."
     assert peers.third_party("logsumexp") == {}
     assert set(peers.versions()) >= {"torch", "triton", "liger_kernel"}
+
+
+def test_every_fast_row_names_the_kernel_auto_ran():
+    import onlinesoftmax as osm
+
+    for op in peers.OPS:
+        for n_rows, n_cols in ((8, 1 << 20), (2048, 50257), (32768, 128)):
+            assert peers.auto_choice(op, n_rows, n_cols, "bfloat16") in osm.REGISTRY
+    assert peers.auto_choice("logsumexp", 8, 1 << 20, "bfloat16") == "logsumexp_03_split"
+    assert peers.auto_choice("log_softmax", 4000, 4096, "float32") == "log_softmax_02_registers"

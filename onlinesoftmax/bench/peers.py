@@ -2,7 +2,7 @@
 against what that user would call instead, on the same torch tensors in one run.
 
   fast            onlinesoftmax.softmax / log_softmax / logsumexp(x) on the torch tensor (variant "auto",
-                  torch's stream; `variant` says the kernel the dispatcher chose for softmax)
+                  torch's stream; `variant` names the kernel it chose)
   torch_eager     torch.softmax / log_softmax / logsumexp(x, -1) (eager)
   torch.compile   the same function through torch.compile (default mode), compiled before timing
   liger           Liger-Kernel's Triton softmax (LigerSoftmaxFunction; softmax only), where it imports
@@ -36,6 +36,17 @@ SHAPES = [(batch, n) for n in (32000, 50257, 128256, 151936, 262144) for batch i
          [(32768, 128), (4000, 4096), (2, 6144), (777, 9999), (4097, 3001)]
 QUICK_SHAPES = [(64, 128256), (16, 256000), (4000, 4096)]
 CHECK_ROWS = 64
+
+
+def auto_choice(op: str, n_rows: int, n_cols: int, dtype: str) -> str:
+    """The kernel variant="auto" runs for `op` at this shape (the rows name it, so a reading can say which)."""
+    from onlinesoftmax.kernels.logsumexp import split
+    from onlinesoftmax.measure import bench
+
+    if op == "softmax":
+        return bench.dispatcher_choice(n_rows, n_cols, dtype)
+    choose = split.choose if op == "logsumexp" else split.choose_log_softmax
+    return choose(n_rows, n_cols, dtype).variant.name
 
 
 def torch_function(op: str):
@@ -125,8 +136,7 @@ def shape_rows(n_rows: int, n_cols: int, dtype: str, copy_GBps: float, compiled:
                  "torch.compile": (compiled[op], None), **third_party(op)}
         timed = {}
         for name, (fn, why) in calls.items():
-            extra = {"variant": bench.dispatcher_choice(n_rows, n_cols, dtype)} if name == "fast" and op == "softmax" \
-                else {}
+            extra = {"variant": auto_choice(op, n_rows, n_cols, dtype)} if name == "fast" else {}
             if fn is None:
                 rows.append({"kernel": name, **here, "correct": None, "error": why})
                 continue
