@@ -7,12 +7,12 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/scripts/chapter_shims:$PWD${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
 day=$(date -u +%F)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
-log="logs/${gpu:-h200}/$day-chapters-on-gpu.log"
+log="logs/${gpu:-h200}/$day-chapters-on-gpu${CHAPTERS:+-$(tr -c 'a-zA-Z0-9_\n' '_' <<< "$CHAPTERS")}.log"
 mkdir -p "$(dirname "$log")"
 status=0
 {
   echo "# chapters run as scripts (jupytext py:percent, IPython) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
-  for script in build/chapter_scripts/*.py; do
+  for script in build/chapter_scripts/${CHAPTERS:-*}.py; do   # CHAPTERS: a glob of script names (default all)
     echo "## $script"
     began=$(date +%s)
     (cd chapters && python3 -m IPython --no-banner --colors=NoColor "../$script") 2>&1; rc=$?
