@@ -1,5 +1,6 @@
-"""Suite `logsumexp`: logsumexp_01_online, logsumexp_03_split (each row over many blocks), log_softmax_01_online
-and log_softmax_02_registers (rows up to 32K) in fp32, fp16 and bf16 against the libraries.
+"""Suite `logsumexp`: logsumexp_01_online, logsumexp_03_split (each row over many blocks), log_softmax_01_online,
+log_softmax_02_registers (rows up to 32K), log_softmax_03_split and log_softmax_04_shared (rows cached in shared
+memory) in fp32, fp16 and bf16 against the libraries.
 
 Peers, same process, same inputs, same timer (`onlinesoftmax.measure.timer.time_gpu`):
 torch.logsumexp / torch.log_softmax (when torch is importable) and cupy's
@@ -34,7 +35,7 @@ from onlinesoftmax.measure import timer
 
 SUITE = "logsumexp"
 SHAPES = [(4000, n) for n in (256, 1024, 4096, 16384, 65536, 262144)] + \
-         [(10, n) for n in (4096, 65536, 1048576)] + [(1, 4194304), (64, 262144)]
+         [(10, n) for n in (4096, 65536, 1048576)] + [(1, 4194304), (64, 262144), (2048, 50257)]
 QUICK_SHAPES = [(4000, 1024), (4000, 16384), (4000, 65536)]
 CHECK_ROWS = 64  # rows compared with the float64 reference before timing
 LSE_BYTES = "ideal: 1 read per element + 4 B written per row"

@@ -178,8 +178,16 @@ def chunked_states(x, x32: np.ndarray, plan: ChunkPlan, vec: int, any_start: boo
     return m.reshape(n_rows * count, threads), l.reshape(n_rows * count, threads)
 
 
-def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = False) -> np.ndarray:
-    """softmax_09 / 10 / 11 / 13: per-chunk block states, then the row's merge ("cluster", "block" or "fold")."""
+def log_chunk_output(x32: np.ndarray, row_m: np.ndarray, row_l: np.ndarray) -> np.ndarray:
+    """log_softmax_04: y = (x - M) - log L, M subtracted first, in float32."""
+    with np.errstate(all="ignore"):
+        return ((x32 - row_m[:, None]).astype(F32) - np.log(row_l).astype(F32)[:, None]).astype(F32)
+
+
+def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = False,
+                  output=chunk_output) -> np.ndarray:
+    """softmax_09 / 10 / 11 / 13: per-chunk block states, then the row's merge ("cluster", "block" or "fold");
+    `output` turns the rows and their (M, L) into y (log_chunk_output: log_softmax_04's)."""
     x = np.asarray(x)   # the same array (its addresses give the rows' heads)
     dtype = dtype_name(x.dtype)
     x32 = as_float32(x)
@@ -208,7 +216,7 @@ def chunked_model(x, plan: ChunkPlan, vec: int, merge: str, any_start: bool = Fa
         pad = tuple(np.concatenate([s, np.full((n_rows, merge_threads - plan.n_chunks), ident, F32)], axis=1)
                     for s, ident in zip(states, (-np.inf, 0)))
         row_m, row_l = sim.block_reduce(pad, combine, (F32(-np.inf), F32(0)))
-    y = chunk_output(x32, row_m.astype(F32), row_l.astype(F32))
+    y = output(x32, row_m.astype(F32), row_l.astype(F32))
     return to_storage(y, dtype)
 
 
