@@ -27,7 +27,7 @@ from onlinesoftmax.kernels.logsumexp import online as logsumexp_online  # noqa: 
 from onlinesoftmax.kernels.logsumexp import log_softmax_registers  # noqa: F401  (log_softmax_02_registers: rows up to 32K read once)
 from onlinesoftmax.kernels.logsumexp import state as logsumexp_state  # noqa: F401  (logsumexp_02_state: (m, l) per row, for merges across GPUs)
 from onlinesoftmax.kernels.logsumexp import split as logsumexp_split  # noqa: F401  (logsumexp_03_split: few long rows over many blocks)
-from onlinesoftmax.kernels.logsumexp import log_softmax_shared  # noqa: F401  (log_softmax_04_shared: rows past 32K read once)
+from onlinesoftmax.kernels.logsumexp import log_softmax_cached  # noqa: F401  (log_softmax_04/05: rows past 32K read once)
 from onlinesoftmax.kernels.softmax import fast as softmax_fast  # noqa: F401  (softmax_07 .. 13: fp32/fp16/bf16, read once)
 from onlinesoftmax.kernels.topk import softmax_topk  # noqa: F401  (softmax_topk_01 .. 04: the paper's four)
 from onlinesoftmax.kernels.topk import moe as softmax_topk_moe  # noqa: F401  (softmax_topk_05_warp_rows: MoE gating)

@@ -117,10 +117,11 @@ def fast(cp, osm, checks):
                 cp.cuda.Device().synchronize()
 
 
-@family("logsumexp", "logsumexp_01/02/03, log_softmax_01/02/03/04 (lane groups, misaligned and strided views, "
-        "chunk counts, cache sizes), softmax_06",
+@family("logsumexp", "logsumexp_01/02/03, log_softmax_01/02/03/04/05 (lane groups, misaligned and strided views, "
+        "chunk counts, cache and cluster sizes), softmax_06",
         ("logsumexp_01_online", "log_softmax_01_online", "log_softmax_02_registers", "softmax_06_split_merge",
-         "logsumexp_02_state", "logsumexp_03_split", "log_softmax_03_split", "log_softmax_04_shared"))
+         "logsumexp_02_state", "logsumexp_03_split", "log_softmax_03_split", "log_softmax_04_shared",
+         "log_softmax_05_cluster"))
 def logsumexp(cp, osm, checks):
     from onlinesoftmax.kernels.logsumexp import state as logsumexp_state
     from onlinesoftmax.runtime.plan import get_runner
@@ -158,6 +159,11 @@ def logsumexp(cp, osm, checks):
                                 checks.poisoned_like(checks.random_rows(cp, x.shape[0], n_cols + 1, dtype))[:, 1:]):
                         for cache in (None, 1024, 0):
                             get_runner(osm.REGISTRY["log_softmax_04_shared"], x, out, {"cache_elems": cache})(x, out)
+                if wanted("log_softmax_05_cluster") and x.strides[1] == x.itemsize:   # cluster sizes, caches
+                    out = checks.poisoned_like(x)
+                    for n_chunks, cache in ((None, None), (1, 0), (2, 1024), (16, None)):
+                        get_runner(osm.REGISTRY["log_softmax_05_cluster"], x, out,
+                                   {"n_chunks": n_chunks, "cache_elems": cache})(x, out)
                 if wanted("logsumexp_02_state") and x.strides[1] == x.itemsize:   # shard statistics, with targets
                     targets = cp.arange(x.shape[0], dtype=cp.int64) % (n_cols + 2)
                     logsumexp_state.row_state_planes(x)

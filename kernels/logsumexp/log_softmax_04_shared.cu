@@ -20,36 +20,7 @@
 //               storage, y in x's dtype, fp32 math, one rounding per output. A row of all -inf
 //               gives NaN (-inf - -inf, as torch); a row holding NaN or +inf gives NaN; an element
 //               -inf gives -inf. One block per row: fewer rows than SMs leave SMs idle.
-#include "row_chunk.cuh"
-
-// y = (x - m) - log l over a chunk's vectors, cached ones from shared memory (chunk_output's loop).
-template <typename T, int V>
-__device__ __forceinline__ void log_chunk_output(const T* __restrict__ cx, T* __restrict__ cy, int chunk_elems,
-                                                 int cache_elems, const typename Io<T, V>::raw_t* cache, float m,
-                                                 float log_l) {
-    const int n_vec = chunk_elems / V;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
-        const typename Io<T, V>::raw_t raw = i * V < cache_elems ? cache[i] : load_x<T, V>(cx + i * V);
-        float v[V];
-        Io<T, V>::unpack(raw, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = (v[j] - m) - log_l;
-        Io<T, V>::store_raw(cy + i * V, Io<T, V>::pack(v));
-    }
-}
-
-// The head and tail elements (V > 1 builds), by the threads that folded them in (edge_push).
-template <typename T, int V>
-__device__ __forceinline__ void log_edge_output(const T* __restrict__ row_x, T* __restrict__ row_y, RowParts parts,
-                                                float m, float log_l) {
-    if constexpr (V > 1) {
-        const int t = static_cast<int>(threadIdx.x);
-        if (t < parts.head) Elem<T>::store(row_y + t, (Elem<T>::load(row_x + t) - m) - log_l);
-        const int k = parts.head + parts.vec_elems + t;
-        if (t < parts.tail) Elem<T>::store(row_y + k, (Elem<T>::load(row_x + k) - m) - log_l);
-    }
-}
+#include "log_softmax_chunk.cuh"
 
 template <typename T, int V>
 __device__ __forceinline__ void log_softmax_shared_row(const T* __restrict__ x, T* __restrict__ y, int n_cols,
@@ -66,7 +37,7 @@ __device__ __forceinline__ void log_softmax_shared_row(const T* __restrict__ x, 
     edge_push<T, V>(mine, row_x, parts, true, true);
     const OnlineState row = online_block_reduce(mine, scratch);  // its barriers also publish the cache
     const float log_l = logf(row.l);
-    log_edge_output<T, V>(row_x, row_y, parts, row.m, log_l);
+    log_edge_output<T, V>(row_x, row_y, parts, true, true, row.m, log_l);
     log_chunk_output<T, V>(row_x + parts.head, row_y + parts.head, parts.vec_elems, cache_elems, cache, row.m, log_l);
 }
 

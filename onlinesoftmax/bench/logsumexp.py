@@ -1,6 +1,6 @@
 """Suite `logsumexp`: logsumexp_01_online, logsumexp_03_split (each row over many blocks), log_softmax_01_online,
-log_softmax_02_registers (rows up to 32K), log_softmax_03_split and log_softmax_04_shared (rows cached in shared
-memory) in fp32, fp16 and bf16 against the libraries.
+log_softmax_02_registers (rows up to 32K), log_softmax_03_split, log_softmax_04_shared and log_softmax_05_cluster
+(rows cached in shared memory, a block's or a cluster's) in fp32, fp16 and bf16 against the libraries.
 
 Peers, same process, same inputs, same timer (`onlinesoftmax.measure.timer.time_gpu`):
 torch.logsumexp / torch.log_softmax (when torch is importable) and cupy's

@@ -30,7 +30,9 @@ LOG_SOFTMAX_02 = osm.REGISTRY["log_softmax_02_registers"]
 SPLIT = osm.REGISTRY["logsumexp_03_split"]
 LOG_SOFTMAX_03 = osm.REGISTRY["log_softmax_03_split"]
 LOG_SOFTMAX_04 = osm.REGISTRY["log_softmax_04_shared"]
-LOG_SOFTMAXES = pytest.mark.parametrize("variant", (LOG_SOFTMAX, LOG_SOFTMAX_02, LOG_SOFTMAX_04), ids=lambda v: v.name)
+LOG_SOFTMAX_05 = osm.REGISTRY["log_softmax_05_cluster"]
+LOG_SOFTMAXES = pytest.mark.parametrize("variant", (LOG_SOFTMAX, LOG_SOFTMAX_02, LOG_SOFTMAX_04, LOG_SOFTMAX_05),
+                                        ids=lambda v: v.name)
 
 
 def gpu_rows(n_rows, n_cols, dtype="float32", seed=0, **kwargs):
@@ -155,7 +157,7 @@ def test_special_rows(n_cols, dtype):
     assert lse[2] == np.inf, "a row holding +inf has LSE +inf, as torch and scipy"
     assert (np.isnan(lse) == (np.arange(len(nan_rows)) == 3)).all(), "NaN exactly for the row holding NaN"
     assert_lse_close(cp.asarray(lse), x)
-    for variant in (LOG_SOFTMAX, LOG_SOFTMAX_03, LOG_SOFTMAX_04) + ((LOG_SOFTMAX_02,) if n_cols <= LOG_SOFTMAX_02.max_cols else ()):
+    for variant in (LOG_SOFTMAX, LOG_SOFTMAX_03, LOG_SOFTMAX_04, LOG_SOFTMAX_05) + ((LOG_SOFTMAX_02,) if n_cols <= LOG_SOFTMAX_02.max_cols else ()):
         y = log_softmax_checked(x, variant=variant)
         y_host, x_host = checks.as_float64(y).get(), checks.as_float64(x).get()
         assert (np.isnan(y_host).all(axis=1) == nan_rows).all(), f"{variant.name}: all -inf, +inf and NaN rows must be NaN"
@@ -183,7 +185,7 @@ def test_misaligned_and_strided_views(dtype, n_cols):
     views = (base[:, 1:], base[:, 3:-2], base[:, 7:], base[::2], base[1::3, 5:], base[:, ::2],
              base.T[:500].T, base[::-1], base[:, 1:2], base[:, :512], base[:, 8:])
     for view in views:
-        for variant in (LOG_SOFTMAX, LOG_SOFTMAX_02, LOG_SOFTMAX_04):
+        for variant in (LOG_SOFTMAX, LOG_SOFTMAX_02, LOG_SOFTMAX_04, LOG_SOFTMAX_05):
             assert_log_softmax_close(log_softmax_checked(view, variant=variant), view)
         assert_lse_close(lse_checked(view), view)
 
@@ -407,4 +409,19 @@ def test_log_softmax_shared_past_registers_and_past_its_cache(n_rows, n_cols, dt
         assert_log_softmax_close(log_softmax_checked(x, variant=LOG_SOFTMAX_04, cache_elems=cache), x)
     y_model = checks.as_float64(LOG_SOFTMAX_04.simulate(to_host(x)))
     y_gpu = checks.as_float64(log_softmax_checked(x, variant=LOG_SOFTMAX_04)).get()
+    assert np.abs(y_gpu - y_model).max() <= 4 * checks.EPS[dtype] * max(1.0, np.abs(y_model).max())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_rows, n_cols", [(1, 1), (3, 4097), (8, 151936), (2, 1048576), (130, 65536)])
+def test_log_softmax_cluster_sizes_and_caches(n_rows, n_cols, dtype):
+    """log_softmax_05_cluster at its own cluster size and at 1, 2 and 16 blocks a row, caches whole, small
+    and none; the values agree with its NumPy model."""
+    x = gpu_rows(n_rows, n_cols, dtype, seed=n_rows * 37 + n_cols)
+    for n_chunks in (None, 1, 2, 16):
+        for cache in (None, 1024, 0):
+            assert_log_softmax_close(log_softmax_checked(x, variant=LOG_SOFTMAX_05, n_chunks=n_chunks,
+                                                         cache_elems=cache), x)
+    y_model = checks.as_float64(LOG_SOFTMAX_05.simulate(to_host(x)))
+    y_gpu = checks.as_float64(log_softmax_checked(x, variant=LOG_SOFTMAX_05)).get()
     assert np.abs(y_gpu - y_model).max() <= 4 * checks.EPS[dtype] * max(1.0, np.abs(y_model).max())

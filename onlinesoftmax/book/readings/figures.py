@@ -40,6 +40,7 @@ PALETTE = {
     "log_softmax_02_registers": "#756bb1",
     "log_softmax_03_split": "#5e3c99",
     "log_softmax_04_shared": "#c994c7",
+    "log_softmax_05_cluster": "#dd3497",
     "logsumexp_02_state": "#31a354",
     "logsumexp_03_split": "#0b6e4f",
     "softmax_topk_01_topk_only": "#8c6d31",
