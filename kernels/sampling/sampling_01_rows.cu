@@ -14,7 +14,8 @@
 // g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
 // win and draws no noise. The thresholds are exact values of the row: a radix select over the
 // order-preserving bits of s, eight bits per pass, counting tokens (top-k) or summing weights
-// (top-p) in shared-memory histograms of 64-bit integers: every sum is exact, so the thresholds, and
+// (top-p) in shared-memory histograms of 64-bit integers, one atomic per distinct digit among a warp's lanes
+// (warp_add): every sum is exact, so the thresholds, and
 // the tokens, do not depend on the order in which threads add. Ties of keys go to the lower index.
 // g_j is word (j mod 4) of Philox(counter = (j / 4, row, offset_lo, offset_hi), key = (seed_lo,
 // seed_hi)): the same seed and offset give the same tokens, whatever the launch geometry.
@@ -113,6 +114,39 @@ __device__ __forceinline__ unsigned long long fixed_weight(float s, float m) {
     return static_cast<unsigned long long>(expf(s - m) * 4294967296.0f);
 }
 
+// hist[digit] += weight (1 when counting) for every lane of the warp whose `active` is set, with one
+// shared-memory atomic per distinct digit among the warp's lanes rather than one per lane: the first
+// passes put most of a row into a few buckets (logits share their top bits), and lanes of a warp adding
+// to one address are serialised. The sums are of integers, so they are the same in any grouping. A
+// weight is at most 2^32: its two 16-bit halves are summed over at most 32 lanes in 32 bits each.
+// Up to four groups are gathered; lanes still left after them (a warp of scattered digits) add alone.
+// Called by all 32 lanes of the warp (a warp-uniform loop).
+template <bool MASS>
+__device__ __forceinline__ void warp_add(unsigned long long* hist, bool active, unsigned digit,
+                                         unsigned long long weight) {
+    const int lane = threadIdx.x & 31;
+    unsigned todo = __ballot_sync(0xffffffffu, active);
+    for (int round = 0; todo != 0u; ++round) {   // todo is the same in every lane
+        if (round == 4) {
+            if (active) atomicAdd(&hist[digit], MASS ? weight : 1ull);
+            return;
+        }
+        const int leader = __ffs(static_cast<int>(todo)) - 1;
+        const unsigned d = __shfl_sync(0xffffffffu, digit, leader);
+        const bool mine = active && digit == d;
+        const unsigned group = __ballot_sync(0xffffffffu, mine);
+        unsigned long long sum = static_cast<unsigned long long>(__popc(group));
+        if (MASS) {
+            const unsigned lo = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight & 0xffffu) : 0u);
+            const unsigned hi = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight >> 16) : 0u);
+            sum = (static_cast<unsigned long long>(hi) << 16) + lo;
+        }
+        if (lane == leader) atomicAdd(&hist[d], sum);
+        active = active && !mine;
+        todo &= ~group;
+    }
+}
+
 struct SampleShared {
     unsigned long long hist[256];
     float keys[32];
@@ -131,11 +165,20 @@ __device__ unsigned radix_select(const typename Row::Elem* row_x, int n, float t
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int d = threadIdx.x; d < 256; d += blockDim.x) sh.hist[d] = 0;
         __syncthreads();
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            const float s = Row::load1(row_x + j) / t;
-            const unsigned key = ordered_bits(s);
-            if (key >= floor && (key & mask) == prefix)
-                atomicAdd(&sh.hist[(key >> shift) & 255], MASS ? fixed_weight(s, m) : 1ull);
+        // warp-uniform: every lane of a warp runs each step (blockDim is a multiple of 32)
+        for (int base = threadIdx.x & ~31; base < n; base += blockDim.x) {
+            const int j = base + (threadIdx.x & 31);
+            bool active = false;
+            unsigned digit = 0;
+            unsigned long long weight = 0;
+            if (j < n) {
+                const float s = Row::load1(row_x + j) / t;
+                const unsigned key = ordered_bits(s);
+                active = key >= floor && (key & mask) == prefix;
+                digit = (key >> shift) & 255;
+                if (MASS && active) weight = fixed_weight(s, m);
+            }
+            warp_add<MASS>(sh.hist, active, digit, weight);
         }
         __syncthreads();
         if (threadIdx.x < 32) {
