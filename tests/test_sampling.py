@@ -353,6 +353,12 @@ def test_a_broken_warp_add_changes_tokens(emulated, change, why):
     module = (variant, emulator.Module(variant.path, list(variant.launched_entries), source=source.replace(*change)))
     rows = [checks.to_dtype(np.random.default_rng(n).normal(0, 2, (6, n)), dtype)
             for n in (33, 300, 1001) for dtype in ("float32", "float16")]
+    # top-k 3 keeps the five tied 10s, one per lane at the same place in each lane's 16-byte vector (fp32:
+    # columns 0, 4, .., 16): one group of five lanes, to be counted 5, not 1; 9.9s the same way after them
+    ties = np.full((8, 64), -np.inf, np.float32)
+    ties[:, 0:20:4], ties[:, 20:40:4] = 10.0, 9.9
+    rows.append(ties)
     same = all(np.array_equal(emulate(module, x, **case), ks.simulate(x, SEED, 0, **case))
-               for x in rows for case in (CASES["top-k 3"], CASES["top-p 0.7"], CASES["all three"]))
+               for x in rows for case in (CASES["top-k 3"], CASES["top-p 0.7"], CASES["all three"],
+                                          {"top_p": 0.02}))
     assert same == (why is None), why
