@@ -331,3 +331,34 @@ def test_the_kernel_source_on_rows_that_probe_the_selects(emulated):
     ties[2, 64:236] = -2.0
     ties[2, 237:] = -2.0
     assert emulate(emulated, ties, temperature=0.0).tolist() == [0, 10, 63]
+
+
+# The histogram adds of the radix selects, one atomic per distinct digit among a warp's lanes: each
+# broken copy must change some token of the rows above (so the checks above would fail).
+@pytest.mark.parametrize("change, why", [
+    (("            if (active) atomicAdd(&hist[digit], MASS ? weight : 1ull);\n", ""),
+     "lanes left after four groups add nothing"),
+    (("static_cast<unsigned>(weight >> 16) : 0u", "static_cast<unsigned>(weight >> 17) : 0u"),
+     "the high halves of the weights summed at half their value"),
+    (("unsigned long long sum = static_cast<unsigned long long>(__popc(group));",
+      "unsigned long long sum = 1ull;"), "a group counted as one token"),
+    (("", ""), None),   # the source as it is
+])
+def test_a_broken_warp_add_changes_tokens(emulated, change, why):
+    from onlinesoftmax.runtime import emulator
+
+    variant, _ = emulated
+    source = variant.path.read_text()
+    assert change[0] in source
+    module = (variant, emulator.Module(variant.path, list(variant.launched_entries), source=source.replace(*change)))
+    rows = [checks.to_dtype(np.random.default_rng(n).normal(0, 2, (6, n)), dtype)
+            for n in (33, 300, 1001) for dtype in ("float32", "float16")]
+    # top-k 3 keeps the five tied 10s, one per lane at the same place in each lane's 16-byte vector (fp32:
+    # columns 0, 4, .., 16): one group of five lanes, to be counted 5, not 1; 9.9s the same way after them
+    ties = np.full((8, 64), -np.inf, np.float32)
+    ties[:, 0:20:4], ties[:, 20:40:4] = 10.0, 9.9
+    rows.append(ties)
+    same = all(np.array_equal(emulate(module, x, **case), ks.simulate(x, SEED, 0, **case))
+               for x in rows for case in (CASES["top-k 3"], CASES["top-p 0.7"], CASES["all three"],
+                                          {"top_p": 0.02}))
+    assert same == (why is None), why

@@ -287,3 +287,34 @@ def test_forward_mode_and_torch_func_are_errors_or_right():
         torch.func.grad(lambda a: osm.logsumexp(a, -1).sum())(x)
     batched = torch.func.vmap(lambda a: osm.softmax(a))(x)
     torch.testing.assert_close(batched, torch.softmax(x, -1))
+
+
+def test_cross_entropy_backward_fills_no_logits_sized_tensor_of_zeros():
+    """The Function's third output (the gradient, saved) is dropped by the operator: autograd must not
+    materialise a zero gradient for it (a logits-sized fill before every backward). The wrong answer,
+    materialising, is kept: with it the profile shows the fill."""
+    logits = grad_input(64, 1000, seed=3)
+    targets = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(3))
+
+    def zero_fills():
+        logits.grad = None
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            loss, _ = OPS.cross_entropy(logits, targets, -100, 0.0, 0.0, 0.0, "mean")
+            loss.backward()
+        return [e for e in prof.events() if e.name in ("aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_")
+                and [64, 1000] in [list(s) for s in e.input_shapes if s]]
+
+    assert zero_fills() == []
+    assert torch.allclose(logits.grad, torch.softmax(logits.detach(), 1).sub(
+        torch.nn.functional.one_hot(targets, 1000).double()).div(64))
+    original = torch_ops._CrossEntropy.setup_context
+
+    def materialising(ctx, inputs, outputs):
+        original(ctx, inputs, outputs)
+        ctx.set_materialize_grads(True)
+
+    torch_ops._CrossEntropy.setup_context = staticmethod(materialising)
+    try:
+        assert zero_fills() != []
+    finally:
+        torch_ops._CrossEntropy.setup_context = staticmethod(original)

@@ -200,6 +200,14 @@ inline unsigned __ballot_sync(unsigned mask, int predicate, int line = __builtin
         if ((mask >> lane & 1u) && values[lane]) bits |= 1u << lane;
     return bits;
 }
+inline unsigned __reduce_add_sync(unsigned mask, unsigned value, int line = __builtin_LINE()) {
+    simt::Post post;
+    const uint64_t* values = simt::exchange(mask, value, post, "__reduce_add_sync", line);
+    unsigned sum = 0;   // wraps modulo 2^32, as the instruction does
+    for (int lane = 0; lane < 32; ++lane)
+        if (mask >> lane & 1u) sum += static_cast<unsigned>(values[lane]);
+    return sum;
+}
 inline int __any_sync(unsigned mask, int predicate, int line = __builtin_LINE()) {
     return __ballot_sync(mask, predicate, line) != 0;
 }

@@ -14,10 +14,13 @@
 // g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
 // win and draws no noise. The thresholds are exact values of the row: a radix select over the
 // order-preserving bits of s, eight bits per pass, counting tokens (top-k) or summing weights
-// (top-p) in shared-memory histograms of 64-bit integers: every sum is exact, so the thresholds, and
+// (top-p) in shared-memory histograms of 64-bit integers, one atomic per distinct digit among a warp's lanes
+// (warp_add): every sum is exact, so the thresholds, and
 // the tokens, do not depend on the order in which threads add. Ties of keys go to the lower index.
 // g_j is word (j mod 4) of Philox(counter = (j / 4, row, offset_lo, offset_hi), key = (seed_lo,
 // seed_hi)): the same seed and offset give the same tokens, whatever the launch geometry.
+// Every pass reads the row as a scalar head to its first 16-byte boundary, one 16-byte vector per lane
+// and step, and a scalar tail (for_each_token), each thread its tokens in increasing order.
 // temperature < 1e-5 is greedy decoding: the first index of the largest logit, no noise.
 // A row with a NaN or a +inf logit, or whose s overflows, or whose logits are all -inf, gets -1.
 //
@@ -113,6 +116,69 @@ __device__ __forceinline__ unsigned long long fixed_weight(float s, float m) {
     return static_cast<unsigned long long>(expf(s - m) * 4294967296.0f);
 }
 
+// hist[digit] += weight (1 when counting) for every lane of the warp whose `active` is set, with one
+// shared-memory atomic per distinct digit among the warp's lanes rather than one per lane: the first
+// passes put most of a row into a few buckets (logits share their top bits), and lanes of a warp adding
+// to one address are serialised. The sums are of integers, so they are the same in any grouping. A
+// weight is at most 2^32: its two 16-bit halves are summed over at most 32 lanes in 32 bits each.
+// Up to four groups are gathered; lanes still left after them (a warp of scattered digits) add alone.
+// Called by all 32 lanes of the warp (a warp-uniform loop).
+template <bool MASS>
+__device__ __forceinline__ void warp_add(unsigned long long* hist, bool active, unsigned digit,
+                                         unsigned long long weight) {
+    const int lane = threadIdx.x & 31;
+    unsigned todo = __ballot_sync(0xffffffffu, active);
+    for (int round = 0; todo != 0u; ++round) {   // todo is the same in every lane
+        if (round == 4) {
+            if (active) atomicAdd(&hist[digit], MASS ? weight : 1ull);
+            return;
+        }
+        const int leader = __ffs(static_cast<int>(todo)) - 1;
+        const unsigned d = __shfl_sync(0xffffffffu, digit, leader);
+        const bool mine = active && digit == d;
+        const unsigned group = __ballot_sync(0xffffffffu, mine);
+        unsigned long long sum = static_cast<unsigned long long>(__popc(group));
+        if (MASS) {
+            const unsigned lo = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight & 0xffffu) : 0u);
+            const unsigned hi = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight >> 16) : 0u);
+            sum = (static_cast<unsigned long long>(hi) << 16) + lo;
+        }
+        if (lane == leader) atomicAdd(&hist[d], sum);
+        active = active && !mine;
+        todo &= ~group;
+    }
+}
+
+// Visit every token of a row as visit(j, s_j, valid), each thread its tokens in increasing j: the
+// scalar head up to the row's first 16-byte boundary, one 16-byte vector per lane and step, the scalar
+// tail. Every step is run by all 32 lanes of a warp (valid is false past the row), so visit may use
+// warp-wide operations; blockDim must be a multiple of 32.
+template <class Row, class Visit>
+__device__ __forceinline__ void for_each_token(const typename Row::Elem* row_x, int n, float t, Visit visit) {
+    constexpr int VEC = Row::VEC;
+    const RowSplit split = row_split<Row>(row_x, n);
+    const int lane = threadIdx.x & 31, warp_first = threadIdx.x & ~31, step = blockDim.x;
+    for (int base = warp_first; base < split.head; base += step) {
+        const int j = base + lane;
+        const bool valid = j < split.head;
+        visit(j, valid ? Row::load1(row_x + j) / t : 0.0f, valid);
+    }
+    const typename Row::Vec* vec = reinterpret_cast<const typename Row::Vec*>(row_x + split.head);
+    for (int base = warp_first; base < split.n_vec; base += step) {
+        const int v = base + lane;
+        const bool valid = v < split.n_vec;
+        float f[VEC];
+        if (valid) Row::unpack(vec[v], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) visit(split.head + v * VEC + e, valid ? f[e] / t : 0.0f, valid);
+    }
+    for (int base = split.tail + warp_first; base < n; base += step) {
+        const int j = base + lane;
+        const bool valid = j < n;
+        visit(j, valid ? Row::load1(row_x + j) / t : 0.0f, valid);
+    }
+}
+
 struct SampleShared {
     unsigned long long hist[256];
     float keys[32];
@@ -131,12 +197,11 @@ __device__ unsigned radix_select(const typename Row::Elem* row_x, int n, float t
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int d = threadIdx.x; d < 256; d += blockDim.x) sh.hist[d] = 0;
         __syncthreads();
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            const float s = Row::load1(row_x + j) / t;
+        for_each_token<Row>(row_x, n, t, [&](int, float s, bool valid) {
             const unsigned key = ordered_bits(s);
-            if (key >= floor && (key & mask) == prefix)
-                atomicAdd(&sh.hist[(key >> shift) & 255], MASS ? fixed_weight(s, m) : 1ull);
-        }
+            const bool active = valid && key >= floor && (key & mask) == prefix;
+            warp_add<MASS>(sh.hist, active, (key >> shift) & 255, MASS && active ? fixed_weight(s, m) : 0ull);
+        });
         __syncthreads();
         if (threadIdx.x < 32) {
             if (MASS && shift == 24) {   // the first pass sums every kept token: the target is p of that
@@ -172,11 +237,10 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     // pass 1: M and its first index; a NaN or +inf (given, or by the division) marks the row
     float m = neg_inf();
     int first = 0x7fffffff;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const float s = Row::load1(row_x + j) / t;
+    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {
         const float key = (isnan(s) || s == -neg_inf()) ? -neg_inf() : s;
-        if (key > m) { m = key; first = j; }
-    }
+        if (valid && key > m) { m = key; first = j; }
+    });
     block_pick(m, first, sh.keys, sh.indices);
     if (m == -neg_inf() || m == neg_inf()) {
         if (threadIdx.x == 0) tokens[row] = -1;
@@ -196,30 +260,19 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     if (p < 1.0f) floor = max(floor, radix_select<Row, true>(row_x, n, t, m, floor, 0u, p, sh));
     if (q > 0.0f) floor = max(floor, ordered_bits(m + logf(q)));
 
-    // the last pass: Gumbel-max over the kept tokens, noise drawn four tokens at a time
+    // the last pass: Gumbel-max over the kept tokens; token j's noise is word j % 4 of the Philox draw
+    // of group j / 4, drawn only for a token that could still beat this thread's best
     float best = neg_inf();
     int pick = 0x7fffffff;
-    const int n_groups = (n + 3) >> 2;
-    for (int g = threadIdx.x; g < n_groups; g += blockDim.x) {
-        float d[4];
-        bool open = false;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int j = 4 * g + e;
-            const float s = j < n ? Row::load1(row_x + j) / t : neg_inf();
-            d[e] = (j < n && ordered_bits(s) >= floor) ? s - m : neg_inf();
-            open |= d[e] + GUMBEL_MAX > best;
-        }
-        if (!open) continue;   // no token of the four can beat this thread's best: no noise drawn
-        const PhiloxWords r = philox4x32_10(static_cast<unsigned>(g), static_cast<unsigned>(row), offset_lo,
+    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {
+        const float d = s - m;
+        if (!valid || ordered_bits(s) < floor || !(d + GUMBEL_MAX > best)) return;
+        const PhiloxWords r = philox4x32_10(static_cast<unsigned>(j >> 2), static_cast<unsigned>(row), offset_lo,
                                             offset_hi, seed_lo, seed_hi);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            if (d[e] == neg_inf()) continue;
-            const float key = d[e] + gumbel_from_word(r.w[e]);
-            if (key > best) { best = key; pick = 4 * g + e; }
-        }
-    }
+        const unsigned word = (j & 2) ? ((j & 1) ? r.w[3] : r.w[2]) : ((j & 1) ? r.w[1] : r.w[0]);   // no local array
+        const float key = d + gumbel_from_word(word);
+        if (key > best) { best = key; pick = j; }
+    });
     block_pick(best, pick, sh.keys, sh.indices);
     if (threadIdx.x == 0) tokens[row] = best == neg_inf() ? -1 : pick;
 }
