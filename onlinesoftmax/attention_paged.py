@@ -84,16 +84,62 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
     lengths = xp.ascontiguousarray(cache_lengths.astype(np.int32, copy=False))
     capacity = page_table.shape[1] * page_size
     if batch:   # one synchronization on the GPU: a wrong length or page is an error, never a bad read
-        bad_length = (cache_lengths < 0) | (cache_lengths > capacity)
-        if bool(bad_length.any()):
-            b = int(xp.argmax(bad_length))
-            raise ValueError(f"attention: cache_lengths[{b}] = {int(cache_lengths[b])} is outside [0, {capacity}] "
-                             f"(pages_per_seq {page_table.shape[1]} x page_size {page_size})")
-        used = xp.arange(page_table.shape[1])[None, :] < ((lengths + page_size - 1) // page_size)[:, None]
-        bad_page = used & ((page_table < 0) | (page_table >= pages))
-        if bool(bad_page.any()):
-            b, i = divmod(int(xp.argmax(bad_page.reshape(-1))), page_table.shape[1])
+        per_seq = page_table.shape[1]
+        code = first_bad_entry(page_table, cache_lengths, pages, page_size)
+        if code < batch:
+            raise ValueError(f"attention: cache_lengths[{code}] = {int(cache_lengths[code])} is outside "
+                             f"[0, {capacity}] (pages_per_seq {per_seq} x page_size {page_size})")
+        if code < batch + batch * per_seq:
+            b, i = divmod(code - batch, per_seq)
             raise ValueError(f"attention: page_table[{b}, {i}] = {int(page_table[b, i])} is not a page of the pools "
                              f"(0 .. {pages - 1}); sequence {b} uses its first "
                              f"{-(-int(cache_lengths[b]) // page_size)} entries")
     return table, lengths, float(scale)
+
+
+def first_bad_entry(page_table, cache_lengths, pages: int, page_size: int) -> int:
+    """The first wrong argument as one integer: b < batch when cache_lengths[b] is outside [0, capacity]
+    (lengths first), batch + b * pages_per_seq + i when sequence b's i-th page, one it uses, is not in
+    [0, pages); batch + batch * pages_per_seq when all are right. On CuPy arrays one kernel and one
+    reduction, the only synchronization of a paged call (the NumPy lines say the same thing)."""
+    batch, per_seq = page_table.shape
+    if not isinstance(page_table, np.ndarray):
+        keys = _bad_keys_kernel()(_contiguous(page_table),
+                                  _contiguous(cache_lengths), per_seq, page_size, pages, batch,
+                                  size=batch * max(per_seq, 1))
+        return int(keys.min())
+    lengths = cache_lengths.astype(np.int64)
+    none = batch + batch * per_seq
+    bad_length = (lengths < 0) | (lengths > per_seq * page_size)
+    if bad_length.any():
+        return int(np.argmax(bad_length))
+    used = np.arange(per_seq)[None, :] < -(-lengths // page_size)[:, None]
+    bad_page = used & ((page_table < 0) | (page_table >= pages))
+    return batch + int(np.argmax(bad_page.reshape(-1))) if bad_page.any() else none
+
+
+def _contiguous(a):
+    return a if a.flags.c_contiguous else a.copy()
+
+
+_BAD_KEYS = []
+
+
+def _bad_keys_kernel():
+    """A cupy elementwise kernel over (sequence, page entry): each entry's key as first_bad_entry
+    numbers it, or the none value; the smallest key is the first wrong argument."""
+    if not _BAD_KEYS:
+        import cupy
+
+        _BAD_KEYS.append(cupy.ElementwiseKernel(
+            "raw T table, raw L lengths, int64 per_seq, int64 page_size, int64 pages, int64 batch", "int64 key", """
+            const long long b = per_seq > 0 ? i / per_seq : i, p = per_seq > 0 ? i % per_seq : 0;
+            const long long n = (long long)lengths[b];
+            key = batch + batch * per_seq;
+            if (n < 0 || n > per_seq * page_size) {
+                if (p == 0) key = b;
+            } else if (p < per_seq && p < (n + page_size - 1) / page_size) {
+                const long long page = (long long)table[i];
+                if (page < 0 || page >= pages) key = batch + i;
+            }""", "onlinesoftmax_paged_bad_keys"))
+    return _BAD_KEYS[0]

@@ -126,6 +126,54 @@ def test_the_api_checks_pages_and_lengths():
         osm.attention(q)
 
 
+def first_bad_by_loop(table, lengths, pages, page_size):
+    """first_bad_entry's number, one entry at a time."""
+    batch, per_seq = table.shape
+    for b in range(batch):
+        if not 0 <= int(lengths[b]) <= per_seq * page_size:
+            return b
+    for b in range(batch):
+        for i in range(-(-int(lengths[b]) // page_size)):
+            if not 0 <= int(table[b, i]) < pages:
+                return batch + b * per_seq + i
+    return batch + batch * per_seq
+
+
+def test_the_first_bad_entry_is_the_loops(seed=11):
+    """The paged call's one check, on tables with planted wrong pages (some past a sequence's
+    length, where they are never read) and wrong lengths, against a loop over the entries; three
+    wrong answers rejected: pages past the length checked, the length bound off by one, pages
+    checked before lengths."""
+    from onlinesoftmax.attention_paged import first_bad_entry
+
+    rng = np.random.default_rng(seed)
+    wrong = {"pages past the length checked": lambda t, n, pages, size: first_bad_by_loop(
+                 t, np.full_like(n, t.shape[1] * size), pages, size) if (n >= 0).all() and (n <= t.shape[1] * size).all()
+             else first_bad_by_loop(t, n, pages, size),
+             "length bound off by one": lambda t, n, pages, size: first_bad_by_loop(t, n + (n == t.shape[1] * size),
+                                                                                     pages, size),
+             "pages before lengths": lambda t, n, pages, size: next(
+                 code for code in (first_bad_by_loop(t, np.clip(n, 0, t.shape[1] * size), pages, size),
+                                   first_bad_by_loop(t, n, pages, size)) if code != t.size + t.shape[0]
+             ) if first_bad_by_loop(t, n, pages, size) != t.size + t.shape[0] else t.size + t.shape[0]}
+    caught = dict.fromkeys(wrong, False)
+    for case in range(300):
+        batch, per_seq, page_size, pages = (int(rng.integers(1, 6)), int(rng.integers(0, 7)),
+                                            int(rng.integers(1, 5)), int(rng.integers(1, 9)))
+        table = rng.integers(0, pages, (batch, per_seq)).astype(rng.choice([np.int32, np.int64, np.uint8]))
+        lengths = rng.integers(0, per_seq * page_size + 1, batch)
+        for _ in range(int(rng.integers(0, 3))):
+            if per_seq and rng.random() < 0.7:
+                table[rng.integers(batch), rng.integers(per_seq)] = rng.choice([pages, pages + 200, 255])
+            else:
+                lengths[rng.integers(batch)] = rng.choice([-1, per_seq * page_size + 1])
+        want = first_bad_by_loop(table, lengths, pages, page_size)
+        assert first_bad_entry(table, lengths, pages, page_size) == want, (case, table, lengths, pages, page_size)
+        for name, answer in wrong.items():
+            caught[name] |= answer(table, lengths, pages, page_size) != want
+    assert all(caught.values()), caught
+
+
 def test_the_gather_grader_passes_the_answer_and_rejects_wrong_ones():
     from onlinesoftmax.book.exercises import exercises_paged as ep
 

@@ -124,6 +124,29 @@ def test_torch_tensors_on_torchs_stream():
     assert float((out.float().cpu().numpy() - ref).__abs__().max()) <= 4 * checks.EPS["bfloat16"] * float(abs(ref).max())
 
 
+@pytest.mark.parametrize("dtype", ("int32", "int64", "uint8"))
+def test_the_check_kernel_finds_what_the_numpy_lines_find(dtype, seed=23):
+    """first_bad_entry's CuPy kernel against its NumPy lines (the CPU tier holds those against a
+    loop): planted wrong pages and lengths, tables sliced (not contiguous) and whole."""
+    from onlinesoftmax.attention_paged import first_bad_entry
+
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        batch, per_seq, page_size, pages = (int(rng.integers(1, 6)), int(rng.integers(0, 7)),
+                                            int(rng.integers(1, 5)), int(rng.integers(1, 9)))
+        wide = rng.integers(0, pages, (batch, 2 * per_seq)).astype(dtype)
+        if per_seq:
+            wide[rng.integers(batch), rng.integers(2 * per_seq)] = 200
+        lengths = rng.integers(0, per_seq * page_size + 1, batch)
+        if rng.random() < 0.3:
+            lengths[rng.integers(batch)] = rng.choice([-1, per_seq * page_size + 1])
+        on_gpu = cp.asarray(wide)
+        for columns in (np.s_[:, ::2], np.s_[:, :per_seq]):       # neither is contiguous; each also copied
+            want = first_bad_entry(np.ascontiguousarray(wide[columns]), lengths, pages, page_size)
+            assert first_bad_entry(on_gpu[columns], cp.asarray(lengths), pages, page_size) == want
+            assert first_bad_entry(cp.ascontiguousarray(on_gpu[columns]), cp.asarray(lengths), pages, page_size) == want
+
+
 def test_bad_pages_and_lengths_leave_the_context_healthy():
     q, kp, vp, table, lengths = make_paged(2, 8, 2, 1, (40, 7), 64, 16, "bfloat16", seed=7)
     table[0, 1] = 10**6
