@@ -51,7 +51,7 @@ def test_the_kernel_source_on_the_emulator(shape, needs_emulator):
 
 def test_several_splits_of_one_sequence_on_the_emulator(needs_emulator):
     q, kp, vp, table, lengths = make_paged(2, 4, 1, 1, (1100, 257), 64, 32, "bfloat16", seed=9)
-    assert paged.sequence_splits(1100, paged.splits_for(1, 4, 1, 1, 132))[0] > 1
+    assert paged.sequence_splits(1100, paged.splits_for(1, 4, 1, 1, 1100, 132))[0] > 1
     out, lse = paged.emulate(q, kp, vp, table, lengths, sms=132, seed=4)
     judge(out, lse, q, kp, vp, table, lengths, False)
 
@@ -95,7 +95,11 @@ def test_each_sequence_divides_its_own_keys():
             used, per = paged.sequence_splits(length, splits)
             assert 1 <= used <= splits and per % 32 == 0 and used * per >= length
             assert used == 1 or length > paged.MIN_KEYS * (used - 1)
-    assert paged.splits_for(1, 32, 8, 1, 132) == paged.splits_for(1, 32, 8, 1, 132, 3) > 1
+    assert paged.splits_for(1, 32, 8, 1, 2**17, 132) == paged.splits_for(1, 32, 8, 1, 2**17, 132, 3) > 1
+    # the wave rule: batch 8 of 32 heads over 8 kv heads gets 6 splits (384 blocks, one wave of 396),
+    # not the 7 that cover every slot and take two waves; batch 64 gets 3 (1,536 blocks over 4 waves)
+    assert [paged.splits_for(b, 32, 8, 1, 2**17, 132) for b in (8, 64)] == [6, 3]
+    assert paged.splits_for(8, 32, 8, 1, 300, 132) == 2       # no split under 256 keys of the capacity
 
 
 def test_the_api_checks_pages_and_lengths():

@@ -367,7 +367,7 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
     keys_panel = fig.panel("keys", x="sequence", y="keys", title="keys of its busiest block", y_scale="log",
                            width=255, height=200)
     for batch in batches:
-        grid = paged.splits_for(batch, 32, 8, 1, 132)
+        grid = paged.splits_for(batch, 32, 8, 1, 131072, 132)
         n = lengths[:batch]
         busiest = [min(paged.sequence_splits(int(k), grid)[1], int(k)) for k in n]
         even = float(n.sum()) / (batch * grid)

@@ -74,9 +74,13 @@ def reference(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sc
     return out, lse
 
 
-def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, sms: int, blocks_per_sm: int = BLOCKS_PER_SM) -> int:
-    """The grid's splits: enough blocks for one wave of resident blocks, from the shape alone."""
-    return max(1, math.ceil(sms * blocks_per_sm / (batch * kv_heads * row_chunks(heads, kv_heads, n_q))))
+def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, capacity: int, sms: int,
+               blocks_per_sm: int = BLOCKS_PER_SM) -> int:
+    """The grid's splits, from the shapes alone: attention_06's rule (the fewest splits whose blocks fill
+    their waves of resident blocks, none under MIN_KEYS keys) for a sequence as long as the page table
+    holds (capacity = pages_per_seq x page_size keys); each sequence then uses as many as its length needs."""
+    return ab.decode_splits(batch, kv_heads, row_chunks(heads, kv_heads, n_q), max(capacity, 1), sms,
+                            blocks_per_sm)[0]
 
 
 def sequence_splits(length: int, splits: int) -> tuple[int, int]:
@@ -95,7 +99,7 @@ def simulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sca
     group = heads // kv_heads
     dtype = q.dtype.name
     scale = F32(1.0 / math.sqrt(d) if scale is None else scale)
-    splits = splits_for(batch, heads, kv_heads, n_q, sms)
+    splits = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * k_pages.shape[1], sms)
     out = np.zeros((batch, heads, n_q, d), F32)
     lse = np.full((batch, heads, n_q), -np.inf, F32)
     with np.errstate(all="ignore"):
@@ -154,7 +158,7 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
     tag = DTYPE_TAGS[q.dtype.name]
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     per_sm = ab.resident_per_sm(variant, split_entry)
-    splits = splits_for(batch, heads, kv_heads, n_q, device.sm_count(), per_sm)
+    splits = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, device.sm_count(), per_sm)
     chunks = row_chunks(heads, kv_heads, n_q)
     n_rows = batch * heads * n_q
     o_part = cupy.empty((splits, n_rows, d), cupy.float32) if splits > 1 else None
@@ -182,10 +186,11 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
 
 
 def geometry(n_q: int, n_k: int) -> Launch:
-    """One sequence with one kv head and one row chunk on this GPU (the H200's SM count without one)."""
+    """One sequence of n_k keys with one kv head and one row chunk on this GPU (the H200's SM count
+    without one)."""
     from onlinesoftmax.runtime import device
 
-    return Launch(grid=(splits_for(1, 1, 1, 1, device.sm_count()),), block=(32 * WARPS,))
+    return Launch(grid=(splits_for(1, 1, 1, 1, n_k, device.sm_count()),), block=(32 * WARPS,))
 
 
 PAGED = register(Variant(
@@ -209,7 +214,7 @@ def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, s
     batch, heads, n_q, d = q.shape
     page_size, kv_heads = k_pages.shape[1], k_pages.shape[2]
     tag = DTYPE_TAGS[q.dtype.name]
-    splits = splits_for(batch, heads, kv_heads, n_q, sms)
+    splits = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, sms)
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     module = emulator.Module(PAGED.path, [split_entry, merge_entry], schedule=schedule, seed=seed)
     out = np.full(q.shape, 0x7B7B, np.uint16)
