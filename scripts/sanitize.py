@@ -105,6 +105,8 @@ def fast(cp, osm, checks):
         runs += [("softmax_10_cluster", (2, 65536), {"n_chunks": 4}),
                  ("softmax_10_cluster", (1, 300001), {"n_chunks": 16, "cache_elems": 8192}),
                  ("softmax_10_cluster", (3, 1000), {"n_chunks": 2}),
+                 ("softmax_10_cluster", (5, 1001), {"n_chunks": 2}),     # odd rows: the scalar (V = 1) build
+                 ("softmax_10_cluster", (3, 40001), {"n_chunks": 4, "cache_elems": 4096}),
                  ("softmax_12_pipelined", (9, 65536), {"n_chunks": 4, "max_clusters": 2}),
                  ("softmax_12_pipelined", (5, 4096), {"n_chunks": 2, "max_clusters": 1, "cache_elems": 512}),
                  ("softmax_12_pipelined", (3, 96), {"n_chunks": 16})]

@@ -57,7 +57,10 @@ __device__ __forceinline__ void log_softmax_cluster_row(const T* __restrict__ x,
     const float log_l = logf(whole.l);
     log_edge_output<T, V>(row_x, row_y, parts, first, last, whole.m, log_l);
     log_chunk_output<T, V>(row_x + start, row_y + start, length, cache_elems, cache, whole.m, log_l);
-    cluster_wait();                                    // nobody exits while its state may be read
+    // Nobody exits while its state may be read. The loops above end at different trips in a warp's
+    // lanes, so this wait is the barrier's form without .aligned, which needs no converged warp
+    // (compute-sanitizer's synccheck flagged the .aligned form here in the scalar build).
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 
 #define LOG_SOFTMAX_05(TAG, T, V)                                                                       \
