@@ -45,6 +45,7 @@ from onlinesoftmax.kernels.attention import backward_pipelined as attention_back
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)
 from onlinesoftmax.kernels.sampling import rows as sampling_kernels  # noqa: F401  (sampling_01_rows)
+from onlinesoftmax.kernels.sampling import split as sampling_split  # noqa: F401  (sampling_02_split)
 from onlinesoftmax import reference
 from onlinesoftmax.backward import attention_backward, log_softmax_backward, softmax_backward
 from onlinesoftmax.api import log_softmax, logsumexp, softmax

@@ -23,8 +23,9 @@ call cannot be captured in a CUDA graph). Tokens depend only on the seed, the of
 in the batch and the token's place, never on the launch or the number of threads (every sum in the
 kernel is exact): the same logits at another row of a batch draw other noise.
 
-NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel sampling_01_rows, torch tensors
-on torch's current stream. Per-row arrays are checked on the host (one synchronization each, on the
+NumPy arrays run the kernels' NumPy model, CuPy arrays a kernel, torch tensors on torch's current
+stream. variant: "auto" (the kernel split.choose picks for the shape), "rows" (sampling_01_rows, a
+block per row) or "split" (sampling_02_split, a row's chunks over blocks): both draw the same tokens. Per-row arrays are checked on the host (one synchronization each, on the
 GPU).
 """
 from __future__ import annotations
@@ -33,10 +34,10 @@ import secrets
 
 import numpy as np
 
-from onlinesoftmax.inputs import check_array, check_length, describe
+from onlinesoftmax.inputs import check_array, check_length, describe, resolve
 from onlinesoftmax.kernels.sampling import rows as ksampling
+from onlinesoftmax.kernels.sampling import split as ksplit
 from onlinesoftmax.reference import array_module
-from onlinesoftmax.registry import REGISTRY
 from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
 
@@ -45,15 +46,16 @@ RANGES = {"temperature": (0.0, np.inf, "a finite number >= 0"), "top_k": (None, 
           "top_p": (0.0, 1.0, "a number in (0, 1]"), "min_p": (0.0, 1.0, "a number in [0, 1]")}
 
 
-def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None):
+def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, generator=None, variant="auto"):
     """One token per row of `logits` (see the module doc)."""
     params = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
     if torch_bridge.is_tensor(logits) or any(torch_bridge.is_tensor(v) for v in params.values()):
         seed, offset = seed_and_offset(generator)
         detached = {name: v.detach() if torch_bridge.is_tensor(v) else v for name, v in params.items()}
         logits = logits.detach() if torch_bridge.is_tensor(logits) else logits   # tokens carry no gradient
-        return torch_bridge.call(sample, logits, generator=(seed, offset), **detached)
+        return torch_bridge.call(sample, logits, generator=(seed, offset), variant=variant, **detached)
     on_gpu = check_array(logits, "sample", exact=True)
+    chosen = None if variant == "auto" else resolve(variant, "sampling", "sample")
     if logits.shape[-1] == 0:
         raise ValueError(f"sample: the logits need at least one token on their last axis, got shape "
                          f"{tuple(logits.shape)}")
@@ -72,7 +74,8 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
     x = x if x.strides[-1] == x.itemsize else xp.ascontiguousarray(x)
     tokens = xp.empty(x.shape[0], np.int64)
     arrays = {name: v for name, v in values.items() if not np.isscalar(v)}
-    runner = get_runner(REGISTRY["sampling_01_rows"], x, tokens, {name: arrays.get(name) for name in values})
+    chosen = chosen or ksplit.choose(x.shape[0], x.shape[1]).variant
+    runner = get_runner(chosen, x, tokens, {name: arrays.get(name) for name in values})
     runner(x, tokens, seed=seed, offset=offset, **values)
     return tokens.reshape(logits.shape[:-1])
 

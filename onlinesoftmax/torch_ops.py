@@ -314,9 +314,7 @@ class _CrossEntropy(torch.autograd.Function):
         ctx.reduction = inputs[6]
         ctx.save_for_backward(outputs[2])
         ctx.mark_non_differentiable(outputs[1], outputs[2])
-        # the operator drops the third output, so autograd would fill a logits-sized tensor of zeros for
-        # its gradient before every backward (on the H200 at 8192 x 128256 bf16: 0.6 ms of a 1.9 ms step)
-        ctx.set_materialize_grads(False)
+        ctx.set_materialize_grads(False)   # else autograd fills a logits-sized zero gradient for the dropped output
 
     @staticmethod
     def backward(ctx, g, *_):

@@ -353,20 +353,21 @@ def cross_entropy(cp, osm, checks):
             osm.cross_entropy_with_grad(cp.ascontiguousarray(x[:, :n_cols]), t, in_place=True)
 
 
-@family("sampling", "sampling_01_rows: no filter, every filter, per-row parameters, greedy rows, rows aligned and not",
-        ("sampling_01_rows",))
+@family("sampling", "sampling_01_rows and sampling_02_split: no filter, every filter, per-row parameters, greedy "
+        "rows, rows aligned and not", ("sampling_01_rows", "sampling_02_split"))
 def sampling(cp, osm, checks):
-    if not wanted("sampling_01_rows"):
-        return
-    for dtype in checks.DTYPES:
-        for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000)):
-            x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
-            per_row = {"temperature": cp.linspace(0, 2, n_rows, dtype=cp.float32),
-                       "top_k": cp.arange(n_rows, dtype=cp.int32) * 7 - 1, "top_p": cp.full(n_rows, 0.8, cp.float32)}
-            for rows in (x[:, :n_cols], x[:, 1:]):
-                osm.sample(rows, generator=1)
-                osm.sample(rows, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05, generator=2)
-                osm.sample(rows, generator=3, **per_row)
+    for name in ("sampling_01_rows", "sampling_02_split"):
+        if not wanted(name):
+            continue
+        for dtype in checks.DTYPES:
+            for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000)):
+                x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
+                per_row = {"temperature": cp.linspace(0, 2, n_rows, dtype=cp.float32),
+                           "top_k": cp.arange(n_rows, dtype=cp.int32) * 7 - 1, "top_p": cp.full(n_rows, 0.8, cp.float32)}
+                for rows in (x[:, :n_cols], x[:, 1:]):
+                    osm.sample(rows, generator=1, variant=name)
+                    osm.sample(rows, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05, generator=2, variant=name)
+                    osm.sample(rows, generator=3, variant=name, **per_row)
 
 
 def main(argv: list[str]) -> int:

@@ -157,6 +157,7 @@ inline float __fadd_rn(float a, float b) { volatile float s = a + b; return s; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }   // (every load sees memory: no L1 to bypass)
 template <class A, class B> inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
 template <class A, class B> inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -2,7 +2,9 @@
 what a server would run instead.
 
 At batch x vocabulary in SHAPES (bf16 logits) and each filter in FILTERS, on the same logits:
-  sampling_01_rows    onlinesoftmax.sample(x, ...): one kernel, no sort, no probabilities written
+  sampling_01_rows    onlinesoftmax.sample(x, ..., variant="rows"): one kernel, a block per row, no sort
+  sampling_02_split   onlinesoftmax.sample(x, ..., variant="split"): a row's chunks over blocks, a launch
+                      per pass; its tokens checked equal to sampling_01_rows' on the whole batch first
   torch_sort_sample   what vLLM's sampler does in torch: softmax -> sort -> cumsum -> mask -> multinomial
                       (top-p), softmax -> mask below min_p x max -> multinomial (min-p), softmax ->
                       multinomial (plain)
@@ -124,14 +126,19 @@ def sample_shape(n_rows: int, n_cols: int, read_GBps: float) -> list[dict]:
         if not ok:
             rows.append({"kernel": "sampling_01_rows", "correct": False, "error": message, **here})
             continue
-        found = {"sampling_01_rows": lambda: osm.sample(x, generator=11, **params),
+        found = {"sampling_01_rows": lambda: osm.sample(x, generator=11, variant="rows", **params),
+                 "sampling_02_split": lambda: osm.sample(x, generator=11, variant="split", **params),
                  "torch_sort_sample": lambda: torch_sampler(params)(xt)}
+        if not bool((found["sampling_01_rows"]() == found["sampling_02_split"]()).all()):
+            rows.append({"kernel": "sampling_02_split", "correct": False, "error": "tokens differ from "
+                         "sampling_01_rows'", **here})
+            del found["sampling_02_split"]
         flashinfer, why = flashinfer_sampler(params)
         if flashinfer is not None:
             found["flashinfer"] = lambda: flashinfer(xt)
         else:
             rows.append({"kernel": "flashinfer", "correct": None, "error": why, **here})
-        timed_rows, timed = time_calls(found, here, x.nbytes, read_GBps, "sampling_01_rows")
+        timed_rows, timed = time_calls(found, here, x.nbytes, read_GBps, "sampling_0")
         for row in timed_rows:
             if "torch_sort_sample" in timed:
                 row["vs_torch"] = timed["torch_sort_sample"] / row["ms"]

@@ -58,6 +58,7 @@ PALETTE = {
     "attention_07_fragment_reuse": "#00a087",
     "cross_entropy_01_rows": "#3182bd",
     "sampling_01_rows": "#ad494a",
+    "sampling_02_split": "#5254a3",
     "attention_08_paged_decode": "#9c9ede",
     "attention_backward_01_blocked": "#cedb9c",
     "attention_09_varlen": "#6baed6",

@@ -135,13 +135,20 @@ def plan(variant: Variant, x, tokens, temperature=1.0, top_k=0, top_p=1.0, min_p
     launch = driver.prepare_launch(kernel, (n_rows,), (block_threads(n_cols),), 0, 1, types, fixed=fixed)
 
     def run(x, tokens, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, offset=0, **_):
-        values = (temperature, top_k, top_p, min_p)
-        pointers = [getattr(v, "data", None) for v in values]
-        scalars = [OFF[name] if pointer is not None else v for name, v, pointer in zip(PARAMS, values, pointers)]
-        launch(x.data.ptr, tokens.data.ptr, *(None if pointer is None else pointer.ptr for pointer in pointers),
-               float(scalars[0]), int(scalars[1]), float(scalars[2]), float(scalars[3]),
-               seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF)
+        launch(*launch_values(x, tokens, temperature, top_k, top_p, min_p, seed, offset))
     return run
+
+
+def launch_values(x, tokens, temperature, top_k, top_p, min_p, seed, offset) -> tuple:
+    """The kernel's first sixteen arguments: addresses, each parameter as a device array's address
+    (its scalar argument then the filter's off value) or a scalar (a null address), seed and offset
+    as 32-bit halves."""
+    values = (temperature, top_k, top_p, min_p)
+    pointers = [getattr(v, "data", None) for v in values]
+    scalars = [OFF[name] if pointer is not None else v for name, v, pointer in zip(PARAMS, values, pointers)]
+    return (x.data.ptr, tokens.data.ptr, *(None if pointer is None else pointer.ptr for pointer in pointers),
+            float(scalars[0]), int(scalars[1]), float(scalars[2]), float(scalars[3]),
+            seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF)
 
 
 SAMPLING = register(Variant(

@@ -1,0 +1,167 @@
+// sampling_select.cuh — the pieces of a sampler that never sort: order-preserving keys, the block's
+// best (key, index), the radix digit that holds a count or a mass, a token's weight in fixed point,
+// a warp's histogram adds, and the visit of a row's tokens in 16-byte vectors. Used by
+// sampling_01_rows (a block per row) and sampling_02_split (a row's chunks over blocks); the
+// definitions of keys, weights and thresholds are in sampling_01_rows.cu's header.
+#pragma once
+#include "online_rows.cuh"
+#include "philox.cuh"
+
+#define SAMPLING_GREEDY_BELOW 1e-5f
+
+// The order-preserving bits of a float: a < b exactly when ordered(a) < ordered(b) (no NaN here);
+// -0 is taken as +0, so that the two zeros, equal as floats, are one key.
+__device__ __forceinline__ unsigned ordered_bits(float s) {
+    const unsigned b = __float_as_uint(s == 0.0f ? 0.0f : s);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// (key, index) with the larger key, the lower index on a tie; 32 scratch pairs in shared memory.
+__device__ __forceinline__ bool beats(float key, int index, float other_key, int other_index) {
+    return key > other_key || (key == other_key && index < other_index);
+}
+
+__device__ __forceinline__ void block_pick(float& key, int& index, float* keys, int* indices) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float k = __shfl_xor_sync(0xffffffffu, key, offset);
+        const int i = __shfl_xor_sync(0xffffffffu, index, offset);
+        if (beats(k, i, key, index)) { key = k; index = i; }
+    }
+    if (lane == 0) { keys[warp] = key; indices[warp] = index; }
+    __syncthreads();
+    if (warp == 0) {
+        key = lane < n_warps ? keys[lane] : neg_inf();
+        index = lane < n_warps ? indices[lane] : 0x7fffffff;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            const float k = __shfl_xor_sync(0xffffffffu, key, offset);
+            const int i = __shfl_xor_sync(0xffffffffu, index, offset);
+            if (beats(k, i, key, index)) { key = k; index = i; }
+        }
+        if (lane == 0) { keys[0] = key; indices[0] = index; }
+    }
+    __syncthreads();
+    key = keys[0];
+    index = indices[0];
+    __syncthreads();   // the scratch may be written again right after
+}
+
+// Warp 0: the digit (255 .. 0, from the top) whose bucket holds the `remaining`-th unit counted from
+// the largest keys down, and what remains of it inside that bucket. Lane l sums buckets 255 - 8l
+// down to 248 - 8l; a scan across lanes finds the lane, the lane its bucket. The units are integers
+// (tokens, or weights in fixed point), so every sum is exact in any order and the lane's own walk
+// always ends in its range.
+template <class T>
+__device__ __forceinline__ int pick_digit(const T* hist, T& remaining) {
+    const int lane = threadIdx.x & 31;
+    T part = 0;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) part += hist[255 - 8 * lane - q];
+    T inclusive = part;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+        const T other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += other;
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, inclusive >= remaining);
+    const int owner = __ffs(hit) - 1;   // remaining <= the total: some lane reaches it
+    int digit = 0;
+    T left = remaining - (inclusive - part);
+    if (lane == owner) {
+        for (int q = 0; q < 8; ++q) {
+            const int d = 255 - 8 * lane - q;
+            if (hist[d] >= left) { digit = d; break; }
+            left -= hist[d];
+        }
+    }
+    remaining = __shfl_sync(0xffffffffu, left, owner);
+    return __shfl_sync(0xffffffffu, digit, owner);
+}
+
+// A token's weight e^(s - M) in (0, 1] as an integer of 2^-32 units (truncated): a row of up to 2^31
+// tokens sums below 2^63, exactly, whatever order the threads add in.
+__device__ __forceinline__ unsigned long long fixed_weight(float s, float m) {
+    return static_cast<unsigned long long>(expf(s - m) * 4294967296.0f);
+}
+
+// hist[digit] += weight (1 when counting) for every lane of the warp whose `active` is set, with one
+// shared-memory atomic per distinct digit among the warp's lanes rather than one per lane: the first
+// passes put most of a row into a few buckets (logits share their top bits), and lanes of a warp adding
+// to one address are serialised. The sums are of integers, so they are the same in any grouping. A
+// weight is at most 2^32: its two 16-bit halves are summed over at most 32 lanes in 32 bits each.
+// Up to four groups are gathered; lanes still left after them (a warp of scattered digits) add alone.
+// Called by all 32 lanes of the warp (a warp-uniform loop).
+template <bool MASS>
+__device__ __forceinline__ void warp_add(unsigned long long* hist, bool active, unsigned digit,
+                                         unsigned long long weight) {
+    const int lane = threadIdx.x & 31;
+    unsigned todo = __ballot_sync(0xffffffffu, active);
+    for (int round = 0; todo != 0u; ++round) {   // todo is the same in every lane
+        if (round == 4) {
+            if (active) atomicAdd(&hist[digit], MASS ? weight : 1ull);
+            return;
+        }
+        const int leader = __ffs(static_cast<int>(todo)) - 1;
+        const unsigned d = __shfl_sync(0xffffffffu, digit, leader);
+        const bool mine = active && digit == d;
+        const unsigned group = __ballot_sync(0xffffffffu, mine);
+        unsigned long long sum = static_cast<unsigned long long>(__popc(group));
+        if (MASS) {
+            const unsigned lo = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight & 0xffffu) : 0u);
+            const unsigned hi = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight >> 16) : 0u);
+            sum = (static_cast<unsigned long long>(hi) << 16) + lo;
+        }
+        if (lane == leader) atomicAdd(&hist[d], sum);
+        active = active && !mine;
+        todo &= ~group;
+    }
+}
+
+// Visit every token of a row as visit(j, s_j, valid), each thread its tokens in increasing j: the
+// scalar head up to the row's first 16-byte boundary, one 16-byte vector per lane and step, the scalar
+// tail. Every step is run by all 32 lanes of a warp (valid is false past the row), so visit may use
+// warp-wide operations; blockDim must be a multiple of 32.
+template <class Row, class Visit>
+__device__ __forceinline__ void for_each_token(const typename Row::Elem* row_x, int n, float t, Visit visit) {
+    constexpr int VEC = Row::VEC;
+    const RowSplit split = row_split<Row>(row_x, n);
+    const int lane = threadIdx.x & 31, warp_first = threadIdx.x & ~31, step = blockDim.x;
+    for (int base = warp_first; base < split.head; base += step) {
+        const int j = base + lane;
+        const bool valid = j < split.head;
+        visit(j, valid ? Row::load1(row_x + j) / t : 0.0f, valid);
+    }
+    const typename Row::Vec* vec = reinterpret_cast<const typename Row::Vec*>(row_x + split.head);
+    for (int base = warp_first; base < split.n_vec; base += step) {
+        const int v = base + lane;
+        const bool valid = v < split.n_vec;
+        float f[VEC];
+        if (valid) Row::unpack(vec[v], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) visit(split.head + v * VEC + e, valid ? f[e] / t : 0.0f, valid);
+    }
+    for (int base = split.tail + warp_first; base < n; base += step) {
+        const int j = base + lane;
+        const bool valid = j < n;
+        visit(j, valid ? Row::load1(row_x + j) / t : 0.0f, valid);
+    }
+}
+
+// Token j's key in the Gumbel-max draw, d = s_j - M plus its noise: word j % 4 of the Philox draw of
+// group j / 4 for this row, offset and seed.
+__device__ __forceinline__ float gumbel_key(int j, int row, float d, unsigned offset_lo, unsigned offset_hi,
+                                            unsigned seed_lo, unsigned seed_hi) {
+    const PhiloxWords r = philox4x32_10(static_cast<unsigned>(j >> 2), static_cast<unsigned>(row), offset_lo,
+                                        offset_hi, seed_lo, seed_hi);
+    const unsigned word = (j & 2) ? ((j & 1) ? r.w[3] : r.w[2]) : ((j & 1) ? r.w[1] : r.w[0]);   // no local array
+    return d + gumbel_from_word(word);
+}
+
+struct SampleShared {
+    unsigned long long hist[256];
+    float keys[32];
+    int indices[32];
+    unsigned prefix;
+};

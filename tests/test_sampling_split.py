@@ -1,0 +1,139 @@
+"""CPU tier for sampling_02_split (a row's chunks over blocks, a launch per pass): its own CUDA source on
+the CPU emulator draws exactly sampling_01_rows' model tokens over dtypes, chunk sizes that cut
+vectors, per-row parameters, strided rows and extreme rows, in both block orders; the workspace
+starts poisoned; the arrival counters are back at zero after every call; a last block chosen wrongly
+(the first to arrive) and a lost digit are wrong answers the comparison catches. Also the host rule:
+chunking and the passes a call launches. Needs g++."""
+import numpy as np
+import pytest
+
+from onlinesoftmax import checks
+from onlinesoftmax.kernels.sampling import rows as ks
+from onlinesoftmax.kernels.sampling import split
+
+SEED = 20261206
+CASES = {"plain": {}, "top-k": {"top_k": 5}, "top-p": {"top_p": 0.8}, "min-p": {"min_p": 0.2},
+         "all": {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05}, "greedy": {"temperature": 0.0}}
+
+
+def test_chunking_fills_the_gpu_and_keeps_chunks_long():
+    assert split.chunking(1, 262144, 132) == (64, 4096)          # 264 blocks wanted; 4,096 tokens at least
+    assert split.chunking(32, 262144, 132) == (9, 29184)
+    assert split.chunking(1, 32000, 132) == (8, 4096)
+    assert split.chunking(512, 262144, 132) == (1, 262144)
+    assert split.chunking(1, 7, 132) == (1, 256)
+    for rows, n in ((1, 1), (3, 4097), (2, 100003), (64, 128256)):
+        chunks, chunk = split.chunking(rows, n, 132)
+        assert chunk % split.CHUNK_ALIGN == 0 and (chunks - 1) * chunk < n <= chunks * chunk
+
+
+def test_a_call_launches_the_passes_its_parameters_need():
+    n = 1000
+    assert split.passes(0, 1.0, 0.0, 1.0, n) == [0, 9]
+    assert split.passes(5, 1.0, 0.3, 1.0, n) == [0, 1, 2, 3, 4, 9]
+    assert split.passes(n, 0.9, 0.0, 1.0, n) == [0, 5, 6, 7, 8, 9]              # top_k >= n is off
+    assert split.passes(0, 1.0, 0.0, 0.0, n) == [0]                            # greedy: the maximum is the token
+    assert split.passes(np.zeros(2), np.ones(2), 0.0, np.ones(2), n) == list(range(10))
+
+
+@pytest.fixture(scope="module")
+def module():
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    return emulator.Module(split.SAMPLING_SPLIT.path, list(split.SAMPLING_SPLIT.launched_entries))
+
+
+def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=None, **params):
+    """Every pass of one call on the emulator, the workspace poisoned but for zeroed states; returns
+    the tokens and the states after the call."""
+    n_rows, n = x.shape[0], n or x.shape[1]
+    n_chunks = -(-n // chunk)
+    tokens = np.full(n_rows, -7, np.int64)
+    arrays = [None if np.isscalar(params.get(name, 0)) else np.ascontiguousarray(params[name],
+              np.int32 if name == "top_k" else np.float32) for name in ks.PARAMS]
+    scalars = [ks.OFF[name] if a is not None else params.get(name, ks.OFF[name]) for name, a in zip(ks.PARAMS, arrays)]
+    states = np.zeros((n_rows, split.STATE_WORDS), np.uint64)
+    hist = np.full((n_rows, n_chunks, 256), 0xDEADBEEF, np.uint64)
+    keys = np.full((n_rows, n_chunks), np.nan, np.float32)
+    indices = np.full((n_rows, n_chunks), -5, np.int32)
+    words = x if x.dtype == np.float32 else x.view(np.uint16)
+    extra = {} if schedule is None else {"schedule": "random", "seed": schedule}
+    values = {name: a if a is not None else s for name, a, s in zip(ks.PARAMS, arrays, scalars)}
+    for p in split.passes(values["top_k"], values["top_p"], values["min_p"], values["temperature"], n):
+        module.launch(split.SAMPLING_SPLIT.dtype_entry(x.dtype.name), (n_chunks, n_rows),
+                      (block or ks.block_threads(chunk),),
+                      (words, tokens, *arrays, np.float32(scalars[0]), np.int32(scalars[1]), np.float32(scalars[2]),
+                       np.float32(scalars[3]), np.int32(n), np.int64(x.strides[0] // x.itemsize),
+                       np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), np.uint32(offset & 0xFFFFFFFF),
+                       np.uint32(offset >> 32), states, hist, keys, indices, np.int32(chunk), np.int32(p)), **extra)
+    return tokens, states
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("n, chunk", ((7, 3), (300, 64), (1001, 256), (1001, 37)))
+def test_the_split_source_draws_the_rows_models_tokens(module, dtype, n, chunk):
+    x = checks.to_dtype(np.random.default_rng(n + chunk).normal(0, 2, (4, n)), dtype)
+    for name, case in CASES.items():
+        tokens, states = emulate(module, x, chunk, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), name
+        assert (states.view(np.uint32)[:, 7] == 0).all(), "the arrival counters are back at zero"
+
+
+def test_per_row_parameters_strided_rows_and_both_block_orders(module):
+    rng = np.random.default_rng(2)
+    wide = rng.normal(0, 3, (8, 700)).astype(np.float32)
+    params = {"temperature": np.array([1, 0.5, 0, 2, 1, 1, 0.7, 1.3]), "top_k": np.array([0, 5, 1, 700, -1, 40, 3, 2]),
+              "top_p": np.array([1, 0.5, 0.9, 0.3, 1, 0.95, 0.01, 1]), "min_p": np.array([0, 0, 0.5, 0.1, 0.9, 0, 0, 1])}
+    want = ks.simulate(wide[:, :647], 99, 2**33 + 5, **params)
+    for chunk, block, schedule in ((100, None, None), (64, 32, 3), (256, 1024, 4)):
+        tokens, _ = emulate(module, wide, chunk, seed=99, offset=2**33 + 5, n=647, block=block, schedule=schedule,
+                            **params)
+        assert np.array_equal(tokens, want), (chunk, block, schedule)
+
+
+def test_extreme_rows(module):
+    x = np.zeros((9, 300), np.float32)
+    x[0, 5] = np.nan
+    x[1, 7] = np.inf
+    x[2] = -np.inf
+    x[3] = -np.inf
+    x[3, [10, 250]] = 1.0                                  # two finite tokens, tied, in different chunks
+    x[4, 17] = 3e38
+    x[5] = np.float32(1e30)
+    x[6, ::2] = -3e38
+    x[7] = 1e-3 * np.arange(300)
+    x[8, 99] = 1.0
+    x[8, 1::3] = -0.0
+    for case in (*CASES.values(), {"top_k": 2}, {"top_k": 250, "top_p": 0.5}):
+        tokens, _ = emulate(module, x, 64, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
+        assert tokens[:3].tolist() == [-1, -1, -1] and tokens[3] in (10, 250)
+
+
+@pytest.mark.parametrize("change, why", [
+    (("*flag = before == n_chunks - 1;", "*flag = before == 0u;"), "the first block to arrive decides"),
+    (("const unsigned found = prefix | (static_cast<unsigned>(digit) << shift);",
+      "const unsigned found = shift == 24 ? 0u : prefix | (static_cast<unsigned>(digit) << shift);"),
+     "the top digit lost"),
+])
+def test_wrong_kernels_draw_other_tokens(change, why):
+    from onlinesoftmax.runtime import emulator
+
+    if not emulator.available():
+        pytest.skip("the CPU emulator needs g++")
+    source = split.SAMPLING_SPLIT.path.read_text()
+    assert change[0] in source
+    wrong = emulator.Module(split.SAMPLING_SPLIT.path, list(split.SAMPLING_SPLIT.launched_entries),
+                            source=source.replace(*change))
+    x = np.random.default_rng(5).normal(0, 2, (3, 1000)).astype(np.float32)
+    same = True
+    for case in (CASES["plain"], CASES["top-p"], CASES["top-k"]):
+        try:
+            tokens, _ = emulate(wrong, x, 128, **case)
+        except emulator.EmulatorError:
+            same = False
+            break
+        same &= np.array_equal(tokens, ks.simulate(x, SEED, 0, **case))
+    assert not same, why
