@@ -137,3 +137,14 @@ def test_wrong_kernels_draw_other_tokens(change, why):
             break
         same &= np.array_equal(tokens, ks.simulate(x, SEED, 0, **case))
     assert not same, why
+
+
+def test_the_api_refuses_more_rows_than_the_split_grid_holds():
+    import onlinesoftmax as osm
+
+    with pytest.raises(ValueError, match="variant 'split' takes at most 65535 rows"):
+        osm.sample(np.zeros((65536, 4), np.float32), variant="split")
+    assert osm.sample(np.zeros((65535, 4), np.float32), variant="split", temperature=0.0).max() == 0
+    assert osm.sample(np.zeros((65536, 4), np.float32), variant="rows").shape == (65536,)
+    with pytest.raises(ValueError, match="unknown variant 'cluster'"):
+        osm.sample(np.zeros((2, 4), np.float32), variant="cluster")

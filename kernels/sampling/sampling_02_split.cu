@@ -23,7 +23,7 @@
 //               the last block. 8 bytes written per row.
 // Limits:       sampling_01_rows' (1 <= n <= 2^31 - 2^16; float32, float16 or bfloat16 logits, rows
 //               strided with unit column stride; per-row or scalar parameters); chunks of 1 .. 2^31
-//               - 2^16 tokens; C <= 65535 x 1024. One call at a time per workspace.
+//               - 2^16 tokens; n_rows <= 65535 (the grid's y). One call at a time per workspace.
 #include "sampling_select.cuh"
 
 #define PASS_MAX 0

@@ -78,8 +78,9 @@ def test_extreme_rows():
                                                                      "min_p": 0.05}], ids=lambda c: ",".join(c) or "plain")
 def test_draws_fit_the_float64_distribution(case):
     row = np.random.default_rng(20261206).normal(0, 1.5, (1, 16)).astype(np.float32)
-    x = cp.asarray(np.repeat(row, 200_000, axis=0))
-    tokens = osm.sample(x, generator=np.random.default_rng(int(cp.random.randint(1 << 30))), variant="split", **case)
+    x = cp.asarray(np.repeat(row, 50_000, axis=0))             # four calls of 50,000 rows (at most 65,535)
+    rng = np.random.default_rng(int(cp.random.randint(1 << 30)))
+    tokens = cp.concatenate([osm.sample(x, generator=rng, variant="split", **case) for _ in range(4)])
     passed, message = compare_draws(tokens, ks.distribution(row, **case)[0])
     assert passed, message
 
@@ -113,6 +114,14 @@ def test_a_long_loop_switching_filters_keeps_the_counters_at_zero():
         tokens = cp.full(3, -9, cp.int64)                      # poisoned: every row must be written again
         runner(x, tokens, seed=i, offset=0, **{**ks.OFF, **CASES[i]})
         assert np.array_equal(cp.asnumpy(tokens), want[i]), (step, CASES[i])
+
+
+def test_too_many_rows_for_the_split_is_an_error():
+    x = cp.zeros((65536, 4), cp.float32)
+    with pytest.raises(ValueError, match="variant 'split' takes at most 65535 rows"):
+        osm.sample(x, variant="split")
+    assert int(osm.sample(x[:65535], variant="split", temperature=0.0).max()) == 0
+    assert osm.sample(x, variant="rows").shape == (65536,)
 
 
 def test_torch_tensors_on_torchs_stream():
