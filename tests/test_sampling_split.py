@@ -148,3 +148,20 @@ def test_the_api_refuses_more_rows_than_the_split_grid_holds():
     assert osm.sample(np.zeros((65536, 4), np.float32), variant="rows").shape == (65536,)
     with pytest.raises(ValueError, match="unknown variant 'cluster'"):
         osm.sample(np.zeros((2, 4), np.float32), variant="cluster")
+
+
+def test_the_combine_grader_passes_the_answer_and_rejects_wrong_ones():
+    from onlinesoftmax.book.exercises import exercises_sampling as es
+
+    assert es.check_combine_picks(es.combine_picks, quiet=True)
+    by_position = lambda k, i: (k.max(axis=1), np.take_along_axis(i, k.argmax(axis=1)[:, None], 1)[:, 0])  # noqa: E731
+    wrong = {"the stub": lambda k, i: None,
+             "the first block holding the largest key, in the order given": by_position,
+             "the largest index on a tie": lambda k, i: (k.max(axis=1), np.where(k == k.max(axis=1)[:, None], i,
+                                                                                   -1).max(axis=1)),
+             "the lowest index of any block": lambda k, i: (k.max(axis=1), i.min(axis=1)),
+             "indices as floats": lambda k, i: tuple(np.asarray(v, np.float64) for v in es.combine_picks(k, i)),
+             "right on the visible shapes only": lambda k, i: es.combine_picks(k, i)
+             if k.shape in ((1, 3), (1, 2), (6, 9)) else (k.max(axis=1), np.full(len(k), -1))}
+    for name, fn in wrong.items():
+        assert not es.check_combine_picks(fn, quiet=True), name

@@ -4,6 +4,8 @@
 token each row samples by the Gumbel-max trick, int64 (rows,).
 `check_nucleus_threshold(fn)`: fn(x, p) -> for logits x (rows, n) and p in (0, 1], the smallest logit
 top-p keeps in each row (rows,), float64.
+`check_combine_picks(fn)`: fn(keys, indices) -> for each row's blocks' best (key, index) pairs
+(rows, blocks), the row's pair: the largest key, the lowest index among the blocks holding it.
 Each prints "passed" or the first problem (grading.py) and returns True or False.
 """
 from __future__ import annotations
@@ -88,3 +90,42 @@ def nucleus_threshold(x, p):
     reached = cumulative >= p
     first = np.where(reached.any(axis=1), np.argmax(reached, axis=1), x.shape[1] - 1)   # p = 1 may round short
     return ordered[np.arange(len(x)), first]
+
+
+# --- sampling one long row with many blocks: combining the blocks' picks ----------------------------
+
+def expected_combine(keys, indices):
+    rows = [(max(k), min(i for kk, i in zip(k, ii) if kk == max(k))) for k, ii in zip(keys.tolist(), indices.tolist())]
+    return np.array([k for k, _ in rows]), np.array([i for _, i in rows], np.int64)
+
+
+def combine_cases():
+    rng = np.random.default_rng(7)
+    keys = rng.normal(0, 1, (6, 9))
+    indices = rng.permutation(6 * 9 * 100)[:54].reshape(6, 9)
+    return [Case("one row of three blocks", (np.array([[0.5, 2.0, 1.0]]), np.array([[10, 4, 30]]))),
+            Case("two blocks tied, the one with the larger index first", (np.array([[3.0, 3.0, 1.0]]),
+                                                                           np.array([[70, 12, 5]]))),
+            Case("a block that kept no token (key -inf)", (np.array([[-np.inf, 0.25]]), np.array([[2**31 - 1, 8]]))),
+            Case("6 rows of 9 blocks, in no order", (keys, indices))]
+
+
+def hidden_combine_cases(rng):
+    blocks = int(rng.integers(2, 300))
+    keys = np.round(rng.normal(0, 1, (5, blocks)), 1)          # rounded: ties between blocks are common
+    return [Case(f"5 rows of {blocks} blocks, in no order", (keys, rng.permutation(5 * blocks * 4)[:5 * blocks]
+                                                              .reshape(5, blocks)))]
+
+
+def check_combine_picks(fn, quiet: bool = False) -> bool:
+    """fn(keys, indices) -> (key, index) of each row: the largest key over its blocks, and of the blocks
+    holding it the lowest index, whatever order the blocks come in."""
+    return grade("combine_picks", fn, combine_cases(), expected_combine, ("key", "index"),
+                 Tolerance(rtol=0, atol=0), quiet=quiet, hidden=hidden_combine_cases,
+                 dtypes=(None, Kinds("iu", "integers (token ids)")))
+
+
+def combine_picks(keys, indices):
+    """The exercise's answer."""
+    best = keys.max(axis=1)
+    return best, np.where(keys == best[:, None], indices, np.iinfo(np.int64).max).min(axis=1)
