@@ -38,6 +38,7 @@ CONSTRUCTS = {
                                       ("chapters/06_copy_ceiling",)),
     "mma.sync": (r"mma\.sync", r"mma\.sync", ("chapters/08_blocked_attention", "chapters/09_tensor_core_attention")),
     "ldmatrix": (r"ldmatrix", r"ldmatrix", ("chapters/09_tensor_core_attention",)),
+    "__ldcg (a load past L1)": (r"__ldcg", r"__ldcg", ("chapters/13_sampling_split",)),
 }
 
 
