@@ -29,6 +29,8 @@ log_dir=logs/${gpu:-h200}     # what ran: test tiers, chapters, sanitizers
 mkdir -p "$log_dir"
 started_mark=$(mktemp); touch "$started_mark"
 log="$OUT/round.log"
+commit=${ONLINESOFTMAX_GIT_COMMIT:-}
+tag=${commit:+-${commit:0:7}}   # logs named by the commit sent: two rounds of one day never overwrite each other
 status=0
 trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<< "$1"; }   # (xargs would drop quotes)
 pack() {   # after every step, what this round wrote (a timeout keeps what was done)
@@ -63,7 +65,7 @@ if [ -n "$tests" ]; then
     echo "== GPU tier [$i] exit $group_rc: $(tail -n 1 "$OUT/gpu-tests-$i.log")" | tee -a "$log"
   done
   [ "$rc" = 0 ] || status=1
-  suffix=${TESTS_LOG_SUFFIX:-gpu-tests}
+  suffix=${TESTS_LOG_SUFFIX:-gpu-tests$tag}
   { echo "# pytest -m gpu $tests on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}, exit $rc"
     for i in "${!groups[@]}"; do echo "## pytest -m gpu $(trim "${groups[$i]}")"; cat "$OUT/gpu-tests-$i.log"; done
   } > "$log_dir/$day-$suffix.log"
@@ -90,7 +92,7 @@ fi
 
 for family in $sanitize; do   # kernel families of scripts/sanitize.py ("all" for every one)
   echo "== compute-sanitizer: $family" | tee -a "$log"
-  slog="$log_dir/$day-sanitizer-$family.log"
+  slog="$log_dir/$day-sanitizer-$family$tag.log"
   { echo "# sanitize.sh $family (compute-sanitizer) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
     bash scripts/sanitize.sh "$family"; } > "$slog" 2>&1; rc=$?
   grep -E "exit|ERROR SUMMARY|RACECHECK SUMMARY" "$slog" | tee -a "$log"
