@@ -250,6 +250,7 @@ GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_
                     "check_exchanged_bytes",   # tests/test_exercises_distributed.py
                     "check_cross_entropy_grad",   # tests/test_cross_entropy.py
                     "check_gumbel_pick", "check_nucleus_threshold",   # tests/test_sampling.py
+                    "check_combine_picks",   # tests/test_sampling_split.py
                     "check_gather_keys",   # tests/test_attention_paged.py
                     "check_row_backward", "check_causal_backward",   # tests/test_attention_backward.py
                     "check_k_step_descriptor", "check_stage_parities"}   # tests/test_exercises_wgmma.py
