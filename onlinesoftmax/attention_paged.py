@@ -104,9 +104,9 @@ def first_bad_entry(page_table, cache_lengths, pages: int, page_size: int) -> in
     reduction, the only synchronization of a paged call (the NumPy lines say the same thing)."""
     batch, per_seq = page_table.shape
     if not isinstance(page_table, np.ndarray):
-        keys = _bad_keys_kernel()(_contiguous(page_table),
-                                  _contiguous(cache_lengths), per_seq, page_size, pages, batch,
-                                  size=batch * max(per_seq, 1))
+        xp = array_module(page_table)   # the kernel indexes both flat: contiguous copies where they are not
+        keys = _bad_keys_kernel()(xp.ascontiguousarray(page_table), xp.ascontiguousarray(cache_lengths), per_seq,
+                                  page_size, pages, batch, size=batch * max(per_seq, 1))
         return int(keys.min())
     lengths = cache_lengths.astype(np.int64)
     none = batch + batch * per_seq
@@ -116,10 +116,6 @@ def first_bad_entry(page_table, cache_lengths, pages: int, page_size: int) -> in
     used = np.arange(per_seq)[None, :] < -(-lengths // page_size)[:, None]
     bad_page = used & ((page_table < 0) | (page_table >= pages))
     return batch + int(np.argmax(bad_page.reshape(-1))) if bad_page.any() else none
-
-
-def _contiguous(a):
-    return a if a.flags.c_contiguous else a.copy()
 
 
 _BAD_KEYS = []

@@ -160,6 +160,8 @@ def test_the_combine_grader_passes_the_answer_and_rejects_wrong_ones():
              "the largest index on a tie": lambda k, i: (k.max(axis=1), np.where(k == k.max(axis=1)[:, None], i,
                                                                                    -1).max(axis=1)),
              "the lowest index of any block": lambda k, i: (k.max(axis=1), i.min(axis=1)),
+             "all zeros": lambda k, i: (np.zeros(len(k)), np.zeros(len(k), np.int64)),
+             "the largest key of the first block only": lambda k, i: (k[:, 0], i[:, 0]),
              "indices as floats": lambda k, i: tuple(np.asarray(v, np.float64) for v in es.combine_picks(k, i)),
              "right on the visible shapes only": lambda k, i: es.combine_picks(k, i)
              if k.shape in ((1, 3), (1, 2), (6, 9)) else (k.max(axis=1), np.full(len(k), -1))}
