@@ -68,6 +68,24 @@ def cross_entropy_with_grad(logits, targets, *, ignore_index: int = -100, label_
                 reduction, grad=True, in_place=bool(in_place), check_targets=check_targets)
 
 
+def cross_entropy_with_grad_deferred(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0,
+                                     z_loss: float = 0.0, softcap=None, reduction: str = "mean"):
+    """(loss, lse, dlogits, bad) for the autograd operator, which must not wait for the GPU in its forward:
+    a target outside [0, V) that is not ignore_index makes its row's loss NaN (so the loss is NaN, never
+    a silently smaller one) and its gradient row zero, and `bad`, a 0-d bool on the logits' side, says
+    whether any target did. The operator's backward reads it with the upstream gradient's test (one
+    synchronization) and raises check_target_range's ValueError."""
+    if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
+        return torch_bridge.call(cross_entropy_with_grad_deferred, logits, targets, ignore_index=ignore_index,
+                                 label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, reduction=reduction)
+    outside = None
+    if targets.dtype.kind in "iu" and tuple(targets.shape) == tuple(logits.shape[:-1]):   # else _check's error
+        outside = ((targets < 0) | (targets >= logits.shape[-1])) & (targets != ignore_index)
+    loss, lse, grad = _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
+                           reduction, grad=True, in_place=False, check_targets=False, outside=outside)
+    return loss, lse, grad, array_module(logits).asarray(outside.any())
+
+
 def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
     on_gpu = check_array(logits, function, exact=True)
     if logits.shape[-1] == 0:
@@ -110,7 +128,7 @@ def check_target_range(targets, n_classes: int, ignore_index: int, function: str
 
 
 def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place,
-         check_targets):
+         check_targets, outside=None):
     on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
                         check_targets)
     n_classes = logits.shape[-1]
@@ -143,6 +161,8 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
                   "grad_scale": xp.asarray(scale, dtype=np.float32).reshape(1) if grad else None}
         get_runner(REGISTRY["cross_entropy_01_rows"], x, rows, {**options, **launch})(x, rows, **launch)
     shape = logits.shape[:-1]
+    if outside is not None:   # the deferred check's rows: NaN, where the unchecked call counts them as ignored
+        rows = xp.where(outside.reshape(-1), rows.dtype.type(np.nan), rows)
     with np.errstate(divide="ignore", invalid="ignore"):
         loss = rows.reshape(shape) if reduction == "none" else \
             rows.sum(dtype=rows.dtype) if reduction == "sum" else rows.sum(dtype=rows.dtype) / counted

@@ -21,8 +21,8 @@ and an autograd kernel of its own: a plain tensor that needs no gradient goes st
 a call), one that needs a gradient goes through a `torch.autograd.Function`, and the tensors of
 torch.compile's tracing (fake, functional) go below autograd to the fake implementation. CUDA tensors
 run the CUDA kernels on torch's current stream; CPU tensors run the NumPy models (float64 exactly),
-so `torch.autograd.gradcheck` runs on a machine without a GPU. `onlinesoftmax.softmax`,
-`log_softmax` and `logsumexp` called on a tensor that requires a gradient go through these operators.
+so `torch.autograd.gradcheck` runs on a machine without a GPU (the public functions send them a tensor
+that requires a gradient). cross_entropy checks its targets on the device and raises in the backward.
 """
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -299,32 +299,32 @@ def _attention_parts(n_q: int, n_k: int, causal: bool, align: str):
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """The forward kernel writes the gradient of the loss as it computes it (the logits are read for
-    it while they are in cache); backward scales it by the upstream gradient: not at all when that is
-    1, as after loss.backward() (a one-element comparison on the host), else one multiply. The gradient
-    is the Function's third output (saved, never returned by the operator)."""
+    """The forward kernel writes the loss's gradient as it computes it; no host synchronization: the
+    targets' range is checked on the device and read in backward with the upstream gradient's "is it 1"
+    test (one synchronization). The gradient is the Function's third output (saved, not returned)."""
 
     @staticmethod
     def forward(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction):
-        return loss.cross_entropy_with_grad(logits, targets, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                                            z_loss=z_loss, softcap=softcap or None, reduction=reduction)
+        return loss.cross_entropy_with_grad_deferred(logits, targets, ignore_index=ignore_index, z_loss=z_loss,
+                                                     label_smoothing=label_smoothing, softcap=softcap or None, reduction=reduction)
 
     @staticmethod
     def setup_context(ctx, inputs, outputs):
-        ctx.reduction = inputs[6]
-        ctx.save_for_backward(outputs[2])
-        ctx.mark_non_differentiable(outputs[1], outputs[2])
+        ctx.reduction, ctx.ignore_index, ctx.n_classes = inputs[6], inputs[2], inputs[0].shape[-1]
+        ctx.save_for_backward(outputs[2], outputs[3], inputs[1]), ctx.mark_non_differentiable(*outputs[1:])
         ctx.set_materialize_grads(False)   # else autograd fills a logits-sized zero gradient for the dropped output
 
     @staticmethod
     def backward(ctx, g, *_):
         if g is None:   # only the LSE was used: no gradient flows to the logits
-            return None, None, None, None, None, None, None
-        (grad,) = ctx.saved_tensors
-        if ctx.reduction == "none":
-            grad = grad * g.unsqueeze(-1).to(grad.dtype)
-        elif not bool(g == 1):
-            grad = grad * g.to(grad.dtype)
+            return (None,) * 7
+        grad, outside, targets = ctx.saved_tensors
+        one = (g == 1).reshape(()) if ctx.reduction != "none" else outside   # (for "none", unused)
+        is_one, bad = torch.stack([one, outside]).tolist()   # the one synchronization
+        if bad:
+            loss.check_target_range(targets, ctx.n_classes, ctx.ignore_index, "cross_entropy")
+        if ctx.reduction == "none" or not is_one:
+            grad = grad * (g.unsqueeze(-1) if ctx.reduction == "none" else g).to(grad.dtype)
         return grad, None, None, None, None, None, None
 
 

@@ -319,3 +319,26 @@ def test_unchecked_targets_count_as_ignored_and_are_never_read_outside_the_row()
         osm.cross_entropy_with_grad(x, t)
     with pytest.raises(TypeError, match="check_targets must be True or False, got 'no'"):
         osm.cross_entropy(x, t, check_targets="no")
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_the_operator_checks_targets_without_waiting_and_raises_in_backward(reduction):
+    """The autograd operator never synchronizes in its forward: a target outside [0, V) makes its row's
+    loss NaN (never a smaller loss that silently skipped it) and the backward raises the ValueError that
+    names it. Wrong answers kept: the unchecked call's loss (the bad row counted as ignored) is finite."""
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    x = torch.randn(4, 9, dtype=torch.float32, requires_grad=True)
+    t = torch.tensor([3, 9, 2, 0])
+    loss = osm.cross_entropy(x, t, reduction=reduction)
+    rows = loss if reduction == "none" else loss.reshape(1)
+    assert torch.isnan(rows).any() and (reduction != "none" or torch.isnan(rows).tolist() == [False, True, False, False])
+    unchecked = osm.cross_entropy(x.detach(), t, reduction=reduction, check_targets=False)
+    assert torch.isfinite(unchecked).all()                           # the wrong answer the NaN replaces
+    with pytest.raises(ValueError, match=r"cross_entropy: target 9 of row 1 is outside \[0, 9\)"):
+        loss.sum().backward()
+    good = torch.tensor([3, 8, -100, 0])                             # in range (and ignored): no error, same gradient
+    g, = torch.autograd.grad(osm.cross_entropy(x, good, reduction=reduction).sum(), x)
+    want, = torch.autograd.grad(torch.nn.functional.cross_entropy(x, good, reduction=reduction).sum(), x)
+    torch.testing.assert_close(g, want)
