@@ -75,8 +75,10 @@ def gpu_meta(method: str = METHOD, gpu_count: int = 1) -> dict:
         import torch
 
         meta["torch"] = torch.__version__
-    except Exception:
+    except ImportError:
         pass
+    except Exception as error:   # installed, but its import failed in this process: say why, once, in the record
+        meta["torch"] = f"not loaded: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)

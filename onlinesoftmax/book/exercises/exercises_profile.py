@@ -161,8 +161,9 @@ def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32") ->
     message) without torch or without a GPU."""
     try:
         import torch
-    except ImportError:
-        print("kernels_launched: needs torch and a GPU (torch is not installed here)")
+    except Exception as error:   # not installed, or an installation whose import fails in this process
+        print(f"kernels_launched: needs torch and a GPU (torch could not be imported here: "
+              f"{type(error).__name__}: {str(error).strip().splitlines()[0]})")
         return None
     if not torch.cuda.is_available():
         print("kernels_launched: needs torch and a GPU (torch sees no CUDA device here)")
