@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the chapter scripts made by chapters_to_scripts.sh top to bottom with IPython, from
+# Run the chapter scripts made by chapters_to_scripts.sh, each cell by cell in one IPython shell
+# (scripts/run_chapter_cells.py, which names the slow cells), from
 # chapters/ (as the book build does), on the real kernels. The combined log is written to
 # logs/<gpu>/<date>-chapters-on-gpu.log.  Needs IPython + ipywidgets (carried as wheels).
 set -u
@@ -15,7 +16,7 @@ status=0
   for script in build/chapter_scripts/${CHAPTERS:-*}.py; do   # CHAPTERS: a glob of script names (default all)
     echo "## $script"
     began=$(date +%s)
-    (cd chapters && python3 -m IPython --no-banner --colors=NoColor "../$script") 2>&1; rc=$?
+    (cd chapters && python3 ../scripts/run_chapter_cells.py "../$script") 2>&1; rc=$?   # cell by cell, the slow cells named
     echo "## $script: exit $rc after $(( $(date +%s) - began )) s"
     [ "$rc" = 0 ] || status=1
   done
