@@ -20,6 +20,8 @@ NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel cross_entropy_
 tensors either on torch's current stream (a tensor that needs a gradient goes to the autograd
 operator torch.ops.onlinesoftmax.cross_entropy). Targets are checked on the host (one
 synchronization on the GPU): an out-of-range target is a ValueError naming it, not a device fault.
+The operator checks them on the device instead and raises in its backward
+(cross_entropy_with_grad_deferred): its forward never waits for the GPU.
 """
 from __future__ import annotations
 
