@@ -139,7 +139,9 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
         raise ValueError(f"{function}: in_place=True needs C-contiguous float32, float16 or bfloat16 logits, got "
                          f"{describe(logits)}{'' if logits.flags.c_contiguous else ' (not contiguous)'}")
     t = xp.ascontiguousarray(targets.reshape(-1).astype(np.int64, copy=False))
-    if not check_targets:   # unchecked: a target outside [0, V) counts as ignore_index, never a read outside the row
+    if outside is not None:   # the deferred check's mask: those rows count as ignored (their loss NaN, below)
+        t = xp.where(outside.reshape(-1), np.int64(ignore_index), t)
+    elif not check_targets:   # unchecked: a target outside [0, V) counts as ignore_index, never a read outside the row
         t = xp.where((t < 0) | (t >= n_classes), np.int64(ignore_index), t)
     counted = (t != ignore_index).sum()
     options = {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing), "z_loss": float(z_loss),
