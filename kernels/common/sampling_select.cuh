@@ -150,14 +150,29 @@ __device__ __forceinline__ void for_each_token(const typename Row::Elem* row_x, 
 }
 
 // Token j's key in the Gumbel-max draw, d = s_j - M plus its noise: word j % 4 of the Philox draw of
-// group j / 4 for this row, offset and seed.
-__device__ __forceinline__ float gumbel_key(int j, int row, float d, unsigned offset_lo, unsigned offset_hi,
-                                            unsigned seed_lo, unsigned seed_hi) {
-    const PhiloxWords r = philox4x32_10(static_cast<unsigned>(j >> 2), static_cast<unsigned>(row), offset_lo,
-                                        offset_hi, seed_lo, seed_hi);
-    const unsigned word = (j & 2) ? ((j & 1) ? r.w[3] : r.w[2]) : ((j & 1) ? r.w[1] : r.w[0]);   // no local array
-    return d + gumbel_from_word(word);
-}
+// group j / 4 for this row, offset and seed. A thread visits its tokens in increasing j, so it keeps
+// the last group's four words: neighbours in one group draw Philox4x32-10 once, not once each.
+struct GumbelKeys {
+    int row;
+    unsigned offset_lo, offset_hi, seed_lo, seed_hi;
+    unsigned group;
+    PhiloxWords words;
+
+    __device__ __forceinline__ GumbelKeys(int row_, unsigned offset_lo_, unsigned offset_hi_, unsigned seed_lo_,
+                                          unsigned seed_hi_)
+        : row(row_), offset_lo(offset_lo_), offset_hi(offset_hi_), seed_lo(seed_lo_), seed_hi(seed_hi_),
+          group(0xffffffffu), words() {}
+
+    __device__ __forceinline__ float key(int j, float d) {
+        const unsigned g = static_cast<unsigned>(j) >> 2;
+        if (g != group) {
+            words = philox4x32_10(g, static_cast<unsigned>(row), offset_lo, offset_hi, seed_lo, seed_hi);
+            group = g;
+        }
+        const unsigned word = (j & 2) ? ((j & 1) ? words.w[3] : words.w[2]) : ((j & 1) ? words.w[1] : words.w[0]);
+        return d + gumbel_from_word(word);   // (word picked without indexing: no local array)
+    }
+};
 
 struct SampleShared {
     unsigned long long hist[256];

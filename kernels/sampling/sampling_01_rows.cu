@@ -112,12 +112,13 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
 
     // the last pass: Gumbel-max over the kept tokens; token j's noise is word j % 4 of the Philox draw
     // of group j / 4, drawn only for a token that could still beat this thread's best
+    GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
     float best = neg_inf();
     int pick = 0x7fffffff;
     for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {
         const float d = s - m;
         if (!valid || ordered_bits(s) < floor || !(d + GUMBEL_MAX > best)) return;
-        const float key = gumbel_key(j, row, d, offset_lo, offset_hi, seed_lo, seed_hi);
+        const float key = noise.key(j, d);
         if (key > best) { best = key; pick = j; }
     });
     block_pick(best, pick, sh.keys, sh.indices);

@@ -173,12 +173,13 @@ __device__ __forceinline__ void split_pass(const typename Row::Elem* x, long lon
     // PASS_SAMPLE: Gumbel-max over the kept tokens (min-p's floor joins here)
     const float q = min_ps ? min_ps[row] : min_p;
     const unsigned floor = q > 0.0f ? max(st.floor, ordered_bits(m + logf(q))) : st.floor;
+    GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
     float best = neg_inf();
     int pick = 0x7fffffff;
     for_each_chunk_token<Row>(row_x, start, length, t, [&](int j, float s, bool valid) {
         const float d = s - m;
         if (!valid || ordered_bits(s) < floor || !(d + GUMBEL_MAX > best)) return;
-        const float key = gumbel_key(j, row, d, offset_lo, offset_hi, seed_lo, seed_hi);
+        const float key = noise.key(j, d);
         if (key > best) { best = key; pick = j; }
     });
     block_pick(best, pick, sh.keys, sh.indices);
