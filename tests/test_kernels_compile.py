@@ -169,12 +169,9 @@ def nvrtc_build(path: Path, define_flags: tuple[str, ...], arch: str) -> tuple[b
     err, program = nvrtc.nvrtcCreateProgram(text.encode(), path.name.encode(), 0, [], [])
     try:
         (err,) = nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
-        _, size = nvrtc.nvrtcGetProgramLogSize(program)
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(program, log)
+        text = loader.nvrtc_log(program).rstrip()
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    text = log.rstrip(b"\x00 ").decode(errors="replace")   # the log ends in its C string's NUL
     report = f"NVRTC {' '.join(options)} {loader._rel(path)}\n{text}"
     return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, report
 
@@ -374,3 +371,29 @@ def test_kernel_compiles_for_arch(farm, path: Path, define_flags: tuple[str, ...
     found = spills(report)
     if found:
         warnings.warn(SpillWarning(f"{name} spills registers on {arch} (NVRTC): " + "; ".join(found)))
+
+
+def test_an_nvrtc_build_leaves_python_s_bytes_alone(tmp_path):
+    """NVRTC writes its log and cubin into the buffers it is handed; an empty log is one NUL, and a
+    buffer made as b" " * 1 is CPython's shared b" ": writing into it turns every b" " of the process
+    into b"\\x00" (torch's import then fails on its own operator schemas, and the process may crash)."""
+    pytest.importorskip("cuda.bindings")
+    source = tmp_path / "tiny.cu"
+    source.write_text('extern "C" __global__ void tiny(float* x) { x[0] = 1.0f; }\n')
+    assert loader.nvrtc_cubin(source, arch="sm_90")[:4] == b"\x7fELF"
+    ok, report = nvrtc_build(source, (), "sm_90")
+    assert ok, report
+    assert " ".encode()[0] == 32 and bytes([32]) + b"a" == b" a"
+    # the wrong answer it rejects: the old buffer, written by NVRTC, corrupts the shared object
+    from cuda.bindings import nvrtc
+
+    err, program = nvrtc.nvrtcCreateProgram(source.read_bytes(), b"tiny.cu", 0, [], [])
+    try:
+        nvrtc.nvrtcCompileProgram(program, 1, [b"-arch=sm_90"])
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        assert size == 1   # an empty log: the case that hands over the shared object
+        probe = bytearray(b"x")    # what b" " * size would be, without touching the shared b" "
+        nvrtc.nvrtcGetProgramLog(program, probe)
+        assert probe == b"\x00"
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)

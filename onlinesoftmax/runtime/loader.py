@@ -124,16 +124,25 @@ def nvrtc_cubin(path, flags=(), arch: str | None = None) -> bytes:
     try:
         (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            _, size = nvrtc.nvrtcGetProgramLogSize(program)
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(program, log)
-            raise KernelCompileError(f"{_rel(path)} failed to compile with NVRTC:\n{log.decode(errors='replace')}")
+            raise KernelCompileError(f"{_rel(path)} failed to compile with NVRTC:\n{nvrtc_log(program)}")
         _, size = nvrtc.nvrtcGetCUBINSize(program)
-        binary = b" " * size
+        binary = bytearray(size)
         nvrtc.nvrtcGetCUBIN(program, binary)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    return binary
+    return bytes(binary)
+
+
+def nvrtc_log(program) -> str:
+    """An NVRTC program's log as text (its C string's NUL dropped). NVRTC writes into the buffer it is
+    given, so the buffer is a fresh bytearray: `b" " * size` would hand it, at size 1 (an empty log),
+    CPython's shared one-byte object b" ", and every b" " in the process would read b"\\x00" after."""
+    from cuda.bindings import nvrtc
+
+    _, size = nvrtc.nvrtcGetProgramLogSize(program)
+    log = bytearray(size)
+    nvrtc.nvrtcGetProgramLog(program, log)
+    return bytes(log).rstrip(b"\x00").decode(errors="replace")
 
 
 def _arch_specific_module(path, defines, files):
