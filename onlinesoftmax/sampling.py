@@ -41,7 +41,6 @@ from onlinesoftmax.reference import array_module
 from onlinesoftmax.runtime import torch_bridge
 from onlinesoftmax.runtime.plan import get_runner
 
-SPLIT_MAX_ROWS = 65535                # sampling_02_split: the rows on the grid's y (at most 65,535 blocks)
 TORCH_KEY_SALT = 0x9E3779B97F4A7C15   # XORed into a torch generator's seed: another Philox key than torch's
 RANGES = {"temperature": (0.0, np.inf, "a finite number >= 0"), "top_k": (None, None, "an int (<= 0: off)"),
           "top_p": (0.0, 1.0, "a number in (0, 1]"), "min_p": (0.0, 1.0, "a number in [0, 1]")}
@@ -62,8 +61,8 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
                          f"{tuple(logits.shape)}")
     check_length(logits, logits.ndim - 1, "sample")
     x = logits.reshape(-1, logits.shape[-1])
-    if chosen is not None and chosen.name == "sampling_02_split" and x.shape[0] > SPLIT_MAX_ROWS:
-        raise ValueError(f"sample: variant {variant!r} takes at most {SPLIT_MAX_ROWS} rows (its grid holds them on "
+    if chosen is not None and chosen.name == "sampling_02_split" and x.shape[0] > ksplit.MAX_ROWS:
+        raise ValueError(f"sample: variant {variant!r} takes at most {ksplit.MAX_ROWS} rows (its grid holds them on "
                          f"y), got {x.shape[0]}; variant='rows' or 'auto' takes any number")
     values = {name: checked(name, value, x.shape[0], logits) for name, value in params.items()}   # one per row
     seed, offset = seed_and_offset(generator)

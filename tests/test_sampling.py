@@ -236,6 +236,33 @@ def test_the_kernel_source_on_extreme_rows(emulated):
         assert tokens[4] == (17 if t >= 1 or t < 1e-5 else -1)   # 3e38 / 0.5 overflows: refused; greedy divides by 1
 
 
+def test_the_kernel_source_through_each_path_of_its_filters(emulated):
+    """The kernel finds top-k's and top-p's thresholds in a histogram of 2048 bins of s - M, then among
+    the tokens of one bin gathered in shared memory (at most 2048); rows built to take each path,
+    the fallback to four radix passes over the row included, pick the model's tokens."""
+    n = 5000
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 2, (8, n)).astype(np.float32)         # 0: both thresholds in their bins (top-p pending)
+    x[1] = 0.0                                              # 1: one full bin: refused, the radix passes
+    x[2, 3:] = -1000.0                                      # 2: top-k's bin is the last one: the radix passes
+    x[2, :3] = (0.0, 1.0, 2.0)
+    x[3] = -1.0                                             # 3: top-p's pending bin holds 4999 tokens
+    x[3, 0] = 0.0
+    x[4, :10] = 0.0                                         # 4: top-p inside top-k's bin (ties of the k-th)
+    x[4, 10:] = -50.0
+    x[5] = np.repeat(np.linspace(0, -8, 2500, dtype=np.float32), 2)   # 5: pairs of ties in many bins
+    x[6, ::7] = -np.inf                                     # 6: masked tokens in the last bin
+    x[7] = 1e-4 * rng.normal(size=n).astype(np.float32)     # 7: nearly flat: 5000 tokens within one bin
+    cases = ({"top_k": 10}, {"top_p": 0.5}, {"top_k": 40, "top_p": 0.9}, {"top_k": 3000, "top_p": 0.3},
+             {"top_k": 7, "top_p": 0.6, "min_p": 0.1}, {"top_p": 0.97, "temperature": 0.7})
+    for case in cases:
+        tokens = emulate(emulated, x, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
+    bf16 = checks.to_dtype(x, "bfloat16")
+    for case in cases[1:3]:
+        assert np.array_equal(emulate(emulated, bf16, **case), ks.simulate(bf16, SEED, 0, **case)), case
+
+
 def test_the_model_comparison_can_fail():
     from onlinesoftmax.sampling_checks import compare_with_model
 
@@ -360,7 +387,13 @@ def test_a_broken_warp_add_changes_tokens(emulated, change, why):
     ties = np.full((8, 64), -np.inf, np.float32)
     ties[:, 0:20:4], ties[:, 20:40:4] = 10.0, 9.9
     rows.append(ties)
+    # top-p's threshold among 500 distinct values inside one bin of the histogram (width 1/92): the
+    # radix select over the gathered tokens decides it, where each add counts
+    inside = np.full((16, 600), -np.inf, np.float32)   # 16 rows: 16 draws that would tell
+    inside[:, 0] = 0.0
+    inside[:, 1:501] = -1.0 + 2e-5 * np.arange(500, dtype=np.float32)
+    rows.append(inside)
     same = all(np.array_equal(emulate(module, x, **case), ks.simulate(x, SEED, 0, **case))
                for x in rows for case in (CASES["top-k 3"], CASES["top-p 0.7"], CASES["all three"],
-                                          {"top_p": 0.02}))
+                                          {"top_p": 0.02}, {"top_p": 0.5}, {"top_k": 250}))
     assert same == (why is None), why

@@ -12,10 +12,14 @@
 // The argmax of the weights' logs plus Gumbel noise is a sample of the normalised weights (the
 // Gumbel-max trick), so the normaliser is never needed and one pass over the kept tokens samples.
 // g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
-// win and draws no noise. The thresholds are exact values of the row: a radix select over the
-// order-preserving bits of s, eight bits per pass, counting tokens (top-k) or summing weights
-// (top-p) in shared-memory histograms of 64-bit integers, one atomic per distinct digit among a warp's lanes
-// (warp_add): every sum is exact, so the thresholds, and
+// win and draws no noise. The thresholds are exact values of the row, found without a sort: one pass
+// sums each token's count and weight into a shared-memory histogram of 2048 bins of s - M (bin_filters);
+// the bin where the count (top-k) or the weight (top-p) from the top reaches its target holds the
+// threshold, and that bin's tokens, gathered into shared memory, give its exact key by a radix select
+// over their order-preserving bits, eight bits per round, counting tokens or summing weights in
+// 256-bucket histograms of 64-bit integers, one atomic per distinct digit among a warp's lanes
+// (warp_add). Where a bin holds more than 2048 tokens (a nearly flat row) the same radix select runs
+// over the whole row instead, four passes each. Every sum is exact, so the thresholds, and
 // the tokens, do not depend on the order in which threads add. Ties of keys go to the lower index.
 // g_j is word (j mod 4) of Philox(counter = (j / 4, row, offset_lo, offset_hi), key = (seed_lo,
 // seed_hi)): the same seed and offset give the same tokens, whatever the launch geometry.
@@ -28,33 +32,136 @@
 //          Per-row parameters: temperature, top_k, top_p and min_p each a device array of n_rows
 //          or, when its pointer is null, the scalar argument of the same name. top_k <= 0 or >= n,
 //          top_p >= 1 and min_p <= 0 turn a filter off.
-// Traffic: x read once to find M, four more times per radix select (top-k, top-p), once to sample:
-//          one read for greedy rows, two without filters or with min-p, six with top-k or top-p,
-//          ten with both (the later reads from L2 while the rows in flight fit in it). 8 bytes
-//          written per row.
+// Traffic: x read once to find M, once for the histogram (top-k or top-p), once more to gather top-k's
+//          bin, once to sample (which also gathers top-p's bin): one read for greedy rows, two without
+//          filters or with min-p, three with top-p, four with top-k, four or five with both; a row
+//          whose threshold bin is too full to gather adds four reads per radix select (the later
+//          reads from L2 while the rows in flight fit in it). 8 bytes written per row.
 // Limits:  1 <= n <= 2^31 - 2^16; x float32, float16 or bfloat16, rows strided (unit column
 //          stride); top_p in (0, 1], min_p in [0, 1], temperature >= 0 (the host checks them).
 #include "sampling_select.cuh"
 
-// The exact threshold key of a radix select over the tokens whose key is >= floor: the k-th largest
-// (MASS = false, `count` = k), or the largest key whose tokens at or above it weigh at least p of
-// all of them (MASS = true, weights in fixed point). Four passes over the row, eight bits each.
-template <class Row, bool MASS>
-__device__ unsigned radix_select(const typename Row::Elem* row_x, int n, float t, float m, unsigned floor,
-                                 unsigned count, float p, SampleShared& sh) {
+// The bins of bin_filters: d = s - M in (-inf, 0] cut into BINS - 1 bins of width
+// 1 / INVERSE_BIN_WIDTH from the top, then a last bin for everything lower. -d * INVERSE_BIN_WIDTH
+// rounds and truncates monotonically, so a larger s never lands in a later bin. The last bin starts
+// below -22.2, where e^d 2^32 < 1: its tokens weigh 0 in fixed point.
+#define BINS 2048
+#define CANDIDATES 2048
+#define INVERSE_BIN_WIDTH 92.0f   // (BINS - 1) / 92 = 22.25 > 32 ln 2 = 22.18
+
+__device__ __forceinline__ int bin_of(float d) {
+    return static_cast<int>(fminf(-d * INVERSE_BIN_WIDTH, static_cast<float>(BINS - 1)));
+}
+
+struct BinShared {
+    unsigned long long mass[BINS];   // per bin: the tokens' weights (fixed point), exact integer sums
+    unsigned count[BINS];            // per bin: the tokens
+    float s[CANDIDATES];             // a bin's tokens, gathered: s and index
+    int index[CANDIDATES];
+    unsigned n_candidates;
+    unsigned long long total, remaining;
+    int bin;
+};
+
+// All threads: the first bin, from the top, at which the running sum of hist reaches `remaining`, or,
+// when remaining is 0, ceil(p * the sum of every bin) (at least 1); `remaining` becomes what is left
+// inside that bin. Warp 0 scans (lane l sums bins 64 l .. 64 l + 63), then every thread reads it.
+template <class T>
+__device__ int pick_bin(const T* hist, unsigned long long& remaining, float p, BinShared& bs) {
+    constexpr int PER_LANE = BINS / 32;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        unsigned long long part = 0ull;
+        for (int q = 0; q < PER_LANE; ++q) part += hist[PER_LANE * lane + q];
+        unsigned long long inclusive = part;
+#pragma unroll
+        for (int offset = 1; offset < 32; offset <<= 1) {
+            const unsigned long long other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+            if (lane >= offset) inclusive += other;
+        }
+        unsigned long long target = remaining;
+        if (target == 0ull) {
+            const unsigned long long total = __shfl_sync(0xffffffffu, inclusive, 31);
+            target = max(1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p) * total)));
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, inclusive >= target);
+        const int owner = __ffs(hit) - 1;   // target <= the total: some lane reaches it
+        if (lane == owner) {
+            unsigned long long left = target - (inclusive - part);
+            int b = PER_LANE * lane;
+            for (; b < PER_LANE * lane + PER_LANE - 1; ++b) {
+                if (hist[b] >= left) break;
+                left -= hist[b];
+            }
+            bs.bin = b;
+            bs.remaining = left;
+        }
+    }
+    __syncthreads();
+    const int bin = bs.bin;
+    remaining = bs.remaining;
+    __syncthreads();   // bs.bin may be written again right after
+    return bin;
+}
+
+// All threads: the tokens of bin `bin` into bs.s / bs.index (the caller knows they fit).
+template <class Row>
+__device__ void gather_bin(const typename Row::Elem* row_x, int n, float t, float m, int bin, BinShared& bs) {
+    if (threadIdx.x == 0) bs.n_candidates = 0u;
+    __syncthreads();
+    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {
+        if (!valid || bin_of(s - m) != bin) return;
+        const unsigned slot = atomicAdd(&bs.n_candidates, 1u);
+        bs.s[slot] = s;
+        bs.index[slot] = j;
+    });
+    __syncthreads();
+}
+
+// What radix_select visits: every token of the row, or the tokens gathered in shared memory.
+template <class Row>
+struct RowTokens {
+    const typename Row::Elem* row_x;
+    int n;
+    float t;
+    template <class Visit>
+    __device__ __forceinline__ void operator()(Visit visit) const { for_each_token<Row>(row_x, n, t, visit); }
+};
+
+struct Candidates {
+    const BinShared& bs;
+    template <class Visit>
+    __device__ __forceinline__ void operator()(Visit visit) const {   // all 32 lanes of a warp together
+        const int lane = threadIdx.x & 31, count = static_cast<int>(bs.n_candidates);
+        for (int base = threadIdx.x & ~31; base < count; base += blockDim.x) {
+            const int i = base + lane;
+            const bool valid = i < count;
+            visit(valid ? bs.index[i] : 0, valid ? bs.s[i] : 0.0f, valid);
+        }
+    }
+};
+
+// The exact threshold key of a radix select over the tokens `each` visits whose key is >= floor: the
+// count-th largest (MASS = false), or the largest key whose tokens at or above it weigh `count` units
+// (MASS = true and count given) or p of all of them (MASS = true, count == 0; weights in fixed point).
+// Four passes over the tokens, eight bits each; `each(visit)` calls visit(j, s, valid) on every token,
+// all 32 lanes of a warp together.
+template <bool MASS, class Each>
+__device__ unsigned radix_select(Each each, float m, unsigned floor, unsigned long long count, float p,
+                                 SampleShared& sh) {
     unsigned prefix = 0, mask = 0;
     unsigned long long remaining = count;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int d = threadIdx.x; d < 256; d += blockDim.x) sh.hist[d] = 0;
         __syncthreads();
-        for_each_token<Row>(row_x, n, t, [&](int, float s, bool valid) {
+        each([&](int, float s, bool valid) {
             const unsigned key = ordered_bits(s);
             const bool active = valid && key >= floor && (key & mask) == prefix;
             warp_add<MASS>(sh.hist, active, (key >> shift) & 255, MASS && active ? fixed_weight(s, m) : 0ull);
         });
         __syncthreads();
         if (threadIdx.x < 32) {
-            if (MASS && shift == 24) {   // the first pass sums every kept token: the target is p of that
+            if (MASS && count == 0 && shift == 24) {   // the first pass sums every kept token: the target is p of that
                 unsigned long long total = 0;
                 for (int d = 0; d < 256; ++d) total += sh.hist[d];
                 remaining = max(1ull, static_cast<unsigned long long>(ceil(static_cast<double>(p) * total)));
@@ -70,6 +177,73 @@ __device__ unsigned radix_select(const typename Row::Elem* row_x, int n, float t
     return prefix;
 }
 
+// The filters' thresholds from one histogram of the row over BINS bins of d = s - M (bin_of), each
+// bin's token count and weight; then the tokens of the one bin that holds a threshold, gathered into
+// shared memory (at most CANDIDATES of them), give its exact key by the radix select above, run on
+// them alone. Top-k: the bin where the count from the top reaches k. Top-p (after top-k): the bin
+// where the weight from the top reaches ceil(p total); when it is not top-k's bin, its tokens are
+// gathered by the last pass (`pending`), which samples the bins above it at once.
+// Returns false, having decided nothing, where a bin to gather holds more than CANDIDATES tokens
+// (or top-k's bin is the last, unbounded one): the caller then runs the radix selects on the row.
+struct FilterPlan {
+    unsigned long long pending_remaining;   // top-p's weight left to reach inside the pending bin
+    unsigned floor;                         // ordered bits of the lowest key kept by top-k (and top-p)
+    int pending;                            // top-p's bin, gathered by the last pass; -1: none
+    bool done;                              // false: nothing decided (a bin too full to gather)
+};
+
+template <class Row>
+__device__ __noinline__ FilterPlan bin_filters(const typename Row::Elem* row_x, int n, float t, float m, int k,
+                                               float p, SampleShared& sh, BinShared& bs) {
+    FilterPlan plan{0ull, 0u, -1, true};
+    const FilterPlan refused{0ull, 0u, -1, false};
+    const bool use_k = k > 0 && k < n, use_p = p < 1.0f;
+    for (int b = threadIdx.x; b < BINS; b += blockDim.x) { bs.count[b] = 0u; bs.mass[b] = 0ull; }
+    __syncthreads();
+    for_each_token<Row>(row_x, n, t, [&](int, float s, bool valid) {
+        const int b = bin_of(s - m);
+        if (!valid || b == BINS - 1) return;   // the last bin: weights of 0, its count never needed
+        atomicAdd(&bs.count[b], 1u);
+        const unsigned long long w = use_p ? fixed_weight(s, m) : 0ull;
+        if (w != 0ull) atomicAdd(&bs.mass[b], w);
+    });
+    __syncthreads();
+    if (threadIdx.x == 0) bs.count[BINS - 1] = static_cast<unsigned>(n);   // bounds every pick
+    __syncthreads();
+    const Candidates candidates{bs};
+    int bin_k = -1;
+    if (use_k) {
+        unsigned long long remaining = static_cast<unsigned>(k);
+        bin_k = pick_bin(bs.count, remaining, 0.0f, bs);
+        if (bin_k == BINS - 1 || bs.count[bin_k] > CANDIDATES) return refused;
+        gather_bin<Row>(row_x, n, t, m, bin_k, bs);
+        plan.floor = radix_select<false>(candidates, m, 0u, remaining, 0.0f, sh);
+        if (!use_p) return plan;
+        // top-p weighs the tokens top-k kept: bin_k's own at or above the k-th, none below
+        if (threadIdx.x == 0) bs.total = 0ull;
+        __syncthreads();
+        unsigned long long mine = 0ull;
+        for (int i = threadIdx.x; i < static_cast<int>(bs.n_candidates); i += blockDim.x)
+            if (ordered_bits(bs.s[i]) >= plan.floor) mine += fixed_weight(bs.s[i], m);
+        if (mine != 0ull) atomicAdd(&bs.total, mine);
+        __syncthreads();
+        for (int b = bin_k + 1 + threadIdx.x; b < BINS; b += blockDim.x) bs.mass[b] = 0ull;
+        if (threadIdx.x == 0) bs.mass[bin_k] = bs.total;
+        __syncthreads();
+    }
+    if (!use_p) return plan;
+    unsigned long long remaining = 0ull;
+    const int bin_p = pick_bin(bs.mass, remaining, p, bs);
+    if (bin_p == bin_k) {   // top-p's threshold is among top-k's gathered tokens
+        plan.floor = max(plan.floor, radix_select<true>(candidates, m, plan.floor, remaining, 0.0f, sh));
+        return plan;
+    }
+    if (bs.count[bin_p] > CANDIDATES) return refused;
+    plan.pending = bin_p;
+    plan.pending_remaining = remaining;
+    return plan;
+}
+
 template <class Row>
 __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long long* __restrict__ tokens,
                                            const float* __restrict__ temperatures, const int* __restrict__ top_ks,
@@ -78,6 +252,7 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
                                            long long x_stride, unsigned seed_lo, unsigned seed_hi,
                                            unsigned offset_lo, unsigned offset_hi) {
     __shared__ SampleShared sh;
+    __shared__ BinShared bs;
     const int row = blockIdx.x;
     const typename Row::Elem* row_x = x + static_cast<long long>(row) * x_stride;
     const float t_row = temperatures ? temperatures[row] : temperature;
@@ -101,26 +276,63 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
         return;
     }
 
-    // the filters: a floor on the ordered bits of s
+    // the filters: a floor on the ordered bits of s (top-p's may be left pending for the last pass)
     const int k = top_ks ? top_ks[row] : top_k;
     const float p = top_ps ? top_ps[row] : top_p;
     const float q = min_ps ? min_ps[row] : min_p;
-    unsigned floor = 0;
-    if (k > 0 && k < n) floor = radix_select<Row, false>(row_x, n, t, m, 0u, static_cast<unsigned>(k), 0.0f, sh);
-    if (p < 1.0f) floor = max(floor, radix_select<Row, true>(row_x, n, t, m, floor, 0u, p, sh));
-    if (q > 0.0f) floor = max(floor, ordered_bits(m + logf(q)));
+    const bool use_k = k > 0 && k < n, use_p = p < 1.0f;
+    const RowTokens<Row> row_tokens{row_x, n, t};
+    const Candidates candidates{bs};
+    FilterPlan plan{0ull, 0u, -1, true};
+    if (use_k || use_p) plan = bin_filters<Row>(row_x, n, t, m, k, p, sh, bs);
+    if (!plan.done) {   // a bin too full to gather: the radix selects over the whole row
+        plan.floor = use_k ? radix_select<false>(row_tokens, m, 0u, static_cast<unsigned>(k), 0.0f, sh) : 0u;
+        if (use_p) plan.floor = max(plan.floor, radix_select<true>(row_tokens, m, plan.floor, 0ull, p, sh));
+    }
+    const unsigned floor = plan.floor;
+    const int pending = plan.pending;
+    const unsigned long long pending_remaining = plan.pending_remaining;
+    const unsigned kept = q > 0.0f ? max(floor, ordered_bits(m + logf(q))) : floor;
 
     // the last pass: Gumbel-max over the kept tokens; token j's noise is word j % 4 of the Philox draw
-    // of group j / 4, drawn only for a token that could still beat this thread's best
+    // of group j / 4, drawn only for a token that could still beat this thread's best. With top-p's
+    // bin pending, the tokens above it are kept for sure and those below it are not; its own are
+    // gathered, top-p's key is found among them, and those at or above it join the draw.
+    if (pending >= 0) {
+        if (threadIdx.x == 0) bs.n_candidates = 0u;
+        __syncthreads();
+    }
     GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
     float best = neg_inf();
     int pick = 0x7fffffff;
     for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {
         const float d = s - m;
-        if (!valid || ordered_bits(s) < floor || !(d + GUMBEL_MAX > best)) return;
+        if (!valid) return;
+        if (pending >= 0) {
+            const int b = bin_of(d);
+            if (b >= pending) {
+                if (b == pending) {
+                    const unsigned slot = atomicAdd(&bs.n_candidates, 1u);
+                    bs.s[slot] = s;
+                    bs.index[slot] = j;
+                }
+                return;
+            }
+        }
+        if (ordered_bits(s) < kept || !(d + GUMBEL_MAX > best)) return;
         const float key = noise.key(j, d);
         if (key > best) { best = key; pick = j; }
     });
+    if (pending >= 0) {
+        __syncthreads();
+        const unsigned last = max(kept, radix_select<true>(candidates, m, floor, pending_remaining, 0.0f, sh));
+        for (int i = threadIdx.x; i < static_cast<int>(bs.n_candidates); i += blockDim.x) {
+            const float s = bs.s[i], d = s - m;
+            if (ordered_bits(s) < last || !(d + GUMBEL_MAX > best)) continue;
+            const float key = noise.key(bs.index[i], d);
+            if (beats(key, bs.index[i], best, pick)) { best = key; pick = bs.index[i]; }
+        }
+    }
     block_pick(best, pick, sh.keys, sh.indices);
     if (threadIdx.x == 0) tokens[row] = best == neg_inf() ? -1 : pick;
 }

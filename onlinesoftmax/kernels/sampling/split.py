@@ -22,6 +22,7 @@ CHUNK_ALIGN = 256          # chunk starts keep a row's 16-byte phase for every d
 BLOCKS_PER_SM = 2          # the grid aims at this many blocks per SM
 PASS_MAX, PASS_TOP_K, PASS_TOP_P, PASS_SAMPLE = 0, 1, 5, 9
 STATE_WORDS = 4            # sizeof(SplitState) = 32 bytes, as 64-bit words
+MAX_ROWS = 65535           # the rows on the grid's y (at most 65,535 blocks)
 
 
 def chunking(n_rows: int, n_cols: int, sms: int) -> tuple[int, int]:
