@@ -167,3 +167,18 @@ def test_the_combine_grader_passes_the_answer_and_rejects_wrong_ones():
              if k.shape in ((1, 3), (1, 2), (6, 9)) else (k.max(axis=1), np.full(len(k), -1))}
     for name, fn in wrong.items():
         assert not es.check_combine_picks(fn, quiet=True), name
+
+
+def test_auto_takes_the_split_kernel_for_a_few_long_rows_and_fewer_when_a_select_runs():
+    from onlinesoftmax.kernels.sampling.split import SELECT_MAX_ROWS, choose
+
+    def name(*args, **kw):
+        return choose(*args, **kw).variant.name
+
+    assert name(1, 262144, 132) == name(66, 262144, 132) == "sampling_02_split"
+    assert name(67, 262144, 132) == name(1, 4096, 132) == name(256, 32000, 132) == "sampling_01_rows"
+    # top-k or top-p: sampling_01_rows finds a threshold in one or two reads, the split kernel in four launches
+    assert name(SELECT_MAX_ROWS, 262144, 132, selects=True) == name(1, 65536, 132, selects=True) == "sampling_02_split"
+    assert name(SELECT_MAX_ROWS + 1, 262144, 132, selects=True) == name(32, 262144, 132, selects=True) == \
+        name(1, 32000, 132, selects=True) == "sampling_01_rows"
+    assert name(32, 262144, 132) == "sampling_02_split"    # plain or min-p at 32 rows: still split

@@ -34,7 +34,7 @@
 //          top_p >= 1 and min_p <= 0 turn a filter off.
 // Traffic: x read once to find M, once for the histogram (top-k or top-p), once more to gather top-k's
 //          bin, once to sample (which also gathers top-p's bin): one read for greedy rows, two without
-//          filters or with min-p, three with top-p, four with top-k, four or five with both; a row
+//          filters or with min-p, three with top-p, four with top-k or with both; a row
 //          whose threshold bin is too full to gather adds four reads per radix select (the later
 //          reads from L2 while the rows in flight fit in it). 8 bytes written per row.
 // Limits:  1 <= n <= 2^31 - 2^16; x float32, float16 or bfloat16, rows strided (unit column

@@ -23,6 +23,8 @@ BLOCKS_PER_SM = 2          # the grid aims at this many blocks per SM
 PASS_MAX, PASS_TOP_K, PASS_TOP_P, PASS_SAMPLE = 0, 1, 5, 9
 STATE_WORDS = 4            # sizeof(SplitState) = 32 bytes, as 64-bit words
 MAX_ROWS = 65535           # the rows on the grid's y (at most 65,535 blocks)
+SELECT_MAX_ROWS = 16       # with top-k or top-p, choose's limits (crossings measured between 20 and 30 rows,
+SELECT_MIN_COLS = 65536    # and between 32000 and 128256 logits at batch 1)
 
 
 def chunking(n_rows: int, n_cols: int, sms: int) -> tuple[int, int]:
@@ -47,10 +49,13 @@ def passes(top_k, top_p, min_p, temperature, n_cols: int) -> list[int]:
     return chosen
 
 
-def choose(n_rows: int, n_cols: int, sms: int | None = None):
+def choose(n_rows: int, n_cols: int, sms: int | None = None, selects: bool = False):
     """variant="auto" for sample: this kernel while the batch leaves at least two SMs per row and a row
-    makes at least two chunks (measured faster than one block per row at batch 1 and 32, every filter
-    and vocabulary of the serving suite), sampling_01_rows otherwise (faster at batch 256)."""
+    makes at least two chunks, sampling_01_rows otherwise. selects: some row uses top-k or top-p, which
+    this kernel finds in four launches each and sampling_01_rows in one or two reads of the row: then
+    this kernel only up to SELECT_MAX_ROWS rows of SELECT_MIN_COLS logits or more (with those filters, on
+    an H100, a block per row took 2.4-4.0 times this kernel's time at batch 1 and 128256-262144 logits,
+    0.75-0.93 times at 32000, 0.55-1.03 times at batch 32)."""
     from onlinesoftmax.kernels.dispatch import Choice
     from onlinesoftmax.registry import REGISTRY
 
@@ -58,7 +63,8 @@ def choose(n_rows: int, n_cols: int, sms: int | None = None):
         from onlinesoftmax.runtime import device
 
         sms = device.sm_count()
-    if 2 * n_rows <= sms and chunking(n_rows, n_cols, sms)[0] >= 2:
+    few_long = 2 * n_rows <= sms and chunking(n_rows, n_cols, sms)[0] >= 2
+    if few_long and not (selects and (n_rows > SELECT_MAX_ROWS or n_cols < SELECT_MIN_COLS)):
         return Choice(REGISTRY[NAME], "a few long rows: each row's chunks over blocks")
     return Choice(REGISTRY["sampling_01_rows"], "a block per row")
 
