@@ -363,7 +363,7 @@ def test_the_kernel_source_on_rows_that_probe_the_selects(emulated):
 # The histogram adds of the radix selects, one atomic per distinct digit among a warp's lanes: each
 # broken copy must change some token of the rows above (so the checks above would fail).
 @pytest.mark.parametrize("change, why", [
-    (("            if (active) atomicAdd(&hist[digit], MASS ? weight : 1ull);\n", ""),
+    (("            if (active) shared_add_u64(&hist[digit], MASS ? weight : 1ull);\n", ""),
      "lanes left after four groups add nothing"),
     (("static_cast<unsigned>(weight >> 16) : 0u", "static_cast<unsigned>(weight >> 17) : 0u"),
      "the high halves of the weights summed at half their value"),

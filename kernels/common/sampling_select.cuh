@@ -86,6 +86,19 @@ __device__ __forceinline__ unsigned long long fixed_weight(float s, float m) {
     return static_cast<unsigned long long>(expf(s - m) * 4294967296.0f);
 }
 
+// *target += value in shared memory as native 32-bit adds: a 64-bit shared-memory atomicAdd compiles
+// to a compare-and-swap loop (ATOMS.CAST.SPIN.64), retried by every lane that meets another on one
+// address. The low word's add returns the word before it, so its carry is known exactly and goes to
+// the high word with the value's own high bits: once every add is done (read after a barrier), the
+// two words hold the exact 64-bit sum.
+__device__ __forceinline__ void shared_add_u64(unsigned long long* target, unsigned long long value) {
+    unsigned* word = reinterpret_cast<unsigned*>(target);   // little-endian: the low word first
+    const unsigned lo = static_cast<unsigned>(value), hi = static_cast<unsigned>(value >> 32);
+    const unsigned before = lo != 0u ? atomicAdd(word, lo) : 0u;
+    const unsigned carry = before > 0xffffffffu - lo ? 1u : 0u;   // the low word wrapped
+    if (hi + carry != 0u) atomicAdd(word + 1, hi + carry);
+}
+
 // hist[digit] += weight (1 when counting) for every lane of the warp whose `active` is set, with one
 // shared-memory atomic per distinct digit among the warp's lanes rather than one per lane: the first
 // passes put most of a row into a few buckets (logits share their top bits), and lanes of a warp adding
@@ -100,7 +113,7 @@ __device__ __forceinline__ void warp_add(unsigned long long* hist, bool active, 
     unsigned todo = __ballot_sync(0xffffffffu, active);
     for (int round = 0; todo != 0u; ++round) {   // todo is the same in every lane
         if (round == 4) {
-            if (active) atomicAdd(&hist[digit], MASS ? weight : 1ull);
+            if (active) shared_add_u64(&hist[digit], MASS ? weight : 1ull);
             return;
         }
         const int leader = __ffs(static_cast<int>(todo)) - 1;
@@ -113,7 +126,7 @@ __device__ __forceinline__ void warp_add(unsigned long long* hist, bool active, 
             const unsigned hi = __reduce_add_sync(0xffffffffu, mine ? static_cast<unsigned>(weight >> 16) : 0u);
             sum = (static_cast<unsigned long long>(hi) << 16) + lo;
         }
-        if (lane == leader) atomicAdd(&hist[d], sum);
+        if (lane == leader) shared_add_u64(&hist[d], sum);
         active = active && !mine;
         todo &= ~group;
     }
@@ -122,16 +135,19 @@ __device__ __forceinline__ void warp_add(unsigned long long* hist, bool active, 
 // Visit every token of a row as visit(j, s_j, valid), each thread its tokens in increasing j: the
 // scalar head up to the row's first 16-byte boundary, one 16-byte vector per lane and step, the scalar
 // tail. Every step is run by all 32 lanes of a warp (valid is false past the row), so visit may use
-// warp-wide operations; blockDim must be a multiple of 32.
+// warp-wide operations; blockDim must be a multiple of 32. s_j = x_j / t; at t = 1 (the most common
+// temperature) x_j itself, which the division would return exactly, without the division's cost.
 template <class Row, class Visit>
 __device__ __forceinline__ void for_each_token(const typename Row::Elem* row_x, int n, float t, Visit visit) {
     constexpr int VEC = Row::VEC;
     const RowSplit split = row_split<Row>(row_x, n);
     const int lane = threadIdx.x & 31, warp_first = threadIdx.x & ~31, step = blockDim.x;
+    const bool unit = t == 1.0f;
+    auto scaled = [unit, t](float v) { return unit ? v : v / t; };
     for (int base = warp_first; base < split.head; base += step) {
         const int j = base + lane;
         const bool valid = j < split.head;
-        visit(j, valid ? Row::load1(row_x + j) / t : 0.0f, valid);
+        visit(j, valid ? scaled(Row::load1(row_x + j)) : 0.0f, valid);
     }
     const typename Row::Vec* vec = reinterpret_cast<const typename Row::Vec*>(row_x + split.head);
     for (int base = warp_first; base < split.n_vec; base += step) {
@@ -140,35 +156,53 @@ __device__ __forceinline__ void for_each_token(const typename Row::Elem* row_x, 
         float f[VEC];
         if (valid) Row::unpack(vec[v], f);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) visit(split.head + v * VEC + e, valid ? f[e] / t : 0.0f, valid);
+        for (int e = 0; e < VEC; ++e) visit(split.head + v * VEC + e, valid ? scaled(f[e]) : 0.0f, valid);
     }
     for (int base = split.tail + warp_first; base < n; base += step) {
         const int j = base + lane;
         const bool valid = j < n;
-        visit(j, valid ? Row::load1(row_x + j) / t : 0.0f, valid);
+        visit(j, valid ? scaled(Row::load1(row_x + j)) : 0.0f, valid);
     }
 }
 
 // Token j's key in the Gumbel-max draw, d = s_j - M plus its noise: word j % 4 of the Philox draw of
 // group j / 4 for this row, offset and seed. A thread visits its tokens in increasing j, so it keeps
-// the last group's four words: neighbours in one group draw Philox4x32-10 once, not once each.
+// the last group's four words: neighbours in one group draw Philox4x32-10 once, not once each. With
+// the words it keeps the group's largest noise (of its largest word: the noise grows with the word),
+// a bound on each of its tokens' keys: could_win(j, d, best) is false for a token whose key cannot
+// exceed `best`, and the token's own two logarithms are then never taken (d_j <= d and the rounded
+// sums keep the order, so the tokens picked are those of the draw without the bound).
 struct GumbelKeys {
     int row;
     unsigned offset_lo, offset_hi, seed_lo, seed_hi;
-    unsigned group;
+    unsigned group, bounded;   // the group whose words are kept; the group group_max belongs to
     PhiloxWords words;
+    float group_max;
 
     __device__ __forceinline__ GumbelKeys(int row_, unsigned offset_lo_, unsigned offset_hi_, unsigned seed_lo_,
                                           unsigned seed_hi_)
         : row(row_), offset_lo(offset_lo_), offset_hi(offset_hi_), seed_lo(seed_lo_), seed_hi(seed_hi_),
-          group(0xffffffffu), words() {}
+          group(0xffffffffu), bounded(0xffffffffu), words(), group_max(0.0f) {}
 
-    __device__ __forceinline__ float key(int j, float d) {
+    __device__ __forceinline__ void load(int j) {
         const unsigned g = static_cast<unsigned>(j) >> 2;
         if (g != group) {
             words = philox4x32_10(g, static_cast<unsigned>(row), offset_lo, offset_hi, seed_lo, seed_hi);
             group = g;
         }
+    }
+
+    __device__ __forceinline__ bool could_win(int j, float d, float best) {
+        load(j);
+        if (bounded != group) {
+            group_max = gumbel_from_word(max(max(words.w[0], words.w[1]), max(words.w[2], words.w[3])));
+            bounded = group;
+        }
+        return d + group_max > best;
+    }
+
+    __device__ __forceinline__ float key(int j, float d) {
+        load(j);
         const unsigned word = (j & 2) ? ((j & 1) ? words.w[3] : words.w[2]) : ((j & 1) ? words.w[1] : words.w[0]);
         return d + gumbel_from_word(word);   // (word picked without indexing: no local array)
     }

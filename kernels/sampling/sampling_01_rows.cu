@@ -12,7 +12,8 @@
 // The argmax of the weights' logs plus Gumbel noise is a sample of the normalised weights (the
 // Gumbel-max trick), so the normaliser is never needed and one pass over the kept tokens samples.
 // g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
-// win and draws no noise. The thresholds are exact values of the row, found without a sort: one pass
+// win and draws no noise; nor one below it by the largest noise of its Philox group (GumbelKeys), and
+// its own logarithms are not taken. The thresholds are exact values of the row, found without a sort: one pass
 // sums each token's count and weight into a shared-memory histogram of 2048 bins of s - M (bin_filters);
 // the bin where the count (top-k) or the weight (top-p) from the top reaches its target holds the
 // threshold, and that bin's tokens, gathered into shared memory, give its exact key by a radix select
@@ -205,7 +206,7 @@ __device__ __noinline__ FilterPlan bin_filters(const typename Row::Elem* row_x, 
         if (!valid || b == BINS - 1) return;   // the last bin: weights of 0, its count never needed
         atomicAdd(&bs.count[b], 1u);
         const unsigned long long w = use_p ? fixed_weight(s, m) : 0ull;
-        if (w != 0ull) atomicAdd(&bs.mass[b], w);
+        if (w != 0ull) shared_add_u64(&bs.mass[b], w);
     });
     __syncthreads();
     if (threadIdx.x == 0) bs.count[BINS - 1] = static_cast<unsigned>(n);   // bounds every pick
@@ -225,7 +226,7 @@ __device__ __noinline__ FilterPlan bin_filters(const typename Row::Elem* row_x, 
         unsigned long long mine = 0ull;
         for (int i = threadIdx.x; i < static_cast<int>(bs.n_candidates); i += blockDim.x)
             if (ordered_bits(bs.s[i]) >= plan.floor) mine += fixed_weight(bs.s[i], m);
-        if (mine != 0ull) atomicAdd(&bs.total, mine);
+        if (mine != 0ull) shared_add_u64(&bs.total, mine);
         __syncthreads();
         for (int b = bin_k + 1 + threadIdx.x; b < BINS; b += blockDim.x) bs.mass[b] = 0ull;
         if (threadIdx.x == 0) bs.mass[bin_k] = bs.total;
@@ -319,7 +320,7 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
                 return;
             }
         }
-        if (ordered_bits(s) < kept || !(d + GUMBEL_MAX > best)) return;
+        if (ordered_bits(s) < kept || !(d + GUMBEL_MAX > best) || !noise.could_win(j, d, best)) return;
         const float key = noise.key(j, d);
         if (key > best) { best = key; pick = j; }
     });
