@@ -167,23 +167,19 @@ __device__ __forceinline__ void for_each_token(const typename Row::Elem* row_x, 
 
 // Token j's key in the Gumbel-max draw, d = s_j - M plus its noise: word j % 4 of the Philox draw of
 // group j / 4 for this row, offset and seed. A thread visits its tokens in increasing j, so it keeps
-// the last group's four words: neighbours in one group draw Philox4x32-10 once, not once each. With
-// the words it keeps the group's largest noise (of its largest word: the noise grows with the word),
-// a bound on each of its tokens' keys: could_win(j, d, best) is false for a token whose key cannot
-// exceed `best`, and the token's own two logarithms are then never taken (d_j <= d and the rounded
-// sums keep the order, so the tokens picked are those of the draw without the bound).
+// the last group's four words: neighbours in one group draw Philox4x32-10 once, not once each.
 struct GumbelKeys {
     int row;
     unsigned offset_lo, offset_hi, seed_lo, seed_hi;
-    unsigned group, bounded;   // the group whose words are kept; the group group_max belongs to
+    unsigned group;
     PhiloxWords words;
-    float group_max;
 
     __device__ __forceinline__ GumbelKeys(int row_, unsigned offset_lo_, unsigned offset_hi_, unsigned seed_lo_,
                                           unsigned seed_hi_)
         : row(row_), offset_lo(offset_lo_), offset_hi(offset_hi_), seed_lo(seed_lo_), seed_hi(seed_hi_),
-          group(0xffffffffu), bounded(0xffffffffu), words(), group_max(0.0f) {}
+          group(0xffffffffu), words() {}
 
+    // Philox4x32-10 for token j's group, unless this thread holds it already.
     __device__ __forceinline__ void load(int j) {
         const unsigned g = static_cast<unsigned>(j) >> 2;
         if (g != group) {
@@ -192,19 +188,16 @@ struct GumbelKeys {
         }
     }
 
-    __device__ __forceinline__ bool could_win(int j, float d, float best) {
-        load(j);
-        if (bounded != group) {
-            group_max = gumbel_from_word(max(max(words.w[0], words.w[1]), max(words.w[2], words.w[3])));
-            bounded = group;
-        }
-        return d + group_max > best;
-    }
-
     __device__ __forceinline__ float key(int j, float d) {
         load(j);
         const unsigned word = (j & 2) ? ((j & 1) ? words.w[3] : words.w[2]) : ((j & 1) ? words.w[1] : words.w[0]);
         return d + gumbel_from_word(word);   // (word picked without indexing: no local array)
+    }
+
+    // Called by all 32 lanes of a warp: every lane loads its token's group when any lane will draw
+    // (lanes that each decide alone split the warp, which then runs Philox once per subset of lanes).
+    __device__ __forceinline__ void draw_group(int j, bool draws) {
+        if (__any_sync(0xffffffffu, draws)) load(j);
     }
 };
 

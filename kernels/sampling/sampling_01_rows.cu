@@ -12,8 +12,7 @@
 // The argmax of the weights' logs plus Gumbel noise is a sample of the normalised weights (the
 // Gumbel-max trick), so the normaliser is never needed and one pass over the kept tokens samples.
 // g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
-// win and draws no noise; nor one below it by the largest noise of its Philox group (GumbelKeys), and
-// its own logarithms are not taken. The thresholds are exact values of the row, found without a sort: one pass
+// win and draws no noise. The thresholds are exact values of the row, found without a sort: one pass
 // sums each token's count and weight into a shared-memory histogram of 2048 bins of s - M (bin_filters);
 // the bin where the count (top-k) or the weight (top-p) from the top reaches its target holds the
 // threshold, and that bin's tokens, gathered into shared memory, give its exact key by a radix select
@@ -303,24 +302,28 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
         if (threadIdx.x == 0) bs.n_candidates = 0u;
         __syncthreads();
     }
+    // With top-p alone, a warp's lanes keep different tokens, and Philox run per lane would run once per
+    // subset of lanes that needs a group: there the lanes load their groups together (measured faster
+    // there, slower where the draw keeps all tokens or few).
+    const bool top_p_only = pending >= 0 && !use_k;
     GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
     float best = neg_inf();
     int pick = 0x7fffffff;
-    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {
+    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {   // all 32 lanes together
         const float d = s - m;
-        if (!valid) return;
-        if (pending >= 0) {
+        bool draws = valid;
+        if (valid && pending >= 0) {
             const int b = bin_of(d);
-            if (b >= pending) {
-                if (b == pending) {
-                    const unsigned slot = atomicAdd(&bs.n_candidates, 1u);
-                    bs.s[slot] = s;
-                    bs.index[slot] = j;
-                }
-                return;
+            if (b == pending) {
+                const unsigned slot = atomicAdd(&bs.n_candidates, 1u);
+                bs.s[slot] = s;
+                bs.index[slot] = j;
             }
+            draws = b < pending;
         }
-        if (ordered_bits(s) < kept || !(d + GUMBEL_MAX > best) || !noise.could_win(j, d, best)) return;
+        draws = draws && ordered_bits(s) >= kept && d + GUMBEL_MAX > best;
+        if (top_p_only) noise.draw_group(j, draws);   // many tokens drawn, scattered over the lanes
+        if (!draws) return;
         const float key = noise.key(j, d);
         if (key > best) { best = key; pick = j; }
     });
