@@ -23,8 +23,8 @@ BLOCKS_PER_SM = 2          # the grid aims at this many blocks per SM
 PASS_MAX, PASS_TOP_K, PASS_TOP_P, PASS_SAMPLE = 0, 1, 5, 9
 STATE_WORDS = 4            # sizeof(SplitState) = 32 bytes, as 64-bit words
 MAX_ROWS = 65535           # the rows on the grid's y (at most 65,535 blocks)
-SELECT_MAX_ROWS = 16       # with top-k or top-p, choose's limits (crossings measured between 20 and 30 rows,
-SELECT_MIN_COLS = 65536    # and between 32000 and 128256 logits at batch 1)
+SELECT_MAX_ROWS = 16       # with top-k or top-p, choose's limits: the split kernel measured ahead at 1 row,
+SELECT_MIN_COLS = 65536    # behind at 32, and behind at 32000 logits even at batch 1 (choose's doc)
 
 
 def chunking(n_rows: int, n_cols: int, sms: int) -> tuple[int, int]:
@@ -53,9 +53,9 @@ def choose(n_rows: int, n_cols: int, sms: int | None = None, selects: bool = Fal
     """variant="auto" for sample: this kernel while the batch leaves at least two SMs per row and a row
     makes at least two chunks, sampling_01_rows otherwise. selects: some row uses top-k or top-p, which
     this kernel finds in four launches each and sampling_01_rows in one or two reads of the row: then
-    this kernel only up to SELECT_MAX_ROWS rows of SELECT_MIN_COLS logits or more (with those filters, on
-    an H100, a block per row took 2.4-4.0 times this kernel's time at batch 1 and 128256-262144 logits,
-    0.75-0.93 times at 32000, 0.55-1.03 times at batch 32)."""
+    this kernel only up to SELECT_MAX_ROWS rows of SELECT_MIN_COLS logits or more (with those filters, in
+    data/h200/2026-12-06-serving.json a block per row took 1.5-3.2 times this kernel's time at batch 1 and
+    128256-262144 logits, 0.77-0.92 times at 32000, 0.57-0.80 times at batch 32)."""
     from onlinesoftmax.kernels.dispatch import Choice
     from onlinesoftmax.registry import REGISTRY
 
