@@ -133,3 +133,17 @@ def test_torch_tensors_on_torchs_stream():
         t = osm.sample(y, top_k=20, top_p=0.9, generator=4, variant="split")
     side.synchronize()
     assert torch.equal(t, osm.sample(x, top_k=20, top_p=0.9, generator=4, variant="rows"))
+
+
+def test_auto_tells_choose_whether_a_select_runs(monkeypatch):
+    """sample(variant="auto") passes selects=True for top-k or top-p (scalars in range, or any per-row
+    array) and False for plain sampling, min-p or a top-k that keeps every token."""
+    from onlinesoftmax.kernels.sampling import split
+
+    seen, choose = [], split.choose
+    monkeypatch.setattr(split, "choose", lambda *a, **k: seen.append(k.get("selects")) or choose(*a, **k))
+    x = logits(4, 70000, "bfloat16")
+    for case in ({}, {"min_p": 0.1}, {"top_k": 70000}, {"top_k": 50}, {"top_p": 0.9},
+                 {"top_p": cp.full(4, 1.0, cp.float32)}):
+        osm.sample(x, generator=1, **case)
+    assert seen == [False, False, False, True, True, True]
