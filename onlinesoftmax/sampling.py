@@ -24,7 +24,7 @@ in the batch and the token's place, never on the launch or the number of threads
 kernel is exact): the same logits at another row of a batch draw other noise.
 
 NumPy arrays run the kernels' NumPy model, CuPy arrays a kernel, torch tensors on torch's current
-stream. variant: "auto" (the kernel split.choose picks for the shape), "rows" (sampling_01_rows, a
+stream. variant: "auto" (the kernel split.choose picks for the shape and filters), "rows" (sampling_01_rows, a
 block per row) or "split" (sampling_02_split, a row's chunks over blocks): both draw the same tokens. Per-row arrays are checked on the host (one synchronization each, on the
 GPU).
 """
