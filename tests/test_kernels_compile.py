@@ -328,11 +328,8 @@ def test_kernel_compiles_without_spills(nvcc, farm, path: Path, define_flags: tu
     assert not missing, f"{name} launches entries this build does not compile: {missing}\n\n{report}"
 
 
-# Known exceptions, each with the bytes it may not exceed: sampling_01_rows_f32's NVRTC build spills one
-# register (4 bytes, an 8-byte frame; nvcc's build spills none) at 64 registers a thread. The serving
-# suite measured the kernel so (data/h200/2026-12-06-serving.json): the fix changes the kernel, and with
-# it goes this entry and a new recording.
-KNOWN_NVRTC_STACK = {"sampling_01_rows_f32": 8}
+# Known exceptions, each with the bytes of stack it may not exceed (none at present).
+KNOWN_NVRTC_STACK: dict[str, int] = {}
 
 
 @pytest.mark.parametrize(

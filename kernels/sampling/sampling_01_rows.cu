@@ -59,7 +59,9 @@ struct BinShared {
     float s[CANDIDATES];             // a bin's tokens, gathered: s and index
     int index[CANDIDATES];
     unsigned n_candidates;
-    unsigned long long total, remaining;
+    unsigned long long total, remaining;        // a candidates' sum; pick_bin's answer to all threads
+    unsigned long long pending_remaining;       // for draw_pending: top-p's weight left in the pending bin,
+    unsigned floor;                             // and the floor top-k set
     int bin;
 };
 
@@ -201,8 +203,9 @@ __device__ __noinline__ FilterPlan bin_filters(const typename Row::Elem* row_x, 
     for (int b = threadIdx.x; b < BINS; b += blockDim.x) { bs.count[b] = 0u; bs.mass[b] = 0ull; }
     __syncthreads();
     for_each_token<Row>(row_x, n, t, [&](int, float s, bool valid) {
+        if (!valid) return;                    // (a lane past the row: its s is a stand-in, not binned)
         const int b = bin_of(s - m);
-        if (!valid || b == BINS - 1) return;   // the last bin: weights of 0, its count never needed
+        if (b == BINS - 1) return;             // the last bin: weights of 0, its count never needed
         atomicAdd(&bs.count[b], 1u);
         const unsigned long long w = use_p ? fixed_weight(s, m) : 0ull;
         if (w != 0ull) shared_add_u64(&bs.mass[b], w);
@@ -244,6 +247,26 @@ __device__ __noinline__ FilterPlan bin_filters(const typename Row::Elem* row_x, 
     return plan;
 }
 
+struct Pick {
+    float key;
+    int index;
+};
+
+// After the last pass gathered top-p's pending bin: top-p's key among its tokens, then the draw of
+// those at or above it (and at or above `kept`), against this thread's best so far. Not inlined: the
+// caller's loop holds its registers.
+__device__ __noinline__ Pick draw_pending(const BinShared& bs, SampleShared& sh, float m, unsigned floor,
+                                          unsigned kept, unsigned long long remaining, Pick best, GumbelKeys noise) {
+    const unsigned last = max(kept, radix_select<true>(Candidates{bs}, m, floor, remaining, 0.0f, sh));
+    for (int i = threadIdx.x; i < static_cast<int>(bs.n_candidates); i += blockDim.x) {
+        const float s = bs.s[i], d = s - m;
+        if (ordered_bits(s) < last || !(d + GUMBEL_MAX > best.key)) continue;
+        const float key = noise.key(bs.index[i], d);
+        if (beats(key, bs.index[i], best.key, best.index)) best = Pick{key, bs.index[i]};
+    }
+    return best;
+}
+
 template <class Row>
 __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long long* __restrict__ tokens,
                                            const float* __restrict__ temperatures, const int* __restrict__ top_ks,
@@ -282,7 +305,6 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     const float q = min_ps ? min_ps[row] : min_p;
     const bool use_k = k > 0 && k < n, use_p = p < 1.0f;
     const RowTokens<Row> row_tokens{row_x, n, t};
-    const Candidates candidates{bs};
     FilterPlan plan{0ull, 0u, -1, true};
     if (use_k || use_p) plan = bin_filters<Row>(row_x, n, t, m, k, p, sh, bs);
     if (!plan.done) {   // a bin too full to gather: the radix selects over the whole row
@@ -298,8 +320,8 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     // of group j / 4, drawn only for a token that could still beat this thread's best. With top-p's
     // bin pending, the tokens above it are kept for sure and those below it are not; its own are
     // gathered, top-p's key is found among them, and those at or above it join the draw.
-    if (pending >= 0) {
-        if (threadIdx.x == 0) bs.n_candidates = 0u;
+    if (pending >= 0) {   // what draw_pending needs after the pass waits in shared memory, not registers
+        if (threadIdx.x == 0) { bs.n_candidates = 0u; bs.floor = floor; bs.pending_remaining = pending_remaining; }
         __syncthreads();
     }
     // With top-p alone, a warp's lanes keep different tokens, and Philox run per lane would run once per
@@ -329,13 +351,10 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     });
     if (pending >= 0) {
         __syncthreads();
-        const unsigned last = max(kept, radix_select<true>(candidates, m, floor, pending_remaining, 0.0f, sh));
-        for (int i = threadIdx.x; i < static_cast<int>(bs.n_candidates); i += blockDim.x) {
-            const float s = bs.s[i], d = s - m;
-            if (ordered_bits(s) < last || !(d + GUMBEL_MAX > best)) continue;
-            const float key = noise.key(bs.index[i], d);
-            if (beats(key, bs.index[i], best, pick)) { best = key; pick = bs.index[i]; }
-        }
+        const Pick drawn = draw_pending(bs, sh, m, bs.floor, kept, bs.pending_remaining, Pick{best, pick},
+                                        GumbelKeys(row, offset_lo, offset_hi, seed_lo, seed_hi));
+        best = drawn.key;
+        pick = drawn.index;
     }
     block_pick(best, pick, sh.keys, sh.indices);
     if (threadIdx.x == 0) tokens[row] = best == neg_inf() ? -1 : pick;
