@@ -78,7 +78,7 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
     tokens = xp.empty(x.shape[0], np.int64)
     arrays = {name: v for name, v in values.items() if not np.isscalar(v)}
     launches = ksplit.passes(values["top_k"], values["top_p"], values["min_p"], values["temperature"], x.shape[1])
-    selects = ksplit.PASS_TOP_K in launches or ksplit.PASS_TOP_P in launches   # (a per-row array: assumed used)
+    selects = ksplit.PASS_BINS in launches   # (a per-row array: assumed used)
     chosen = chosen or ksplit.choose(x.shape[0], x.shape[1], selects=selects).variant
     runner = get_runner(chosen, x, tokens, {name: arrays.get(name) for name in values})
     runner(x, tokens, seed=seed, offset=offset, **values)

@@ -2,7 +2,8 @@
 the CPU emulator draws exactly sampling_01_rows' model tokens over dtypes, chunk sizes that cut
 vectors, per-row parameters, strided rows and extreme rows, in both block orders; the workspace
 starts poisoned; the arrival counters are back at zero after every call; a last block chosen wrongly
-(the first to arrive) and a lost digit are wrong answers the comparison catches. Also the host rule:
+(the first to arrive), a histogram of one chunk and top-k's whole bin weighed by top-p are wrong
+answers the comparison catches. Also the host rule:
 chunking and the passes a call launches. Needs g++."""
 import numpy as np
 import pytest
@@ -29,11 +30,11 @@ def test_chunking_fills_the_gpu_and_keeps_chunks_long():
 
 def test_a_call_launches_the_passes_its_parameters_need():
     n = 1000
-    assert split.passes(0, 1.0, 0.0, 1.0, n) == [0, 9]
-    assert split.passes(5, 1.0, 0.3, 1.0, n) == [0, 1, 2, 3, 4, 9]
-    assert split.passes(n, 0.9, 0.0, 1.0, n) == [0, 5, 6, 7, 8, 9]              # top_k >= n is off
+    assert split.passes(0, 1.0, 0.0, 1.0, n) == [0, 3]
+    assert split.passes(5, 1.0, 0.3, 1.0, n) == [0, 1, 2, 3]
+    assert split.passes(n, 0.9, 0.0, 1.0, n) == [0, 1, 3]                      # top_k >= n is off
     assert split.passes(0, 1.0, 0.0, 0.0, n) == [0]                            # greedy: the maximum is the token
-    assert split.passes(np.zeros(2), np.ones(2), 0.0, np.ones(2), n) == list(range(10))
+    assert split.passes(np.zeros(2), np.ones(2), 0.0, np.ones(2), n) == [0, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,10 @@ def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=
               np.int32 if name == "top_k" else np.float32) for name in ks.PARAMS]
     scalars = [ks.OFF[name] if a is not None else params.get(name, ks.OFF[name]) for name, a in zip(ks.PARAMS, arrays)]
     states = np.zeros((n_rows, split.STATE_WORDS), np.uint64)
-    hist = np.full((n_rows, n_chunks, 256), 0xDEADBEEF, np.uint64)
+    counts = np.zeros((n_rows, split.BINS), np.uint32)
+    masses = np.zeros((n_rows, split.BINS), np.uint64)
+    cand_s = np.full((n_rows, split.CANDIDATES), np.nan, np.float32)
+    cand_index = np.full((n_rows, split.CANDIDATES), -3, np.int32)
     keys = np.full((n_rows, n_chunks), np.nan, np.float32)
     indices = np.full((n_rows, n_chunks), -5, np.int32)
     words = x if x.dtype == np.float32 else x.view(np.uint16)
@@ -67,7 +71,9 @@ def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=
                       (words, tokens, *arrays, np.float32(scalars[0]), np.int32(scalars[1]), np.float32(scalars[2]),
                        np.float32(scalars[3]), np.int32(n), np.int64(x.strides[0] // x.itemsize),
                        np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), np.uint32(offset & 0xFFFFFFFF),
-                       np.uint32(offset >> 32), states, hist, keys, indices, np.int32(chunk), np.int32(p)), **extra)
+                       np.uint32(offset >> 32), states, counts, masses, cand_s, cand_index, keys, indices,
+                       np.int32(chunk), np.int32(p)), **extra)
+    assert not counts.any() and not masses.any(), "the histograms are back at zero"
     return tokens, states
 
 
@@ -78,7 +84,7 @@ def test_the_split_source_draws_the_rows_models_tokens(module, dtype, n, chunk):
     for name, case in CASES.items():
         tokens, states = emulate(module, x, chunk, **case)
         assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), name
-        assert (states.view(np.uint32)[:, 7] == 0).all(), "the arrival counters are back at zero"
+        assert (states.view(np.uint32)[:, [7, 8]] == 0).all(), "the counters are back at zero"
 
 
 def test_per_row_parameters_strided_rows_and_both_block_orders(module):
@@ -114,9 +120,11 @@ def test_extreme_rows(module):
 
 @pytest.mark.parametrize("change, why", [
     (("*flag = before == n_chunks - 1;", "*flag = before == 0u;"), "the first block to arrive decides"),
-    (("const unsigned found = prefix | (static_cast<unsigned>(digit) << shift);",
-      "const unsigned found = shift == 24 ? 0u : prefix | (static_cast<unsigned>(digit) << shift);"),
-     "the top digit lost"),
+    (("if (bs.count[b] != 0u) atomicAdd(row_count + b, bs.count[b]);",
+      "if (bs.count[b] != 0u && chunk == 0) atomicAdd(row_count + b, bs.count[b]);"),
+     "the row's counts from its first chunk only"),
+    (("if (ordered_bits(bs.s[i]) >= floor) mine += fixed_weight(bs.s[i], m);", "mine += fixed_weight(bs.s[i], m);"),
+     "top-p over top-k weighs all of top-k's bin"),
 ])
 def test_wrong_kernels_draw_other_tokens(change, why):
     from onlinesoftmax.runtime import emulator
@@ -127,9 +135,11 @@ def test_wrong_kernels_draw_other_tokens(change, why):
     assert change[0] in source
     wrong = emulator.Module(split.SAMPLING_SPLIT.path, list(split.SAMPLING_SPLIT.launched_entries),
                             source=source.replace(*change))
-    x = np.random.default_rng(5).normal(0, 2, (3, 1000)).astype(np.float32)
+    x = np.random.default_rng(5).normal(0, 2, (8, 1000)).astype(np.float32)
+    x[3:, 10:] = -0.005                                    # rows 3..7: top-k's 10 tokens and 990 lower ones, one bin
+    x[3:, :10] = -1e-4 * np.arange(10)
     same = True
-    for case in (CASES["plain"], CASES["top-p"], CASES["top-k"]):
+    for case in (CASES["plain"], CASES["top-p"], CASES["top-k"], {"top_k": 10, "top_p": 0.5}):
         try:
             tokens, _ = emulate(wrong, x, 128, **case)
         except emulator.EmulatorError:
@@ -182,3 +192,27 @@ def test_auto_takes_the_split_kernel_for_a_few_long_rows_and_fewer_when_a_select
     assert name(SELECT_MAX_ROWS + 1, 262144, 132, selects=True) == name(32, 262144, 132, selects=True) == \
         name(1, 32000, 132, selects=True) == "sampling_01_rows"
     assert name(32, 262144, 132) == "sampling_02_split"    # plain or min-p at 32 rows: still split
+
+
+def test_the_split_source_through_each_path_of_its_filters(module):
+    """The row's histogram summed over chunks, top-k's bin gathered from every chunk, top-p's pending
+    bin gathered by the sampling pass, and the last block's radix selects over the whole row where a
+    bin holds more than 2048 tokens: rows built to take each path draw the model's tokens."""
+    n = 5000
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 2, (8, n)).astype(np.float32)         # 0: both thresholds in their bins (top-p pending)
+    x[1] = 0.0                                              # 1: one full bin: the whole-row radix selects
+    x[2, 3:] = -1000.0                                      # 2: top-k's bin is the last one: the same
+    x[2, :3] = (0.0, 1.0, 2.0)
+    x[3] = -1.0                                             # 3: top-p's pending bin holds 4999 tokens
+    x[3, 0] = 0.0
+    x[4, :10] = 0.0                                         # 4: top-p inside top-k's bin (ties of the k-th)
+    x[4, 10:] = -50.0
+    x[5] = np.repeat(np.linspace(0, -8, 2500, dtype=np.float32), 2)   # 5: pairs of ties in many bins
+    x[6, ::7] = -np.inf                                     # 6: masked tokens in the last bin
+    x[7] = 1e-4 * rng.normal(size=n).astype(np.float32)     # 7: nearly flat: 5000 tokens within one bin
+    cases = ({"top_k": 10}, {"top_p": 0.5}, {"top_k": 40, "top_p": 0.9}, {"top_k": 3000, "top_p": 0.3},
+             {"top_k": 7, "top_p": 0.6, "min_p": 0.1}, {"top_p": 0.97, "temperature": 0.7})
+    for case, chunk, schedule in zip(cases, (1024, 768, 4096, 512, 1280, 2048), (None, 1, 2, None, 3, 4)):
+        tokens, _ = emulate(module, x, chunk, schedule=schedule, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case

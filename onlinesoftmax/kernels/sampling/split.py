@@ -20,8 +20,9 @@ NAME = "sampling_02_split"
 MIN_CHUNK = 4096           # tokens a block takes at least (a smaller chunk spends more on its partials)
 CHUNK_ALIGN = 256          # chunk starts keep a row's 16-byte phase for every dtype
 BLOCKS_PER_SM = 2          # the grid aims at this many blocks per SM
-PASS_MAX, PASS_TOP_K, PASS_TOP_P, PASS_SAMPLE = 0, 1, 5, 9
-STATE_WORDS = 4            # sizeof(SplitState) = 32 bytes, as 64-bit words
+PASS_MAX, PASS_BINS, PASS_GATHER, PASS_SAMPLE = 0, 1, 2, 3
+STATE_WORDS = 5            # sizeof(SplitState) = 40 bytes, as 64-bit words
+BINS = CANDIDATES = 2048   # the row's histogram and its gathered tokens (sampling_bins.cuh)
 MAX_ROWS = 65535           # the rows on the grid's y (at most 65,535 blocks)
 SELECT_MAX_ROWS = 16       # with top-k or top-p, choose's limits: the split kernel measured ahead at 1 row,
 SELECT_MIN_COLS = 65536    # behind at 32, and behind at 32000 logits even at batch 1 (choose's doc)
@@ -36,14 +37,16 @@ def chunking(n_rows: int, n_cols: int, sms: int) -> tuple[int, int]:
 
 
 def passes(top_k, top_p, min_p, temperature, n_cols: int) -> list[int]:
-    """The launches of one call: the maximum, the top-k and top-p digits when some row may use them (a
-    per-row array: always), the sampling pass unless every row is greedy (min_p needs no pass of its own)."""
+    """The launches of one call: the maximum; the histogram when some row may use top-k or top-p, and
+    the gather of top-k's bin when some row may use top-k (a per-row array: always); the sampling pass
+    unless every row is greedy (min_p needs no pass of its own)."""
     array = lambda v: not np.isscalar(v)   # noqa: E731
     chosen = [PASS_MAX]
-    if array(top_k) or 0 < int(top_k) < n_cols:
-        chosen += [PASS_TOP_K + i for i in range(4)]
-    if array(top_p) or float(top_p) < 1.0:
-        chosen += [PASS_TOP_P + i for i in range(4)]
+    uses_k = array(top_k) or 0 < int(top_k) < n_cols
+    if uses_k or array(top_p) or float(top_p) < 1.0:
+        chosen.append(PASS_BINS)
+    if uses_k:
+        chosen.append(PASS_GATHER)
     if array(temperature) or float(temperature) >= rows.GREEDY_BELOW:
         chosen.append(PASS_SAMPLE)
     return chosen
@@ -52,10 +55,8 @@ def passes(top_k, top_p, min_p, temperature, n_cols: int) -> list[int]:
 def choose(n_rows: int, n_cols: int, sms: int | None = None, selects: bool = False):
     """variant="auto" for sample: this kernel while the batch leaves at least two SMs per row and a row
     makes at least two chunks, sampling_01_rows otherwise. selects: some row uses top-k or top-p, which
-    this kernel finds in four launches each and sampling_01_rows in one or two reads of the row: then
-    this kernel only up to SELECT_MAX_ROWS rows of SELECT_MIN_COLS logits or more (with those filters, in
-    data/h200/2026-12-06-serving.json a block per row took 1.5-3.2 times this kernel's time at batch 1 and
-    128256-262144 logits, 0.77-0.92 times at 32000, 0.57-0.80 times at batch 32)."""
+    cost this kernel a launch or two more and sampling_01_rows one or two more reads of the row: then
+    this kernel only up to SELECT_MAX_ROWS rows of SELECT_MIN_COLS logits or more."""
     from onlinesoftmax.kernels.dispatch import Choice
     from onlinesoftmax.registry import REGISTRY
 
@@ -89,24 +90,27 @@ def plan(variant: Variant, x, tokens, temperature=1.0, top_k=0, top_p=1.0, min_p
     n_chunks, chunk = chunking(n_rows, n_cols, device.sm_count())
     kernel = get_kernel(variant.path, variant.dtype_entry(x.dtype.name), variant.defines)
     states = cupy.zeros((n_rows, STATE_WORDS), cupy.uint64)
-    hist_part = cupy.empty((n_rows, n_chunks, 256), cupy.uint64)
     key_part = cupy.empty((n_rows, n_chunks), cupy.float32)
     index_part = cupy.empty((n_rows, n_chunks), cupy.int32)
     # x, tokens, temperatures, top_ks, top_ps, min_ps, temperature, top_k, top_p, min_p, n, x_stride,
-    # seed_lo, seed_hi, offset_lo, offset_hi, states, hist_part, key_part, index_part, chunk_elems, pass
+    # seed_lo, seed_hi, offset_lo, offset_hi, states, bin_count, bin_mass, cand_s, cand_index, key_part,
+    # index_part, chunk_elems, pass
     types = (rows.POINTER,) * 6 + (rows.FLOAT, rows.INT, rows.FLOAT, rows.FLOAT, rows.INT, rows.LONG) + \
-        (rows.UINT,) * 4 + (rows.POINTER,) * 4 + (rows.INT, rows.INT)
-    fixed = {10: n_cols, 11: x.strides[0] // x.itemsize, 16: states.data.ptr, 17: hist_part.data.ptr,
-             18: key_part.data.ptr, 19: index_part.data.ptr, 20: chunk}
+        (rows.UINT,) * 4 + (rows.POINTER,) * 7 + (rows.INT, rows.INT)
+    fixed = {10: n_cols, 11: x.strides[0] // x.itemsize, 16: states.data.ptr, 21: key_part.data.ptr,
+             22: index_part.data.ptr, 23: chunk}
+    bins = (cupy.zeros((n_rows, BINS), cupy.uint32), cupy.zeros((n_rows, BINS), cupy.uint64),   # 40 KB a row
+            cupy.empty((n_rows, CANDIDATES), cupy.float32), cupy.empty((n_rows, CANDIDATES), cupy.int32))
+    fixed |= dict(zip((17, 18, 19, 20), (a.data.ptr for a in bins)))
     launches = {p: driver.prepare_launch(kernel, (n_chunks, n_rows), (rows.block_threads(chunk),), 0, 1, types,
-                                         fixed=fixed | {21: p})
+                                         fixed=fixed | {24: p})
                 for p in range(PASS_SAMPLE + 1)}
 
     def run(x, tokens, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, offset=0, **_):
         args = rows.launch_values(x, tokens, temperature, top_k, top_p, min_p, seed, offset)
         for p in passes(top_k, top_p, min_p, temperature, n_cols):
             launches[p](*args)
-    run.workspace = (states, hist_part, key_part, index_part)
+    run.workspace = (states, key_part, index_part, *bins)
     return run
 
 
