@@ -151,17 +151,20 @@ __device__ __noinline__ void decide_bins(RowTokens<Row> row_tokens, float m, int
     if (threadIdx.x == 0) { st.floor = floor; st.gather = too_full ? -1 : bin; st.remaining = remaining; }
 }
 
-// PASS_GATHER's last block: top-k's k-th key among its bin's gathered tokens, then, with top-p, top-p's
-// bin over the tokens top-k keeps (bin_k's own at or above the k-th, none below): resolved among the
-// same tokens, by radix selects over the whole row where that bin is too full, or left pending for
-// PASS_SAMPLE to gather.
-template <class Row>
-__device__ __noinline__ void decide_gathered(RowTokens<Row> row_tokens, float m, float p, int bin_k, SplitState& st,
-                                             unsigned* row_count, unsigned long long* row_mass, const float* row_s,
-                                             const int* row_index, SampleShared& sh, BinShared& bs) {
-    const Candidates candidates{bs};
+// PASS_GATHER's last block, first: top-k's k-th key among its bin's tokens, gathered into bs.
+__device__ __noinline__ unsigned select_k(const float* row_s, const int* row_index, SplitState& st, float m,
+                                          SampleShared& sh, BinShared& bs) {
     load_candidates(row_s, row_index, __ldcg(&st.n_candidates), bs);
-    unsigned floor = radix_select<false>(candidates, m, 0u, st.remaining, 0.0f, sh);
+    return radix_select<false>(Candidates{bs}, m, 0u, st.remaining, 0.0f, sh);
+}
+
+// Then, with top-p, top-p's bin over the tokens top-k keeps (bin_k's own at or above the k-th, none
+// below): resolved among the same tokens, by radix selects over the whole row where that bin is too
+// full, or left pending for PASS_SAMPLE to gather. The row's histogram goes back to zero.
+template <class Row>
+__device__ __noinline__ void decide_gathered(RowTokens<Row> row_tokens, float m, float p, int bin_k, unsigned floor,
+                                             SplitState& st, unsigned* row_count, unsigned long long* row_mass,
+                                             SampleShared& sh, BinShared& bs) {
     int pending = -1;
     unsigned long long remaining = 0ull;
     if (p < 1.0f) {
@@ -179,12 +182,35 @@ __device__ __noinline__ void decide_gathered(RowTokens<Row> row_tokens, float m,
         if (threadIdx.x == 0) bs.mass[bin_k] = bs.total;
         __syncthreads();
         const int bin_p = pick_bin(bs.mass, remaining, p, bs);
-        if (bin_p == bin_k) floor = max(floor, radix_select<true>(candidates, m, floor, remaining, 0.0f, sh));
+        if (bin_p == bin_k) floor = max(floor, radix_select<true>(Candidates{bs}, m, floor, remaining, 0.0f, sh));
         else if (bs.count[bin_p] > CANDIDATES) floor = max(floor, radix_select<true>(row_tokens, m, floor, 0ull, p, sh));
         else pending = bin_p;
     }
     clear_bins(row_count, row_mass);
     if (threadIdx.x == 0) { st.floor = floor; st.gather = pending; st.remaining = remaining; st.n_candidates = 0u; }
+}
+
+// PASS_SAMPLE's last block: the best of every chunk's key; with top-p's bin pending, top-p's key among
+// its gathered tokens and the draw of those kept; the token. Not inlined: the pass's loop keeps its
+// registers.
+__device__ __noinline__ void finish_sample(const float* key_part, const int* index_part, int n_chunks, bool pending,
+                                           const float* row_s, const int* row_index, float m, unsigned kept,
+                                           SplitState& st, GumbelKeys noise, long long* token, SampleShared& sh,
+                                           BinShared& bs) {
+    float best;
+    int pick;
+    combine_picks(key_part, index_part, n_chunks, best, pick, sh);
+    if (pending) {
+        load_candidates(row_s, row_index, __ldcg(&st.n_candidates), bs);
+        const Pick drawn = draw_candidates(bs, sh, m, st.floor, kept, st.remaining, Pick{best, pick}, noise);
+        best = drawn.key;
+        pick = drawn.index;
+        block_pick(best, pick, sh.keys, sh.indices);
+    }
+    if (threadIdx.x == 0) {
+        *token = best == neg_inf() ? -1 : pick;
+        st.n_candidates = 0u;
+    }
 }
 
 template <class Row>
@@ -272,8 +298,9 @@ __device__ __forceinline__ void split_pass(const typename Row::Elem* x, long lon
             row_s[slot] = s;
             row_index[slot] = j;
         });
-        if (arrive_last(&st.arrivals, n_chunks, &last_flag))
-            decide_gathered<Row>(row_tokens, m, p, bin_k, st, row_count, row_mass, row_s, row_index, sh, bs);
+        if (!arrive_last(&st.arrivals, n_chunks, &last_flag)) return;
+        const unsigned floor = select_k(row_s, row_index, st, m, sh, bs);
+        decide_gathered<Row>(row_tokens, m, p, bin_k, floor, st, row_count, row_mass, sh, bs);
         return;
     }
 
@@ -313,19 +340,8 @@ __device__ __forceinline__ void split_pass(const typename Row::Elem* x, long lon
     if (threadIdx.x == 0) { key_part[part] = best; index_part[part] = pick; }
     if (pending >= 0) append_candidates(bs, row_s, row_index, &st.n_candidates, last_flag);
     if (!arrive_last(&st.arrivals, n_chunks, &last_flag)) return;
-    combine_picks(key_part + part - chunk, index_part + part - chunk, n_chunks, best, pick, sh);
-    if (pending >= 0) {
-        load_candidates(row_s, row_index, __ldcg(&st.n_candidates), bs);
-        const Pick drawn = draw_candidates(bs, sh, m, st.floor, kept, st.remaining, Pick{best, pick},
-                                           GumbelKeys(row, offset_lo, offset_hi, seed_lo, seed_hi));
-        best = drawn.key;
-        pick = drawn.index;
-        block_pick(best, pick, sh.keys, sh.indices);
-    }
-    if (threadIdx.x == 0) {
-        tokens[row] = best == neg_inf() ? -1 : pick;
-        st.n_candidates = 0u;
-    }
+    finish_sample(key_part + part - chunk, index_part + part - chunk, n_chunks, pending >= 0, row_s, row_index, m,
+                  kept, st, GumbelKeys(row, offset_lo, offset_hi, seed_lo, seed_hi), tokens + row, sh, bs);
 }
 
 #define SPLIT_ARGS(ROW)                                                                                    \
