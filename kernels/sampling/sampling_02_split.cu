@@ -213,8 +213,9 @@ __device__ __noinline__ void finish_sample(const float* key_part, const int* ind
     }
 }
 
-template <class Row>
-__device__ __forceinline__ void split_pass(const typename Row::Elem* x, long long* __restrict__ tokens,
+// One pass (PASS, a constant: each pass compiled on its own, its registers its own).
+template <class Row, int PASS>
+__device__ __noinline__ void split_pass(const typename Row::Elem* x, long long* __restrict__ tokens,
                                            const float* __restrict__ temperatures, const int* __restrict__ top_ks,
                                            const float* __restrict__ top_ps, const float* __restrict__ min_ps,
                                            float temperature, int top_k, float top_p, float min_p, int n,
@@ -222,10 +223,8 @@ __device__ __forceinline__ void split_pass(const typename Row::Elem* x, long lon
                                            unsigned offset_lo, unsigned offset_hi, SplitState* states,
                                            unsigned* bin_count, unsigned long long* bin_mass, float* cand_s,
                                            int* cand_index, float* key_part, int* index_part, int chunk_elems,
-                                           int pass) {
-    __shared__ SampleShared sh;
-    __shared__ BinShared bs;
-    __shared__ int last_flag;
+                                           SampleShared& sh, BinShared& bs, int& last_flag) {
+    constexpr int pass = PASS;
     const int chunk = blockIdx.x, n_chunks = gridDim.x, row = blockIdx.y;
     const int start = chunk * chunk_elems, length = min(n - start, chunk_elems);
     const typename Row::Elem* row_x = x + static_cast<long long>(row) * x_stride;
@@ -352,10 +351,18 @@ __device__ __forceinline__ void split_pass(const typename Row::Elem* x, long lon
         unsigned *__restrict__ bin_count, unsigned long long *__restrict__ bin_mass, float *__restrict__ cand_s, \
         int *__restrict__ cand_index, float *__restrict__ key_part, int *__restrict__ index_part, int chunk_elems, \
         int pass
+#define SPLIT_PASS(ROW, PASS)                                                                              \
+    split_pass<ROW, PASS>(x, tokens, temperatures, top_ks, top_ps, min_ps, temperature, top_k, top_p, min_p, n, \
+                          x_stride, seed_lo, seed_hi, offset_lo, offset_hi, states, bin_count, bin_mass, cand_s, \
+                          cand_index, key_part, index_part, chunk_elems, sh, bs, last_flag)
 #define SPLIT_CALL(ROW)                                                                                    \
-    split_pass<ROW>(x, tokens, temperatures, top_ks, top_ps, min_ps, temperature, top_k, top_p, min_p, n,   \
-                    x_stride, seed_lo, seed_hi, offset_lo, offset_hi, states, bin_count, bin_mass, cand_s,       \
-                    cand_index, key_part, index_part, chunk_elems, pass)
+    __shared__ SampleShared sh;                                                                            \
+    __shared__ BinShared bs;                                                                               \
+    __shared__ int last_flag;                                                                              \
+    if (pass == PASS_MAX) SPLIT_PASS(ROW, PASS_MAX);                                                       \
+    else if (pass == PASS_BINS) SPLIT_PASS(ROW, PASS_BINS);                                                \
+    else if (pass == PASS_GATHER) SPLIT_PASS(ROW, PASS_GATHER);                                            \
+    else SPLIT_PASS(ROW, PASS_SAMPLE)
 
 extern "C" __global__ void __launch_bounds__(1024) sampling_02_split_f32(SPLIT_ARGS(F32Row)) { SPLIT_CALL(F32Row); }
 
