@@ -124,13 +124,14 @@ def provenance(meta: dict, live: bool = False) -> str:
             f"cupy {meta['cupy']}, commit {str(meta['git_commit'])[:10]}")
 
 
-def measure_or_load(suite: str, measure, gpu: str = "h200") -> tuple[dict, bool]:
-    """Live measurement on a GPU (`measure()` returns {"meta", "rows"}), else the recorded file.
+def measure_or_load(suite: str, measure, gpu: str = "h200", live: bool = False) -> tuple[dict, bool]:
+    """The recorded file, or, when `live` (a page's flag: a whole suite takes longer than a page should)
+    and this machine has a GPU, a measurement now (`measure()` returns {"meta", "rows"}).
 
     Returns (data, live).
     """
     from onlinesoftmax.runtime.device import has_gpu
 
-    if has_gpu():
+    if live and has_gpu():
         return measure(), True
     return load_recorded(suite, gpu), False

@@ -51,7 +51,7 @@ from onlinesoftmax.runtime import loader
 EXERCISES_DIR = loader.REPO_ROOT / "exercises"
 STARTERS, SOLUTIONS = EXERCISES_DIR / "starters", EXERCISES_DIR / "solutions"
 TIMEOUT_S = 180                 # the GPU run, then the emulator (its first build of a kernel takes a while)
-RACECHECK_TIMEOUT_S, STARTER_GPU_TIMEOUT_S = 120, 30   # the latter: a starter that hangs on a GPU is rejected by then
+RACECHECK_TIMEOUT_S, STARTER_GPU_TIMEOUT_S = 120, 12   # the latter: a starter that hangs on a GPU is rejected by then
 
 
 DIFFICULTIES = ("warm-up", "core", "challenge")
@@ -351,7 +351,7 @@ def verify_chapter(chapter: str) -> list[str]:
             for n in names for folder in (SOLUTIONS, STARTERS)]
     gpu = _backend_here() == "gpu"   # 8 subprocesses at once there, and a starter cut at STARTER_GPU_TIMEOUT_S
     results = run_many([{"path": path, "name": n, "measure": False, "timeout_s": STARTER_GPU_TIMEOUT_S if gpu and
-                         path.parent == STARTERS else TIMEOUT_S} for path, n, _ in jobs], workers=8 if gpu else 4)
+                         path.parent == STARTERS and not ok else TIMEOUT_S} for path, n, ok in jobs], workers=8 if gpu else 4)
     for (path, n, should_pass), result in zip(jobs, results):
         passed = bool(result["passed"])
         if passed and not should_pass and uses_shared_memory(path) and gpu:
