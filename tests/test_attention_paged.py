@@ -56,6 +56,23 @@ def test_several_splits_of_one_sequence_on_the_emulator(needs_emulator):
     judge(out, lse, q, kp, vp, table, lengths, False)
 
 
+def test_the_kernel_shares_the_keys_out_as_the_model_does(needs_emulator):
+    """The device's split_share (every block sums the lengths) against paged.split_share: each
+    sequence's non-empty splits, seen as finite partial LSEs, are the model's; the batch's share
+    is above MIN_KEYS here, so a kernel that split by MIN_KEYS would use more splits."""
+    lengths = [3000, 40, 700, 0, 5200, 1500]
+    q, kp, vp, table, lengths = paged.example(6, 4, 2, 1, lengths, 64, 16, "bfloat16", seed=6)
+    base = paged.splits_for(6, 4, 2, 1, table.shape[1] * 16, 4)
+    grid, share = paged.grid_splits(base, 6), paged.split_share(lengths, base)
+    assert share > paged.MIN_KEYS
+    _, _, lse_part = paged.emulate(q, kp, vp, table, lengths, sms=4, seed=5, partials=True)
+    assert lse_part.shape[0] == grid
+    for b, n in enumerate(lengths):
+        used, per = paged.sequence_splits(int(n), grid, share)
+        want = sum(1 for s in range(used) if s * per < n)
+        assert (np.isfinite(lse_part[:, 4 * b:4 * b + 4]).sum(axis=0) == want).all(), (b, n, want)
+
+
 def test_paged_matches_the_contiguous_decode_kernel(needs_emulator):
     """The same keys as a contiguous cache (every sequence of one length) and as pages."""
     batch, heads, kv_heads, n, d = 2, 8, 2, 300, 64
@@ -100,6 +117,28 @@ def test_each_sequence_divides_its_own_keys():
     # not the 7 that cover every slot and take two waves; batch 64 gets 3 (1,536 blocks over 4 waves)
     assert [paged.splits_for(b, 32, 8, 1, 2**17, 132) for b in (8, 64)] == [6, 3]
     assert paged.splits_for(8, 32, 8, 1, 300, 132) == 2       # no split under 256 keys of the capacity
+
+
+def test_the_keys_are_shared_out_in_proportion_to_the_lengths():
+    """Mixed lengths (1K to 128K keys, log-uniform, as the serving suite draws them): the busiest block
+    reads about an even share of the batch's keys; the rule that splits each sequence by its own
+    length alone (a share of MIN_KEYS over the base grid) leaves the longest sequence's blocks 3 to 5
+    times an even share: that wrong answer fails the same bound."""
+    lengths = np.exp(np.random.default_rng(0).uniform(np.log(1024), np.log(131072), 64)).astype(int)
+    for batch in (8, 64):
+        n = lengths[:batch]
+        base = paged.splits_for(batch, 32, 8, 1, 131072, 132)
+        busiest, even = paged.block_keys(n, base)
+        assert busiest.max() <= 1.3 * even, (batch, busiest.max(), even)
+        used = [paged.sequence_splits(int(k), paged.grid_splits(base, batch), paged.split_share(n, base))[0] for k in n]
+        assert sum(used) <= 1.25 * batch * base      # about the blocks the base plan fills the GPU with
+        by_own_length = max(min(paged.sequence_splits(int(k), base)[1], int(k)) for k in n)
+        assert by_own_length > 2 * even, "the old rule must fail the bound above"
+    assert paged.grid_splits(6, 1) == 6 and paged.grid_splits(6, 8) == 6 * paged.BALANCE
+    assert paged.split_share([100] * 4, 2) == paged.MIN_KEYS and paged.split_share([4096] * 4, 2) == 2048
+    equal = [131072] * 8                             # equal lengths: every sequence its base splits
+    base = paged.splits_for(8, 32, 8, 1, 131072, 132)
+    assert paged.sequence_splits(131072, paged.grid_splits(base, 8), paged.split_share(equal, base))[0] == base
 
 
 def test_the_api_checks_pages_and_lengths():

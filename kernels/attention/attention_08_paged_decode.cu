@@ -8,12 +8,16 @@
 //               layout of flash-attention's and vLLM's paged caches); any page size. Sequence b
 //               has cache_lengths[b] keys, read on the device: the launch, the plan and the
 //               number of splits do not depend on the lengths, so a decode loop whose caches
-//               grow by a token a step reuses one plan. Each sequence divides its own keys over
-//               the grid's splits: splits = min(gridDim.x, ceil(length / min_keys)), each a
-//               multiple of 32 keys, the last taking the rest (at most min_keys keys a split
-//               unless gridDim.x caps the count); the splits past those write the merge's
-//               identity. The products, the online softmax, the finish and the merge are
-//               attention_06's (decode_mma.cuh).
+//               grow by a token a step reuses one plan. The keys are shared out on the device,
+//               in proportion to each sequence's length: every block first sums the batch's
+//               lengths, T, and a split takes share = max(min_keys, ceil(T / (base_splits *
+//               batch))) keys, the batch's keys over base_splits splits a sequence on average
+//               (base_splits: the plan's count that fills the GPU's waves). Sequence b uses
+//               min(gridDim.x, ceil(length / share)) splits, each a multiple of 32 keys, the
+//               last taking the rest, so a long sequence gets more splits than a short one and
+//               every block about the same keys (the grid holds several times base_splits for
+//               the longest); the splits past those write the merge's identity. The products,
+//               the online softmax, the finish and the merge are attention_06's (decode_mma.cuh).
 // Launch:       split: grid = (splits, kv_heads * ceil(rows / 8), batch), block = (128), static
 //               shared memory 4 x 8 x (D + 2) floats; rows = heads / kv_heads * n_q. merge: as
 //               attention_02's (grid = (batch * heads * n_q), block = (D), programmatic on sm_90).
@@ -28,6 +32,22 @@
 //               no key (a sequence of length 0) writes 0 and LSE -inf. Compute capability 8.0.
 #include "decode_mma.cuh"
 
+// The keys a split takes: the batch's keys (all threads of the block sum the lengths, warp 0 reads
+// them) over base_splits splits a sequence, at least min_keys.
+__device__ __forceinline__ int split_share(const int* __restrict__ lengths, int min_keys, int base_splits) {
+    __shared__ long long total;
+    if (threadIdx.x < 32) {
+        long long sum = 0;
+        for (int b = threadIdx.x; b < (int)gridDim.z; b += 32) sum += lengths[b];
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+        if (threadIdx.x == 0) total = sum;
+    }
+    __syncthreads();
+    const long long splits = (long long)base_splits * gridDim.z;
+    return (int)max((long long)min_keys, (total + splits - 1) / splits);
+}
+
 // The keys of the sequences of a batch in pages of one pool.
 template <int D>
 struct PagedCache {
@@ -35,7 +55,7 @@ struct PagedCache {
     const unsigned short* __restrict__ v_pages;
     const int* __restrict__ page_table;
     const int* __restrict__ lengths;
-    int pages_per_seq, page_size, kv_heads, min_keys;
+    int pages_per_seq, page_size, kv_heads, share;   // share: the keys a split takes (see the header)
 
     __device__ __forceinline__ int length(int batch) const { return lengths[batch]; }
     __device__ __forceinline__ long long offset(int batch, int kv_head, int key) const {
@@ -48,11 +68,11 @@ struct PagedCache {
     __device__ __forceinline__ const unsigned short* v_row(int batch, int kv_head, int key) const {
         return v_pages + offset(batch, kv_head, key);
     }
-    // Split s of this sequence's keys: its own count of splits, one per min_keys keys (no more than the
+    // Split s of this sequence's keys: its own count of splits, one per `share` keys (no more than the
     // grid has), each a multiple of 32 keys, the last taking the rest.
     __device__ __forceinline__ void range(int batch, int split, int& begin, int& end) const {
         const int n = length(batch);
-        const int splits = max(1, min((int)gridDim.x, (n + min_keys - 1) / min_keys));
+        const int splits = max(1, min((int)gridDim.x, (n + share - 1) / share));
         const int per = 32 * (((n + splits - 1) / splits + 31) / 32);
         begin = split < splits ? split * per : n;
         end = min(n, begin + per);
@@ -65,9 +85,9 @@ struct PagedCache {
         const unsigned short* __restrict__ v_pages, const int* __restrict__ page_table,                      \
         const int* __restrict__ cache_lengths, float* __restrict__ o_part, float* __restrict__ lse_part,     \
         unsigned short* __restrict__ out, float* __restrict__ lse, int heads, int kv_heads, int n_q,         \
-        int pages_per_seq, int page_size, int min_keys, float scale_log2, int causal) {                      \
+        int pages_per_seq, int page_size, int min_keys, int base_splits, float scale_log2, int causal) {     \
         const PagedCache<D> cache = {k_pages, v_pages, page_table, cache_lengths, pages_per_seq, page_size, \
-                                     kv_heads, min_keys};                                                   \
+                                     kv_heads, split_share(cache_lengths, min_keys, base_splits)};          \
         decode_mma_cache<T, D>(q, cache, o_part, lse_part, out, lse, heads, kv_heads, n_q, scale_log2, causal); \
     }                                                                                                         \
     extern "C" __global__ void attention_08_paged_decode_merge_##TAG##_d##D(                                  \

@@ -361,7 +361,7 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
     fig = Figure("paged", "Pages and the busiest block per sequence of a batch",
                  [select("page_size", "page size", list(page_sizes), 16), select("batch", "batch", list(batches), 8)],
                  caption="attention_08_paged_decode's page and split rules; lengths drawn between 1K and 128K keys; "
-                         "an even share is all the keys over batch × grid splits blocks")
+                         "an even share is all the keys over batch × base splits blocks")
     pages_panel = fig.panel("pages", x="sequence", y="pages", title="pages it takes (page-table entries)",
                             y_scale="log", width=255, height=200)
     keys_panel = fig.panel("keys", x="sequence", y="keys", title="keys of its busiest block", y_scale="log",
@@ -369,8 +369,7 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
     for batch in batches:
         grid = paged.splits_for(batch, 32, 8, 1, 131072, 132)
         n = lengths[:batch]
-        busiest = [min(paged.sequence_splits(int(k), grid)[1], int(k)) for k in n]
-        even = float(n.sum()) / (batch * grid)
+        busiest, even = paged.block_keys(n, grid)
         fig.series(keys_panel, "keys of its busiest block", np.arange(batch), busiest, mark="point", color=CHOSEN,
                    source="model", when={"batch": batch})
         fig.series(keys_panel, "an even share", ys=[even], mark="rule_y", color=REFERENCE, dash=True, source="model",
@@ -379,7 +378,7 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
             when = {"page_size": page_size, "batch": batch}
             fig.series(pages_panel, "pages", np.arange(batch), -(-n // page_size), mark="point",
                        color=color("attention_08_paged_decode"), source="model", when=when)
-            fig.note(f"batch {batch}: a grid of {grid} split{'s' * (grid > 1)} per (sequence, kv head), the busiest "
+            fig.note(f"batch {batch}: {grid} split{'s' * (grid > 1)} per (sequence, kv head) on average, the busiest "
                      f"block reading {max(busiest) / even:.1f} times an even share; "
                      f"{int((-(-n // page_size)).sum())} pages in all", when=when)
     return fig

@@ -7,8 +7,9 @@ j % page_size of page page_table[b][j // page_size]. `gather` turns that into on
 [kv_heads][length][d] cache per sequence; the reference and the model read those.
 
 The plan's number of splits depends on the batch, the heads and the GPU, never on the lengths
-(the kernel divides each sequence's keys among the splits itself: kernels/attention/
-attention_08_paged_decode.cu), so one plan serves every step of a decode loop.
+(the kernel shares the batch's keys out among the splits itself, in proportion to each sequence's
+length: kernels/attention/attention_08_paged_decode.cu), so one plan serves every step of a decode
+loop.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ DTYPES = ("float16", "bfloat16")
 SUPPORTED_D = (64, 128)
 KEYS, WARPS = 16, 4                    # as attention_06_decode_mma: keys per warp step, warps (rows: its row_chunks)
 BLOCKS_PER_SM = 3
-MIN_KEYS = ab.DECODE_KEYS_MIN         # a sequence uses ceil(length / MIN_KEYS) splits, capped by the grid's
+MIN_KEYS = ab.DECODE_KEYS_MIN         # a split takes at least MIN_KEYS keys (unless its sequence has fewer)
+BALANCE = 8                           # batch > 1: the grid holds BALANCE x the base splits, for the longest sequences
 F32 = np.float32
 POINTER, INT, FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
@@ -83,10 +85,34 @@ def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, capacity: int, s
                             blocks_per_sm)[0]
 
 
-def sequence_splits(length: int, splits: int) -> tuple[int, int]:
-    """(splits used, keys per split) of one sequence, as the kernel's PagedCache::range."""
-    used = max(1, min(splits, math.ceil(length / MIN_KEYS)))
+def grid_splits(base: int, batch: int) -> int:
+    """The grid's splits: the base count at batch 1, BALANCE times it for a batch, so that a sequence
+    up to BALANCE times the batch's mean length still takes an even share a block."""
+    return base * BALANCE if batch > 1 else base
+
+
+def split_share(lengths, base: int) -> int:
+    """The keys a split takes, as the kernel's split_share: the batch's keys over base splits a
+    sequence, at least MIN_KEYS."""
+    lengths = np.asarray(lengths, np.int64)
+    return max(MIN_KEYS, -(-int(lengths.sum()) // (base * max(len(lengths), 1))))
+
+
+def sequence_splits(length: int, splits: int, share: int = MIN_KEYS) -> tuple[int, int]:
+    """(splits used, keys per split) of one sequence, as the kernel's PagedCache::range: one split
+    per `share` keys, at most the grid's, each a multiple of 32 keys."""
+    used = max(1, min(splits, math.ceil(length / share)))
     return used, 32 * math.ceil(math.ceil(length / used) / 32)
+
+
+def block_keys(lengths, base: int) -> tuple[np.ndarray, float]:
+    """The keys each sequence's busiest block reads (its first split) for a grid of base splits'
+    plan, and the keys a block would read if all the grid's blocks with work shared the keys evenly:
+    all of them over batch x base splits (per kv head)."""
+    lengths = np.asarray(lengths, np.int64)
+    grid, share = grid_splits(base, len(lengths)), split_share(lengths, base)
+    busiest = np.array([min(sequence_splits(int(k), grid, share)[1], int(k)) for k in lengths])
+    return busiest, float(lengths.sum()) / (len(lengths) * base)
 
 
 def simulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, scale: float | None = None,
@@ -99,14 +125,15 @@ def simulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sca
     group = heads // kv_heads
     dtype = q.dtype.name
     scale = F32(1.0 / math.sqrt(d) if scale is None else scale)
-    splits = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * k_pages.shape[1], sms)
+    base = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * k_pages.shape[1], sms)
+    splits, share = grid_splits(base, batch), split_share(lengths, base)
     out = np.zeros((batch, heads, n_q, d), F32)
     lse = np.full((batch, heads, n_q), -np.inf, F32)
     with np.errstate(all="ignore"):
         for b in range(batch):
             k, v = gather(k_pages, v_pages, page_table, lengths, b)
             n = k.shape[1]
-            used, per = sequence_splits(n, splits)
+            used, per = sequence_splits(n, splits, share)
             limit = ab.visible_limit(n_q, n) if causal else np.full(n_q, n)
             for h in range(heads):
                 s = (np.asarray(q[b, h], F32) @ k[h // group].T * scale).astype(F32)          # (n_q, n)
@@ -158,17 +185,18 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
     tag = DTYPE_TAGS[q.dtype.name]
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     per_sm = ab.resident_per_sm(variant, split_entry)
-    splits = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, device.sm_count(), per_sm)
+    base = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, device.sm_count(), per_sm)
+    splits = grid_splits(base, batch)
     chunks = row_chunks(heads, kv_heads, n_q)
     n_rows = batch * heads * n_q
     o_part = cupy.empty((splits, n_rows, d), cupy.float32) if splits > 1 else None
     lse_part = cupy.empty((splits, n_rows), cupy.float32) if splits > 1 else None
     split_launch = driver.prepare_launch(
         get_kernel(variant.path, split_entry), (splits, kv_heads * chunks, batch), (32 * WARPS,), 0, 1,
-        (POINTER,) * 9 + (INT,) * 6 + (FLOAT, INT),
+        (POINTER,) * 9 + (INT,) * 7 + (FLOAT, INT),
         fixed={5: 0 if o_part is None else o_part.data.ptr, 6: 0 if lse_part is None else lse_part.data.ptr,
                9: heads, 10: kv_heads, 11: n_q, 12: page_table.shape[1], 13: page_size, 14: MIN_KEYS,
-               15: scale * ab.LOG2E, 16: int(bool(causal))})
+               15: base, 16: scale * ab.LOG2E, 17: int(bool(causal))})
     merge_launch = None if splits == 1 else driver.prepare_launch(
         get_kernel(variant.path, merge_entry), (n_rows,), (d,), 0, 1, (POINTER,) * 4 + (INT,),
         fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits},
@@ -180,7 +208,7 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
                      out.data.ptr, lse_ptr)
         if merge_launch is not None:
             merge_launch(out.data.ptr, lse_ptr)
-    run.splits, run.blocks_per_sm = splits, per_sm
+    run.splits, run.base_splits, run.blocks_per_sm = splits, base, per_sm
     run.workspace = (o_part, lse_part)    # the launches hold the partials' addresses: the runner owns them
     return run
 
@@ -205,16 +233,18 @@ PAGED = register(Variant(
 
 
 def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, sms: int = 132,
-            schedule: str = "random", seed: int = 1):
+            schedule: str = "random", seed: int = 1, partials: bool = False):
     """(out, lse) of the kernel's own CUDA source on the CPU emulator (runtime/emulator.py), both
     launches with this plan's grid and arguments on a GPU of `sms` SMs, in a child process; numpy
-    float16 or bfloat16 q and pools. Outputs and partials start poisoned."""
+    float16 or bfloat16 q and pools. Outputs and partials start poisoned. partials: also the splits'
+    LSEs (splits, batch x heads x n_q; -inf where a split has no key)."""
     from onlinesoftmax.runtime import emulator
 
     batch, heads, n_q, d = q.shape
     page_size, kv_heads = k_pages.shape[1], k_pages.shape[2]
     tag = DTYPE_TAGS[q.dtype.name]
-    splits = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, sms)
+    base = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, sms)
+    splits = grid_splits(base, batch)
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     module = emulator.Module(PAGED.path, [split_entry, merge_entry], schedule=schedule, seed=seed)
     out = np.full(q.shape, 0x7B7B, np.uint16)
@@ -226,10 +256,10 @@ def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, s
     module.launch(split_entry, (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), (32 * WARPS,),
                   (*words, np.ascontiguousarray(page_table, np.int32), np.ascontiguousarray(lengths, np.int32),
                    o_part, lse_part, out, lse, *map(np.int32, (heads, kv_heads, n_q, page_table.shape[1], page_size,
-                                                               MIN_KEYS)),
+                                                               MIN_KEYS, base)),
                    np.float32(1 / math.sqrt(d) * ab.LOG2E), np.int32(bool(causal))), 0, isolated=True)
     if splits > 1:
         module.launch(merge_entry, (n_rows,), (d,), (o_part, lse_part, out, lse, np.int32(splits)), 0, isolated=True)
     if int((out == 0x7B7B).sum()):
         raise emulator.EmulatorFault(f"{NAME} left {int((out == 0x7B7B).sum())} outputs unwritten")
-    return out.view(q.dtype), lse
+    return (out.view(q.dtype), lse, lse_part) if partials else (out.view(q.dtype), lse)
