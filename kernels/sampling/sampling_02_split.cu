@@ -31,8 +31,8 @@
 //               `key_part` and `index_part` (n_rows x C). Every call leaves the counters and the
 //               histograms at zero.
 // Traffic:      x read once for M, once for the histogram, once to gather top-k's bin, once to
-//               sample: two reads with top-p or min-p alone or without filters, three with top-p,
-//               four with top-k; 8 bytes written per row.
+//               sample: one read for greedy rows, two with min-p alone or without filters, three
+//               with top-p, four with top-k; 8 bytes written per row.
 // Limits:       sampling_01_rows' (1 <= n <= 2^31 - 2^16; float32, float16 or bfloat16 logits, rows
 //               strided with unit column stride; per-row or scalar parameters); chunks of 1 .. 2^31
 //               - 2^16 tokens; n_rows <= 65535 (the grid's y). One call at a time per workspace.

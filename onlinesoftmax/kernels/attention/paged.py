@@ -78,9 +78,9 @@ def reference(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sc
 
 def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, capacity: int, sms: int,
                blocks_per_sm: int = BLOCKS_PER_SM) -> int:
-    """The grid's splits, from the shapes alone: attention_06's rule (the fewest splits whose blocks fill
+    """The base splits, from the shapes alone: attention_06's rule (the fewest splits whose blocks fill
     their waves of resident blocks, none under MIN_KEYS keys) for a sequence as long as the page table
-    holds (capacity = pages_per_seq x page_size keys); each sequence then uses as many as its length needs."""
+    holds (capacity = pages_per_seq x page_size keys); grid_splits and split_share divide the keys."""
     return ab.decode_splits(batch, kv_heads, row_chunks(heads, kv_heads, n_q), max(capacity, 1), sms,
                             blocks_per_sm)[0]
 
