@@ -87,3 +87,29 @@ def compare_with_model(x, tokens, seed: int, offset: int, **params) -> tuple[boo
     ulp = np.spacing(np.maximum(np.abs(keys[rows, want[differ]]), np.float32(1)))
     close = gap <= 4 * ulp
     return bool(close.all()), f"{differ.size} of {got.size} rows differ, key gaps up to {gap.max():.3g}"
+
+
+# Filters that take each path of the samplers' threshold search, for filter_path_rows' rows.
+FILTER_PATH_CASES = ({"top_k": 10}, {"top_p": 0.5}, {"top_k": 40, "top_p": 0.9}, {"top_k": 3000, "top_p": 0.3},
+                     {"top_k": 7, "top_p": 0.6, "min_p": 0.1}, {"top_p": 0.97, "temperature": 0.7})
+
+
+def filter_path_rows(n: int = 5000, seed: int = 11) -> np.ndarray:
+    """float32 (8, n) rows built so that FILTER_PATH_CASES take every path of the 2048-bin threshold
+    search: 0 both thresholds in their bins (top-p's pending); 1 one full bin (the radix selects over
+    the row); 2 top-k's bin the last, unbounded one; 3 top-p's pending bin of n - 1 tokens; 4 top-p
+    inside top-k's bin (ties of the k-th); 5 pairs of ties in many bins; 6 masked tokens in the last
+    bin; 7 nearly flat: every token in one bin."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 2, (8, n)).astype(np.float32)
+    x[1] = 0.0
+    x[2, 3:] = -1000.0
+    x[2, :3] = (0.0, 1.0, 2.0)
+    x[3] = -1.0
+    x[3, 0] = 0.0
+    x[4, :10] = 0.0
+    x[4, 10:] = -50.0
+    x[5] = np.repeat(np.linspace(0, -8, n // 2, dtype=np.float32), 2)
+    x[6, ::7] = -np.inf
+    x[7] = 1e-4 * rng.normal(size=n).astype(np.float32)
+    return x

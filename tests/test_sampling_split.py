@@ -198,21 +198,9 @@ def test_the_split_source_through_each_path_of_its_filters(module):
     """The row's histogram summed over chunks, top-k's bin gathered from every chunk, top-p's pending
     bin gathered by the sampling pass, and the last block's radix selects over the whole row where a
     bin holds more than 2048 tokens: rows built to take each path draw the model's tokens."""
-    n = 5000
-    rng = np.random.default_rng(11)
-    x = rng.normal(0, 2, (8, n)).astype(np.float32)         # 0: both thresholds in their bins (top-p pending)
-    x[1] = 0.0                                              # 1: one full bin: the whole-row radix selects
-    x[2, 3:] = -1000.0                                      # 2: top-k's bin is the last one: the same
-    x[2, :3] = (0.0, 1.0, 2.0)
-    x[3] = -1.0                                             # 3: top-p's pending bin holds 4999 tokens
-    x[3, 0] = 0.0
-    x[4, :10] = 0.0                                         # 4: top-p inside top-k's bin (ties of the k-th)
-    x[4, 10:] = -50.0
-    x[5] = np.repeat(np.linspace(0, -8, 2500, dtype=np.float32), 2)   # 5: pairs of ties in many bins
-    x[6, ::7] = -np.inf                                     # 6: masked tokens in the last bin
-    x[7] = 1e-4 * rng.normal(size=n).astype(np.float32)     # 7: nearly flat: 5000 tokens within one bin
-    cases = ({"top_k": 10}, {"top_p": 0.5}, {"top_k": 40, "top_p": 0.9}, {"top_k": 3000, "top_p": 0.3},
-             {"top_k": 7, "top_p": 0.6, "min_p": 0.1}, {"top_p": 0.97, "temperature": 0.7})
+    from onlinesoftmax.sampling_checks import FILTER_PATH_CASES as cases, filter_path_rows
+
+    x = filter_path_rows()
     for case, chunk, schedule in zip(cases, (1024, 768, 4096, 512, 1280, 2048), (None, 1, 2, None, 3, 4)):
         tokens, _ = emulate(module, x, chunk, schedule=schedule, **case)
         assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
