@@ -328,10 +328,6 @@ def test_kernel_compiles_without_spills(nvcc, farm, path: Path, define_flags: tu
     assert not missing, f"{name} launches entries this build does not compile: {missing}\n\n{report}"
 
 
-# Known exceptions, each with the bytes of stack it may not exceed (none at present).
-KNOWN_NVRTC_STACK: dict[str, int] = {}
-
-
 @pytest.mark.parametrize(
     ("path", "define_flags", "name"),
     [pytest.param(path, flags, name, id=name) for path, flags, name in BUILDS],
@@ -348,8 +344,7 @@ def test_nvrtc_build_uses_no_local_memory(farm, path: Path, define_flags: tuple[
     except disasm.ToolMissing as missing:
         tool_missing(missing)
     assert usage, f"{name}: no entries in the NVRTC build"
-    on_stack = {entry: u for entry, u in usage.items() if u.get("LOCAL", 0)
-                or u.get("STACK", 0) > KNOWN_NVRTC_STACK.get(entry, 0)}
+    on_stack = {entry: u for entry, u in usage.items() if u.get("STACK", 0) or u.get("LOCAL", 0)}
     assert not on_stack, f"{name}: NVRTC build uses local memory: {on_stack}"
 
 

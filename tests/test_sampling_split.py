@@ -28,6 +28,15 @@ def test_chunking_fills_the_gpu_and_keeps_chunks_long():
         assert chunk % split.CHUNK_ALIGN == 0 and (chunks - 1) * chunk < n <= chunks * chunk
 
 
+def test_the_workspace_sizes_are_the_kernels():
+    """The host allocates each row's histogram and gathered tokens by split.BINS and split.CANDIDATES:
+    they must be the sizes the kernels index by (a smaller buffer would be written past its end)."""
+    from onlinesoftmax.runtime import loader
+
+    header = (loader.REPO_ROOT / "kernels" / "common" / "sampling_bins.cuh").read_text()
+    assert f"#define BINS {split.BINS}\n" in header and f"#define CANDIDATES {split.CANDIDATES}\n" in header
+
+
 def test_a_call_launches_the_passes_its_parameters_need():
     n = 1000
     assert split.passes(0, 1.0, 0.0, 1.0, n) == [0, 3]

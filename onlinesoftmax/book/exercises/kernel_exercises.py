@@ -51,7 +51,7 @@ from onlinesoftmax.runtime import loader
 EXERCISES_DIR = loader.REPO_ROOT / "exercises"
 STARTERS, SOLUTIONS = EXERCISES_DIR / "starters", EXERCISES_DIR / "solutions"
 TIMEOUT_S = 180                 # the GPU run, then the emulator (its first build of a kernel takes a while)
-RACECHECK_TIMEOUT_S, STARTER_GPU_TIMEOUT_S = 120, 12   # the latter: a starter that hangs on a GPU is rejected by then
+RACECHECK_TIMEOUT_S, STARTER_GPU_TIMEOUT_S = 120, 12   # the latter: a GPU starter that hangs (a skipped shuffle) fails
 
 
 DIFFICULTIES = ("warm-up", "core", "challenge")

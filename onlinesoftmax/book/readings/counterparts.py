@@ -367,9 +367,9 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
     keys_panel = fig.panel("keys", x="sequence", y="keys", title="keys of its busiest block", y_scale="log",
                            width=255, height=200)
     for batch in batches:
-        grid = paged.splits_for(batch, 32, 8, 1, 131072, 132)
+        base = paged.splits_for(batch, 32, 8, 1, 131072, 132)
         n = lengths[:batch]
-        busiest, even = paged.block_keys(n, grid)
+        busiest, even = paged.block_keys(n, base)
         fig.series(keys_panel, "keys of its busiest block", np.arange(batch), busiest, mark="point", color=CHOSEN,
                    source="model", when={"batch": batch})
         fig.series(keys_panel, "an even share", ys=[even], mark="rule_y", color=REFERENCE, dash=True, source="model",
@@ -378,7 +378,7 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
             when = {"page_size": page_size, "batch": batch}
             fig.series(pages_panel, "pages", np.arange(batch), -(-n // page_size), mark="point",
                        color=color("attention_08_paged_decode"), source="model", when=when)
-            fig.note(f"batch {batch}: {grid} split{'s' * (grid > 1)} per (sequence, kv head) on average, the busiest "
+            fig.note(f"batch {batch}: {base} split{'s' * (base > 1)} per (sequence, kv head) on average, the busiest "
                      f"block reading {max(busiest) / even:.1f} times an even share; "
                      f"{int((-(-n // page_size)).sum())} pages in all", when=when)
     return fig
