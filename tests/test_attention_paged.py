@@ -56,16 +56,23 @@ def test_several_splits_of_one_sequence_on_the_emulator(needs_emulator):
     judge(out, lse, q, kp, vp, table, lengths, False)
 
 
-def test_the_kernel_shares_the_keys_out_as_the_model_does(needs_emulator):
-    """The device's split_share (every block sums the lengths) against paged.split_share: each
-    sequence's non-empty splits, seen as finite partial LSEs, are the model's; the batch's share
-    is above MIN_KEYS here, so a kernel that split by MIN_KEYS would use more splits."""
+@pytest.mark.parametrize("sms", [4, 8, 64])
+def test_the_kernel_shares_the_keys_out_as_the_model_does(sms, needs_emulator):
+    """The device's split_share (warp 0 sums the lengths, then bisects) against paged.split_share:
+    each sequence's non-empty splits, seen as finite partial LSEs, are the model's. On 4 and 8 SMs
+    the plan fits one wave and the share from the lengths alone would spill (more splits than the
+    wave holds: the bisection runs, to the longest length on 4 SMs, to a spare-split bound on 8); on
+    64 SMs the splits fit as they are: the share stays the one from the lengths (MIN_KEYS here)."""
     lengths = [3000, 40, 700, 0, 5200, 1500]
     q, kp, vp, table, lengths = paged.example(6, 4, 2, 1, lengths, 64, 16, "bfloat16", seed=6)
-    base = paged.splits_for(6, 4, 2, 1, table.shape[1] * 16, 4)
-    grid, share = paged.grid_splits(base, 6), paged.split_share(lengths, base)
-    assert share > paged.MIN_KEYS
-    _, _, lse_part = paged.emulate(q, kp, vp, table, lengths, sms=4, seed=5, partials=True)
+    base, grid, most = paged.plan_splits(6, 4, 2, 1, table.shape[1] * 16, sms)
+    share, plain = paged.split_share(lengths, base, most), paged.split_share(lengths, base)
+    counts = {s: sum(paged.sequence_splits(int(n), grid, s)[0] for n in lengths) for s in (share, plain)}
+    if sms < 64:
+        assert most and counts[plain] > most >= counts[share] and share > plain, (most, counts)
+    else:
+        assert counts[plain] <= most and share == plain
+    _, _, lse_part = paged.emulate(q, kp, vp, table, lengths, sms=sms, seed=5, partials=True)
     assert lse_part.shape[0] == grid
     for b, n in enumerate(lengths):
         used, per = paged.sequence_splits(int(n), grid, share)
@@ -130,8 +137,18 @@ def test_the_keys_are_shared_out_in_proportion_to_the_lengths():
         base = paged.splits_for(batch, 32, 8, 1, 131072, 132)
         busiest, even = paged.block_keys(n, base)
         assert busiest.max() <= 1.3 * even, (batch, busiest.max(), even)
-        used = [paged.sequence_splits(int(k), paged.grid_splits(base, batch), paged.split_share(n, base))[0] for k in n]
+        most = paged.wave_pairs(base, batch, 8, 132 * paged.BLOCKS_PER_SM)
+        share = paged.split_share(n, base, most)
+        busiest, even = paged.block_keys(n, base, most)
+        assert busiest.max() <= 1.3 * even, (batch, busiest.max(), even)
+        used = [paged.sequence_splits(int(k), paged.grid_splits(base, batch), share)[0] for k in n]
         assert sum(used) <= 1.25 * batch * base      # about the blocks the base plan fills the GPU with
+        if batch == 8:   # one wave: the splits fit it, where the share from the lengths alone spills over
+            spilled = [paged.sequence_splits(int(k), paged.grid_splits(base, 8), paged.split_share(n, base))[0]
+                       for k in n]
+            assert sum(used) <= most < sum(spilled), (used, most, spilled)
+        else:
+            assert most == 0
         by_own_length = max(min(paged.sequence_splits(int(k), base)[1], int(k)) for k in n)
         assert by_own_length > 2 * even, "the old rule must fail the bound above"
     assert paged.grid_splits(6, 1) == 6 and paged.grid_splits(6, 8) == 6 * paged.BALANCE

@@ -16,8 +16,12 @@
 //               min(gridDim.x, ceil(length / share)) splits, each a multiple of 32 keys, the
 //               last taking the rest, so a long sequence gets more splits than a short one and
 //               every block about the same keys (the grid holds several times base_splits for
-//               the longest); the splits past those write the merge's identity. The products,
-//               the online softmax, the finish and the merge are attention_06's (decode_mma.cuh).
+//               the longest); the splits past those write the merge's identity. Rounding up
+//               adds up to a split a sequence: when the plan's blocks fit one wave, the share
+//               grows until the splits fit the wave (most_splits, from the host). A warp's step
+//               of 16 keys reads its page's number once when the page size is a multiple of
+//               16. The products, the online softmax, the finish and the merge are
+//               attention_06's (decode_mma.cuh).
 // Launch:       split: grid = (splits, kv_heads * ceil(rows / 8), batch), block = (128), static
 //               shared memory 4 x 8 x (D + 2) floats; rows = heads / kv_heads * n_q. merge: as
 //               attention_02's (grid = (batch * heads * n_q), block = (D), programmatic on sm_90).
@@ -32,20 +36,56 @@
 //               no key (a sequence of length 0) writes 0 and LSE -inf. Compute capability 8.0.
 #include "decode_mma.cuh"
 
-// The keys a split takes: the batch's keys (all threads of the block sum the lengths, warp 0 reads
-// them) over base_splits splits a sequence, at least min_keys.
-__device__ __forceinline__ int split_share(const int* __restrict__ lengths, int min_keys, int base_splits) {
-    __shared__ long long total;
-    if (threadIdx.x < 32) {
-        long long sum = 0;
-        for (int b = threadIdx.x; b < (int)gridDim.z; b += 32) sum += lengths[b];
+// The splits a sequence of n keys takes at `share` keys a split: one per share keys, at least one,
+// no more than the grid's.
+__device__ __forceinline__ int splits_of(int n, int share) {
+    return max(1, min((int)gridDim.x, (n + share - 1) / share));
+}
+
+// The splits the whole batch takes at `share` keys a split, on every lane of warp 0.
+__device__ __forceinline__ int batch_splits(const int* __restrict__ lengths, int share) {
+    int count = 0;
+    for (int b = threadIdx.x; b < (int)gridDim.z; b += 32) count += splits_of(lengths[b], share);
 #pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-        if (threadIdx.x == 0) total = sum;
+    for (int offset = 16; offset > 0; offset >>= 1) count += __shfl_xor_sync(0xffffffffu, count, offset);
+    return count;
+}
+
+// The keys a split takes (see the header): at least min_keys and the batch's keys T over
+// base_splits x batch splits; when the plan's blocks fit one wave (most_splits > 0, the (sequence,
+// split) pairs that wave holds), the smallest such share at which the sequences take at most
+// most_splits splits together, so that rounding each sequence's splits up never spills blocks into
+// a second wave. Warp 0 sums the lengths, then bisects (the count falls as the share grows, and a
+// share of T / (most_splits - batch) keys always fits: each sequence rounds up by less than one
+// split). A block whose split has no keys even at the smallest share skips the search.
+__device__ __forceinline__ int split_share(const int* __restrict__ lengths, int min_keys, int base_splits,
+                                          int most_splits) {
+    __shared__ int share;
+    if (threadIdx.x < 32) {
+        const int batch = gridDim.z;
+        long long total = 0;
+        int longest = 0;
+        for (int b = threadIdx.x; b < batch; b += 32) { total += lengths[b]; longest = max(longest, lengths[b]); }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            total += __shfl_xor_sync(0xffffffffu, total, offset);
+            longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, offset));
+        }
+        const long long splits = (long long)base_splits * batch;
+        int lo = (int)max((long long)min_keys, (total + splits - 1) / splits);
+        if (most_splits > 0 && (int)blockIdx.x < splits_of(lengths[blockIdx.z], lo) &&
+            batch_splits(lengths, lo) > most_splits) {
+            const long long spare = (long long)most_splits - batch;   // splits left once each has rounded up
+            int hi = max(lo, spare > 0 ? (int)((total + spare - 1) / spare) : longest);
+            while (lo < hi) {
+                const int mid = lo + (hi - lo) / 2;
+                if (batch_splits(lengths, mid) <= most_splits) hi = mid; else lo = mid + 1;
+            }
+        }
+        if (threadIdx.x == 0) share = lo;
     }
     __syncthreads();
-    const long long splits = (long long)base_splits * gridDim.z;
-    return (int)max((long long)min_keys, (total + splits - 1) / splits);
+    return share;
 }
 
 // The keys of the sequences of a batch in pages of one pool.
@@ -62,17 +102,26 @@ struct PagedCache {
         const long long page = page_table[(long long)batch * pages_per_seq + key / page_size];
         return ((page * page_size + key % page_size) * kv_heads + kv_head) * D;
     }
-    __device__ __forceinline__ const unsigned short* k_row(int batch, int kv_head, int key) const {
-        return k_pages + offset(batch, kv_head, key);
+    // A warp's step of 16 keys from j0 (a multiple of 16) lies in one page when the page size is a
+    // multiple of 16: one page-table read for the step, `at` the offset of key j0 and key j0 + i
+    // kv_heads x D elements further per i. Other page sizes (at = -1) find each key alone.
+    __device__ __forceinline__ long long step(int batch, int kv_head, int j0) const {
+        return page_size % 16 == 0 ? offset(batch, kv_head, j0) : -1;
     }
-    __device__ __forceinline__ const unsigned short* v_row(int batch, int kv_head, int key) const {
-        return v_pages + offset(batch, kv_head, key);
+    __device__ __forceinline__ long long row(int batch, int kv_head, int key, int j0, long long at) const {
+        return at >= 0 ? at + (long long)(key - j0) * kv_heads * D : offset(batch, kv_head, key);
+    }
+    __device__ __forceinline__ const unsigned short* k_row(int batch, int kv_head, int key, int j0, long long at) const {
+        return k_pages + row(batch, kv_head, key, j0, at);
+    }
+    __device__ __forceinline__ const unsigned short* v_row(int batch, int kv_head, int key, int j0, long long at) const {
+        return v_pages + row(batch, kv_head, key, j0, at);
     }
     // Split s of this sequence's keys: its own count of splits, one per `share` keys (no more than the
     // grid has), each a multiple of 32 keys, the last taking the rest.
     __device__ __forceinline__ void range(int batch, int split, int& begin, int& end) const {
         const int n = length(batch);
-        const int splits = max(1, min((int)gridDim.x, (n + share - 1) / share));
+        const int splits = splits_of(n, share);
         const int per = 32 * (((n + splits - 1) / splits + 31) / 32);
         begin = split < splits ? split * per : n;
         end = min(n, begin + per);
@@ -85,9 +134,10 @@ struct PagedCache {
         const unsigned short* __restrict__ v_pages, const int* __restrict__ page_table,                      \
         const int* __restrict__ cache_lengths, float* __restrict__ o_part, float* __restrict__ lse_part,     \
         unsigned short* __restrict__ out, float* __restrict__ lse, int heads, int kv_heads, int n_q,         \
-        int pages_per_seq, int page_size, int min_keys, int base_splits, float scale_log2, int causal) {     \
+        int pages_per_seq, int page_size, int min_keys, int base_splits, int most_splits, float scale_log2,   \
+        int causal) {                                                                                         \
         const PagedCache<D> cache = {k_pages, v_pages, page_table, cache_lengths, pages_per_seq, page_size, \
-                                     kv_heads, split_share(cache_lengths, min_keys, base_splits)};          \
+                                     kv_heads, split_share(cache_lengths, min_keys, base_splits, most_splits)}; \
         decode_mma_cache<T, D>(q, cache, o_part, lse_part, out, lse, heads, kv_heads, n_q, scale_log2, causal); \
     }                                                                                                         \
     extern "C" __global__ void attention_08_paged_decode_merge_##TAG##_d##D(                                  \

@@ -36,7 +36,7 @@ def judge(out, lse, q, kp, vp, table, lengths, causal):
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("d", (64, 128))
-@pytest.mark.parametrize("page_size", (1, 16, 256))
+@pytest.mark.parametrize("page_size", (1, 16, 48, 256))
 @pytest.mark.parametrize("heads, kv_heads", ((32, 8), (8, 8), (16, 2)))
 def test_mixed_lengths_page_sizes_and_groups(dtype, d, page_size, heads, kv_heads):
     lengths = (1, 0, 4097, 700, 12000, 33, 256, 2) if page_size > 1 else (1, 0, 1500, 33)

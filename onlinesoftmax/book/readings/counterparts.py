@@ -367,9 +367,9 @@ def paged_figure(page_sizes=(1, 16, 256), batches=(1, 8, 64), seed: int = 0) -> 
     keys_panel = fig.panel("keys", x="sequence", y="keys", title="keys of its busiest block", y_scale="log",
                            width=255, height=200)
     for batch in batches:
-        base = paged.splits_for(batch, 32, 8, 1, 131072, 132)
+        base, _, most = paged.plan_splits(batch, 32, 8, 1, 131072, 132)
         n = lengths[:batch]
-        busiest, even = paged.block_keys(n, base)
+        busiest, even = paged.block_keys(n, base, most)
         fig.series(keys_panel, "keys of its busiest block", np.arange(batch), busiest, mark="point", color=CHOSEN,
                    source="model", when={"batch": batch})
         fig.series(keys_panel, "an even share", ys=[even], mark="rule_y", color=REFERENCE, dash=True, source="model",

@@ -85,17 +85,47 @@ def splits_for(batch: int, heads: int, kv_heads: int, n_q: int, capacity: int, s
                             blocks_per_sm)[0]
 
 
+def plan_splits(batch: int, heads: int, kv_heads: int, n_q: int, capacity: int, sms: int,
+                blocks_per_sm: int = BLOCKS_PER_SM) -> tuple[int, int, int]:
+    """(base splits, the grid's splits, most_splits) of a launch: splits_for, grid_splits, wave_pairs."""
+    base = splits_for(batch, heads, kv_heads, n_q, capacity, sms, blocks_per_sm)
+    groups = kv_heads * row_chunks(heads, kv_heads, n_q)
+    return base, grid_splits(base, batch), wave_pairs(base, batch, groups, sms * blocks_per_sm)
+
+
 def grid_splits(base: int, batch: int) -> int:
     """The grid's splits: the base count at batch 1, BALANCE times it for a batch, so that a sequence
     up to BALANCE times the batch's mean length still takes an even share a block."""
     return base * BALANCE if batch > 1 else base
 
 
-def split_share(lengths, base: int) -> int:
-    """The keys a split takes, as the kernel's split_share: the batch's keys over base splits a
-    sequence, at least MIN_KEYS."""
+def wave_pairs(base: int, batch: int, groups: int, resident: int) -> int:
+    """The kernel's most_splits: when the base plan's blocks (base x batch pairs of a sequence and a
+    split, `groups` blocks each: kv heads x row chunks) fit one wave of `resident` blocks, the pairs
+    that wave holds, so that rounding each sequence's splits up never spills into a second wave;
+    0 (no bound) when the plan takes several waves."""
+    return resident // groups if base * batch * groups <= resident else 0
+
+
+def split_share(lengths, base: int, most: int = 0) -> int:
+    """The keys a split takes, as the kernel's split_share: at least MIN_KEYS and the batch's keys over
+    base x batch splits; with most > 0 the smallest such share at which the sequences take at most
+    `most` splits together (sequence_splits' count each), found by the kernel's bisection."""
     lengths = np.asarray(lengths, np.int64)
-    return max(MIN_KEYS, -(-int(lengths.sum()) // (base * max(len(lengths), 1))))
+    batch = max(len(lengths), 1)
+    grid, total = grid_splits(base, batch), int(lengths.sum())
+
+    def count(share: int) -> int:
+        return int(np.maximum(1, np.minimum(grid, -(-lengths // share))).sum())
+
+    lo = max(MIN_KEYS, -(-total // (base * batch)))
+    if most > 0 and count(lo) > most:
+        spare = most - batch
+        hi = max(lo, -(-total // spare) if spare > 0 else int(lengths.max(initial=0)))
+        while lo < hi:
+            mid = lo + (hi - lo) // 2
+            lo, hi = (lo, mid) if count(mid) <= most else (mid + 1, hi)
+    return lo
 
 
 def sequence_splits(length: int, splits: int, share: int = MIN_KEYS) -> tuple[int, int]:
@@ -105,12 +135,12 @@ def sequence_splits(length: int, splits: int, share: int = MIN_KEYS) -> tuple[in
     return used, 32 * math.ceil(math.ceil(length / used) / 32)
 
 
-def block_keys(lengths, base: int) -> tuple[np.ndarray, float]:
+def block_keys(lengths, base: int, most: int = 0) -> tuple[np.ndarray, float]:
     """The keys each sequence's busiest block reads (its first split) for a grid of base splits'
-    plan, and the keys a block would read if all the grid's blocks with work shared the keys evenly:
-    all of them over batch x base splits (per kv head)."""
+    plan (and most, wave_pairs' bound), and the keys a block would read if all the grid's blocks
+    with work shared the keys evenly: all of them over batch x base splits (per kv head)."""
     lengths = np.asarray(lengths, np.int64)
-    grid, share = grid_splits(base, len(lengths)), split_share(lengths, base)
+    grid, share = grid_splits(base, len(lengths)), split_share(lengths, base, most)
     busiest = np.array([min(sequence_splits(int(k), grid, share)[1], int(k)) for k in lengths])
     return busiest, float(lengths.sum()) / (len(lengths) * base)
 
@@ -125,8 +155,8 @@ def simulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sca
     group = heads // kv_heads
     dtype = q.dtype.name
     scale = F32(1.0 / math.sqrt(d) if scale is None else scale)
-    base = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * k_pages.shape[1], sms)
-    splits, share = grid_splits(base, batch), split_share(lengths, base)
+    base, splits, most = plan_splits(batch, heads, kv_heads, n_q, page_table.shape[1] * k_pages.shape[1], sms)
+    share = split_share(lengths, base, most)
     out = np.zeros((batch, heads, n_q, d), F32)
     lse = np.full((batch, heads, n_q), -np.inf, F32)
     with np.errstate(all="ignore"):
@@ -185,18 +215,18 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
     tag = DTYPE_TAGS[q.dtype.name]
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     per_sm = ab.resident_per_sm(variant, split_entry)
-    base = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, device.sm_count(), per_sm)
-    splits = grid_splits(base, batch)
+    base, splits, most = plan_splits(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size,
+                                     device.sm_count(), per_sm)
     chunks = row_chunks(heads, kv_heads, n_q)
     n_rows = batch * heads * n_q
     o_part = cupy.empty((splits, n_rows, d), cupy.float32) if splits > 1 else None
     lse_part = cupy.empty((splits, n_rows), cupy.float32) if splits > 1 else None
     split_launch = driver.prepare_launch(
         get_kernel(variant.path, split_entry), (splits, kv_heads * chunks, batch), (32 * WARPS,), 0, 1,
-        (POINTER,) * 9 + (INT,) * 7 + (FLOAT, INT),
+        (POINTER,) * 9 + (INT,) * 8 + (FLOAT, INT),
         fixed={5: 0 if o_part is None else o_part.data.ptr, 6: 0 if lse_part is None else lse_part.data.ptr,
                9: heads, 10: kv_heads, 11: n_q, 12: page_table.shape[1], 13: page_size, 14: MIN_KEYS,
-               15: base, 16: scale * ab.LOG2E, 17: int(bool(causal))})
+               15: base, 16: most, 17: scale * ab.LOG2E, 18: int(bool(causal))})
     merge_launch = None if splits == 1 else driver.prepare_launch(
         get_kernel(variant.path, merge_entry), (n_rows,), (d,), 0, 1, (POINTER,) * 4 + (INT,),
         fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits},
@@ -208,7 +238,7 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
                      out.data.ptr, lse_ptr)
         if merge_launch is not None:
             merge_launch(out.data.ptr, lse_ptr)
-    run.splits, run.base_splits, run.blocks_per_sm = splits, base, per_sm
+    run.splits, run.base_splits, run.most_splits, run.blocks_per_sm = splits, base, most, per_sm
     run.workspace = (o_part, lse_part)    # the launches hold the partials' addresses: the runner owns them
     return run
 
@@ -243,8 +273,7 @@ def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, s
     batch, heads, n_q, d = q.shape
     page_size, kv_heads = k_pages.shape[1], k_pages.shape[2]
     tag = DTYPE_TAGS[q.dtype.name]
-    base = splits_for(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, sms)
-    splits = grid_splits(base, batch)
+    base, splits, most = plan_splits(batch, heads, kv_heads, n_q, page_table.shape[1] * page_size, sms)
     split_entry, merge_entry = f"{NAME}_{tag}_d{d}", f"{NAME}_merge_{tag}_d{d}"
     module = emulator.Module(PAGED.path, [split_entry, merge_entry], schedule=schedule, seed=seed)
     out = np.full(q.shape, 0x7B7B, np.uint16)
@@ -256,7 +285,7 @@ def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, s
     module.launch(split_entry, (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), (32 * WARPS,),
                   (*words, np.ascontiguousarray(page_table, np.int32), np.ascontiguousarray(lengths, np.int32),
                    o_part, lse_part, out, lse, *map(np.int32, (heads, kv_heads, n_q, page_table.shape[1], page_size,
-                                                               MIN_KEYS, base)),
+                                                               MIN_KEYS, base, most)),
                    np.float32(1 / math.sqrt(d) * ab.LOG2E), np.int32(bool(causal))), 0, isolated=True)
     if splits > 1:
         module.launch(merge_entry, (n_rows,), (d,), (o_part, lse_part, out, lse, np.int32(splits)), 0, isolated=True)
