@@ -177,22 +177,26 @@ def _call_key(q, k, v, causal, scale, return_lse, variant):
 
 def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse: bool = False, variant: str = "auto",
               causal_align: str = "bottom_right", kv_cache=None, page_table=None, cache_lengths=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None):
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, check_cache: bool = True):
     """softmax(q k^T * scale [+ causal mask]) v per (batch, head), in q's dtype; see the module doc.
     causal=True: query i keeps keys j <= i + n_k - n_q, the diagonal aligned bottom-right (the last
     query sees every key: decoding against a cache), as softmax(causal=True) and FlashAttention;
     causal_align="top_left" keeps j <= i (torch's is_causal); the two agree when n_q == n_k.
     kv_cache=(k_pages, v_pages) with page_table and cache_lengths in place of k and v: decoding
-    against a paged cache (onlinesoftmax/attention_paged.py). cu_seqlens_q and cu_seqlens_k with q
+    against a paged cache (onlinesoftmax/attention_paged.py; check_cache=False skips the host's check of
+    the pages and lengths and its synchronization: a wrong one then gives NaN rows). cu_seqlens_q and cu_seqlens_k with q
     (total_q, heads, d) and k, v (total_k, kv_heads, d): sequences of different lengths packed
     without padding (onlinesoftmax/attention_varlen.py)."""
     if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None:
         return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, return_lse, variant,
                        causal_align, kv_cache is not None or page_table is not None or cache_lengths is not None)
     if kv_cache is not None or page_table is not None or cache_lengths is not None:
-        return _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, causal_align)
+        return _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, causal_align,
+                      check_cache)
     if k is None or v is None:
         raise TypeError("attention: give k and v, or kv_cache=(k_pages, v_pages) with page_table and cache_lengths")
+    if check_cache is not True:
+        raise TypeError(f"attention: check_cache applies to a paged cache (kv_cache=...), got {check_cache!r} with k and v")
     if type(q) is not api.CUPY_ARRAY and any(map(torch_bridge.is_tensor, (q, k, v))):
         return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,
                                  causal_align=causal_align)
@@ -241,7 +245,7 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
     return (out, lse) if return_lse else out
 
 
-def _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, align):
+def _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_lse, variant, align, check_cache):
     from onlinesoftmax.attention_paged import paged_attention
     from onlinesoftmax.kernels.attention import paged
 
@@ -252,7 +256,8 @@ def _paged(q, k, v, kv_cache, page_table, cache_lengths, causal, scale, return_l
     if variant not in ("auto", paged.NAME, "paged") or align != "bottom_right":
         raise ValueError(f"attention: a paged cache runs {paged.NAME} (variant 'auto' or 'paged'), causal aligned "
                          f"bottom-right to each sequence; got variant={variant!r}, causal_align={align!r}")
-    return paged_attention(q, *kv_cache, page_table, cache_lengths, causal=causal, scale=scale, return_lse=return_lse)
+    return paged_attention(q, *kv_cache, page_table, cache_lengths, causal=causal, scale=scale, return_lse=return_lse,
+                           check_cache=check_cache)
 
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, return_lse, variant, align, paged):

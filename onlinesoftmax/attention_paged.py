@@ -10,7 +10,9 @@ attention(): heads a multiple of kv_heads. causal=True aligns each sequence's di
 length (bottom-right): with n_q queries, query i sees keys j <= i + length - n_q. A sequence of
 length 0 gives zeros and an LSE of -inf. The page numbers a sequence uses and the lengths are
 checked on the host (one synchronization on the GPU): a wrong page is a ValueError, never a read
-outside the pool. The launch depends on the shapes, not on the lengths, so a decode loop that
+outside the pool. check_cache=False skips that check and its synchronization (a decode loop's
+choice): the kernel still reads nothing outside the pool or the table, and a sequence whose
+length or used page number is wrong comes out NaN (outputs and LSE). The launch depends on the shapes, not on the lengths, so a decode loop that
 appends a token a step to its pages reuses one plan.
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel, torch tensors the kernel on
@@ -29,12 +31,14 @@ from onlinesoftmax.runtime.plan import get_runner
 
 
 def paged_attention(q, k_pages, v_pages, page_table, cache_lengths, *, causal: bool = False, scale=None,
-                    return_lse: bool = False):
+                    return_lse: bool = False, check_cache: bool = True):
     """softmax(q k^T * scale) v per sequence over its pages; see the module doc."""
     arrays = (q, k_pages, v_pages, page_table, cache_lengths)
     if any(map(torch_bridge.is_tensor, arrays)):
-        return torch_bridge.call(paged_attention, *arrays, causal=causal, scale=scale, return_lse=return_lse)
-    table, lengths, scale = check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_lse)
+        return torch_bridge.call(paged_attention, *arrays, causal=causal, scale=scale, return_lse=return_lse,
+                                 check_cache=check_cache)
+    table, lengths, scale = check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_lse,
+                                  check_cache)
     batch, heads, n_q, d = q.shape
     xp = array_module(q)
     if isinstance(q, np.ndarray):
@@ -51,9 +55,9 @@ def paged_attention(q, k_pages, v_pages, page_table, cache_lengths, *, causal: b
     return (out, lse) if return_lse else out
 
 
-def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_lse):
-    """Every argument checked (the page numbers in use and the lengths on the host); returns the page
-    table and the lengths as contiguous int32 arrays, and the scale."""
+def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_lse, check_cache=True):
+    """Every argument checked (the page numbers in use and the lengths on the host, unless check_cache
+    is False); returns the page table and the lengths as contiguous int32 arrays, and the scale."""
     named = {"q": q, "k_pages": k_pages, "v_pages": v_pages, "page_table": page_table, "cache_lengths": cache_lengths}
     check_same_kind(named, "attention", "q, the pools, page_table and cache_lengths")
     if q.ndim != 4 or k_pages.ndim != 4 or tuple(k_pages.shape) != tuple(v_pages.shape):
@@ -79,11 +83,13 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
     if tuple(cache_lengths.shape) != (batch,) or cache_lengths.dtype.kind not in "iu":
         raise ValueError(f"attention: cache_lengths must be integers of shape ({batch},), got {describe(cache_lengths)}")
     scale = check_flags_and_scale("attention", scale, d, causal=causal, return_lse=return_lse)
+    if type(check_cache) is not bool:
+        raise TypeError(f"attention: check_cache must be True or False, got {check_cache!r}")
     xp = array_module(q)
     table = xp.ascontiguousarray(page_table.astype(np.int32, copy=False))
     lengths = xp.ascontiguousarray(cache_lengths.astype(np.int32, copy=False))
     capacity = page_table.shape[1] * page_size
-    if batch:   # one synchronization on the GPU: a wrong length or page is an error, never a bad read
+    if batch and check_cache:   # one synchronization on the GPU: a wrong length or page is an error
         per_seq = page_table.shape[1]
         code = first_bad_entry(page_table, cache_lengths, pages, page_size)
         if code < batch:

@@ -184,6 +184,45 @@ def test_the_api_checks_pages_and_lengths():
     call(page_table=table)
     with pytest.raises(TypeError, match="give k and v"):
         osm.attention(q)
+    with pytest.raises(TypeError, match="check_cache must be True or False"):
+        call(check_cache=0)
+    with pytest.raises(TypeError, match="check_cache applies to a paged cache"):
+        osm.attention(q, q, q, check_cache=False)
+
+
+# (what is wrong, lengths, the table changed by, which sequences come out NaN); sequence 1 uses
+# entries 0 .. 2 of its row (40 keys in pages of 16), sequence 2 entry 0 (7 keys). The wrong pages
+# and lengths point just outside the pool or the table, where the emulator's guard regions fault on
+# a read, so a kernel that read them would fail here.
+UNCHECKED = [("a page number past the pool", (5, 40, 7), lambda t: t.__setitem__((1, 2), 9), [1]),
+             ("a negative page number", (5, 40, 7), lambda t: t.__setitem__((2, 0), -1), [2]),
+             ("a length past the table", (5, 40, 49), lambda t: None, [2]),
+             ("a negative length", (-3, 40, 7), lambda t: None, [0]),
+             ("nothing", (5, 40, 7), lambda t: None, [])]
+
+
+@pytest.mark.parametrize("case", UNCHECKED, ids=[c[0] for c in UNCHECKED])
+def test_unchecked_wrong_entries_give_nan_rows_and_no_stray_read(case, needs_emulator):
+    """check_cache=False: no host check; the kernel (its source on the emulator, which faults on a
+    read outside an array) reads nothing outside the pool or the table, and the sequences with a
+    wrong length or page come out NaN, outputs and LSE, as the model says; the others are right."""
+    _, lengths, spoil, wrong = case
+    q, kp, vp, table, _ = paged.example(3, 8, 2, 1, (5, 40, 7), 64, 16, "bfloat16", seed=8, spare=0)
+    assert kp.shape[0] == 9 and table.shape == (3, 3)
+    spoil(table)
+    lengths = np.array(lengths, np.int32)
+    expect = paged.wrong_sequences(table, lengths, kp.shape[0], 16)
+    assert list(np.flatnonzero(expect)) == wrong
+    out, lse = paged.emulate(q, kp, vp, table, lengths, sms=4, seed=2)
+    model, model_lse = osm.attention(q, kv_cache=(kp, vp), page_table=table, cache_lengths=lengths,
+                                     return_lse=True, check_cache=False)
+    for b in range(3):
+        got = checks.as_float64(out[b])
+        assert np.isnan(got).all() == np.isnan(lse[b]).all() == np.isnan(model_lse[b]).all() == (b in wrong), b
+        assert not np.isnan(got).any() or b in wrong, b
+    right = [b for b in range(3) if b not in wrong]
+    if right:
+        judge(out[right], lse[right], q[right], kp, vp, table[right], lengths[right], False)
 
 
 def first_bad_by_loop(table, lengths, pages, page_size):

@@ -5,11 +5,14 @@
 //
 // A Cache policy gives, for a batch b and a split s of gridDim.x:
 //   length(b)            the keys of sequence b (its causal diagonal is aligned to it)
+//   valid(b)             false when sequence b's length is wrong: its rows come out NaN
 //   range(b, s)          the keys [begin, end) of split s (begin >= end: an empty split)
-//   step(b, h, j0)       what the policy looks up once for a warp's step of keys j0 .. j0 + 15
+//   step(b, h, j0, bad)  what the policy looks up once for a warp's step of keys j0 .. j0 + 15
 //                        (j0 a multiple of 16, below the sequence's length), passed back below
-//   k_row(b, h, j, j0, at), v_row(...)   the D 16-bit elements of key j of kv head h (j in the
-//                        step of j0, whose lookup is `at`), 16-byte aligned
+//   k_row(b, h, j, j0, at, bad), v_row(...)   the D 16-bit elements of key j of kv head h (j in
+//                        the step of j0, whose lookup is `at`), 16-byte aligned
+// A lookup that finds a wrong entry sets `bad` (and points at a harmless row): a warp that saw
+// one, or a block of an invalid sequence, turns its rows' sums to NaN, so the rows come out NaN.
 // The rows a block takes, the fragments, the online softmax and the block's finish are those of
 // attention_06_decode_mma (its header explains them); an empty split writes the merge's identity
 // (LSE -inf), and a sequence of length 0 gives zeros and LSE -inf.
@@ -74,6 +77,7 @@ __device__ __forceinline__ void decode_mma_cache(const unsigned short* __restric
     // The lane's two rows of S^T and O^T are columns 2t and 2t + 1: their state and key limits.
     int begin, end;
     cache.range(batch, split, begin, end);
+    bool bad = !cache.valid(batch);
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
     int limit[2];
 #pragma unroll
@@ -89,16 +93,16 @@ __device__ __forceinline__ void decode_mma_cache(const unsigned short* __restric
         // K rows j0 + g and j0 + g + 8 (the A fragment's two rows), the lane's KD dims of each;
         // V rows j0 + 2t, 2t + 1, 2t + 8, 2t + 9 (the B side's keys), the lane's VD dims of each.
         u32 kw[2][KD / 2], vw[4][VD / 2];
-        const long long at = cache.step(batch, kv_head, j0);
+        const long long at = cache.step(batch, kv_head, j0, bad);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int key = j0 + g + 8 * h;
-            load_words<KD>(key < end ? cache.k_row(batch, kv_head, key, j0, at) + KD * t : q, key < end, kw[h]);
+            load_words<KD>(key < end ? cache.k_row(batch, kv_head, key, j0, at, bad) + KD * t : q, key < end, kw[h]);
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             const int key = j0 + 2 * t + (c & 1) + 8 * (c >> 1);
-            load_words<VD>(key < end ? cache.v_row(batch, kv_head, key, j0, at) + VD * g : q, key < end, vw[c]);
+            load_words<VD>(key < end ? cache.v_row(batch, kv_head, key, j0, at, bad) + VD * g : q, key < end, vw[c]);
         }
         // S^T = K Q^T: the A fragment of k-step kk is the lane's words 2kk and 2kk + 1 of both rows.
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -149,7 +153,8 @@ __device__ __forceinline__ void decode_mma_cache(const unsigned short* __restric
     }
 
     // The warp's state into shared memory: l summed over the 8 lane groups; o[mm][e] is dim
-    // VD g + 2mm + (e >> 1) of row 2t + (e & 1).
+    // VD g + 2mm + (e >> 1) of row 2t + (e & 1). A wrong entry seen by any lane: NaN sums.
+    if (__any_sync(0xffffffffu, bad)) l[0] = l[1] = __int_as_float(0x7fffffff);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll

@@ -23,7 +23,8 @@ page sizes PAGE_SIZES and batches DECODE_BATCHES with lengths drawn between 1K a
                               rows "equal lengths": the paged kernel on the same data beside it)
 `read_fraction`: the bytes of K and V read (the sum of the lengths) over the call's time, divided by the
 read bandwidth of the same run. Each call includes the host's check of the pages and lengths (one
-synchronization), as the API does; "kernels only" rows time the runner alone. Checked against the
+synchronization), as the API does; "unchecked" rows the call with check_cache=False (no host check, no
+synchronization); "kernels only" rows time the runner alone. Checked against the
 float64 reference on two sequences (capped at 4096 keys) before timing.
 
 Prefill of packed prompts of different lengths (op "varlen_prefill"): serving_prefill.py.
@@ -221,6 +222,7 @@ def decode_case(batch: int, page_size: int, lens, label: str, read_GBps: float) 
     result = cupy.empty_like(q)
     runner = get_runner(osm.REGISTRY[paged.NAME], q, result, options)
     found = {paged.NAME: lambda: paged_attention(q, kp, vp, table, n),
+             f"{paged.NAME} (unchecked)": lambda: paged_attention(q, kp, vp, table, n, check_cache=False),
              f"{paged.NAME} (kernels only)": lambda: runner(q, result, **options)}
     if label == "equal lengths":   # the same keys, contiguous
         k = cupy.ascontiguousarray(cupy.stack([kp[table[b]].reshape(-1, KV_HEADS, D)[:lens[b]].transpose(1, 0, 2)

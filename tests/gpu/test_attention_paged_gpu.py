@@ -1,8 +1,9 @@
 """GPU tier for attention_08_paged_decode: the kernel against the float64 reference (at most twice its
-NumPy model's error plus two ulps) over mixed lengths, page sizes 1, 16 and 256, grouped heads and
+NumPy model's error plus two ulps) over mixed lengths, page sizes 1, 16, 48 and 256, grouped heads and
 both dtypes; against the contiguous decode kernel on the same keys; a decode loop that appends a
 token a step to its pages and reuses one plan; two threads on two streams; torch tensors on torch's
-stream; bad pages and lengths refused before any launch, the context left healthy."""
+stream; bad pages and lengths refused before any launch, the context left healthy; unchecked calls
+with wrong entries: NaN rows, nothing read outside the arrays."""
 import threading
 
 import cupy as cp
@@ -156,3 +157,29 @@ def test_bad_pages_and_lengths_leave_the_context_healthy():
     with pytest.raises(ValueError, match="outside"):
         run(q, kp, vp, table, np.array([40, 10**5], np.int32))
     judge(*run(q, kp, vp, table, lengths), q, kp, vp, table, lengths, False)
+
+
+def test_unchecked_calls_give_nan_rows_for_wrong_entries_and_stay_healthy():
+    """check_cache=False: no host check and no synchronization; a page number far outside the pool,
+    a negative one and a length past the table turn exactly their sequences to NaN (outputs and LSE)
+    with nothing read outside the arrays (the context stays healthy: the checked call after it is
+    right), the other sequences right; torch tensors take the keyword too."""
+    q, kp, vp, table, lengths = make_paged(4, 8, 2, 1, (40, 7, 300, 64), 64, 16, "float16", seed=12)
+    table[0, 1], table[2, 5] = 10**6, -7
+    lengths[3] = table.shape[1] * 16 + 1
+    wrong = paged.wrong_sequences(table, lengths, kp.shape[0], 16)
+    assert list(np.flatnonzero(wrong)) == [0, 2, 3]
+    out, lse = osm.attention(cp.asarray(q), kv_cache=(cp.asarray(kp), cp.asarray(vp)), page_table=cp.asarray(table),
+                             cache_lengths=cp.asarray(lengths), return_lse=True, check_cache=False)
+    out, lse = checks.host(out), cp.asnumpy(lse)
+    for b in range(4):
+        assert np.isnan(checks.as_float64(out[b])).all() == np.isnan(lse[b]).all() == bool(wrong[b]), b
+    judge(out[1:2], lse[1:2], q[1:2], kp, vp, table[1:2], lengths[1:2], False)
+    fine = make_paged(2, 8, 2, 1, (40, 7), 64, 16, "bfloat16", seed=7)
+    judge(*run(*fine), *fine, False)
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        tq, tk, tv, tt, tn = (torch.as_tensor(cp.asarray(a)) for a in (q, kp, vp, table, lengths))
+        tout = osm.attention(tq, kv_cache=(tk, tv), page_table=tt, cache_lengths=tn, check_cache=False)
+        torch.cuda.synchronize()
+        assert torch.isnan(tout[0]).all() and not torch.isnan(tout[1]).any()

@@ -107,11 +107,14 @@ def wave_pairs(base: int, batch: int, groups: int, resident: int) -> int:
     return resident // groups if base * batch * groups <= resident else 0
 
 
-def split_share(lengths, base: int, most: int = 0) -> int:
+def split_share(lengths, base: int, most: int = 0, capacity: int | None = None) -> int:
     """The keys a split takes, as the kernel's split_share: at least MIN_KEYS and the batch's keys over
     base x batch splits; with most > 0 the smallest such share at which the sequences take at most
-    `most` splits together (sequence_splits' count each), found by the kernel's bisection."""
+    `most` splits together (sequence_splits' count each), found by the kernel's bisection. With the
+    table's capacity, a length outside [0, capacity] counts as no keys, as the kernel reads it."""
     lengths = np.asarray(lengths, np.int64)
+    if capacity is not None:
+        lengths = np.where((lengths >= 0) & (lengths <= capacity), lengths, 0)
     batch = max(len(lengths), 1)
     grid, total = grid_splits(base, batch), int(lengths.sum())
 
@@ -145,6 +148,15 @@ def block_keys(lengths, base: int, most: int = 0) -> tuple[np.ndarray, float]:
     return busiest, float(lengths.sum()) / (len(lengths) * base)
 
 
+def wrong_sequences(page_table, lengths, pages: int, page_size: int) -> np.ndarray:
+    """Which sequences the kernel turns to NaN: a length outside [0, capacity], or a page number
+    outside [0, pages) among the entries the length uses."""
+    table, lengths = np.asarray(page_table, np.int64), np.asarray(lengths, np.int64)
+    bad_length = (lengths < 0) | (lengths > table.shape[1] * page_size)
+    used = np.arange(table.shape[1])[None, :] < -(-np.where(bad_length, 0, lengths) // page_size)[:, None]
+    return bad_length | (used & ((table < 0) | (table >= pages))).any(axis=1)
+
+
 def simulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, scale: float | None = None,
              sms: int = 132):
     """(out in q's dtype, lse float32) as the kernel computes them: scores and sums in float32, P rounded
@@ -155,12 +167,15 @@ def simulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, sca
     group = heads // kv_heads
     dtype = q.dtype.name
     scale = F32(1.0 / math.sqrt(d) if scale is None else scale)
-    base, splits, most = plan_splits(batch, heads, kv_heads, n_q, page_table.shape[1] * k_pages.shape[1], sms)
-    share = split_share(lengths, base, most)
+    capacity = page_table.shape[1] * k_pages.shape[1]
+    base, splits, most = plan_splits(batch, heads, kv_heads, n_q, capacity, sms)
+    share = split_share(lengths, base, most, capacity)
     out = np.zeros((batch, heads, n_q, d), F32)
     lse = np.full((batch, heads, n_q), -np.inf, F32)
+    wrong = wrong_sequences(page_table, lengths, k_pages.shape[0], k_pages.shape[1])
+    out[wrong], lse[wrong] = np.nan, np.nan
     with np.errstate(all="ignore"):
-        for b in range(batch):
+        for b in np.flatnonzero(~wrong):
             k, v = gather(k_pages, v_pages, page_table, lengths, b)
             n = k.shape[1]
             used, per = sequence_splits(n, splits, share)
@@ -223,10 +238,10 @@ def plan_paged(variant: Variant, q, out, k_pages=None, v_pages=None, page_table=
     lse_part = cupy.empty((splits, n_rows), cupy.float32) if splits > 1 else None
     split_launch = driver.prepare_launch(
         get_kernel(variant.path, split_entry), (splits, kv_heads * chunks, batch), (32 * WARPS,), 0, 1,
-        (POINTER,) * 9 + (INT,) * 8 + (FLOAT, INT),
+        (POINTER,) * 9 + (INT,) * 9 + (FLOAT, INT),
         fixed={5: 0 if o_part is None else o_part.data.ptr, 6: 0 if lse_part is None else lse_part.data.ptr,
-               9: heads, 10: kv_heads, 11: n_q, 12: page_table.shape[1], 13: page_size, 14: MIN_KEYS,
-               15: base, 16: most, 17: scale * ab.LOG2E, 18: int(bool(causal))})
+               9: heads, 10: kv_heads, 11: n_q, 12: k_pages.shape[0], 13: page_table.shape[1], 14: page_size,
+               15: MIN_KEYS, 16: base, 17: most, 18: scale * ab.LOG2E, 19: int(bool(causal))})
     merge_launch = None if splits == 1 else driver.prepare_launch(
         get_kernel(variant.path, merge_entry), (n_rows,), (d,), 0, 1, (POINTER,) * 4 + (INT,),
         fixed={0: o_part.data.ptr, 1: lse_part.data.ptr, 4: splits},
@@ -284,8 +299,8 @@ def emulate(q, k_pages, v_pages, page_table, lengths, causal: bool = False, *, s
     words = [np.ascontiguousarray(a).view(np.uint16) for a in (q, k_pages, v_pages)]
     module.launch(split_entry, (splits, kv_heads * row_chunks(heads, kv_heads, n_q), batch), (32 * WARPS,),
                   (*words, np.ascontiguousarray(page_table, np.int32), np.ascontiguousarray(lengths, np.int32),
-                   o_part, lse_part, out, lse, *map(np.int32, (heads, kv_heads, n_q, page_table.shape[1], page_size,
-                                                               MIN_KEYS, base, most)),
+                   o_part, lse_part, out, lse, *map(np.int32, (heads, kv_heads, n_q, k_pages.shape[0],
+                                                               page_table.shape[1], page_size, MIN_KEYS, base, most)),
                    np.float32(1 / math.sqrt(d) * ab.LOG2E), np.int32(bool(causal))), 0, isolated=True)
     if splits > 1:
         module.launch(merge_entry, (n_rows,), (d,), (o_part, lse_part, out, lse, np.int32(splits)), 0, isolated=True)
