@@ -202,8 +202,8 @@ def decode(cp, osm, checks):
                     osm.attention(q, k, k, causal=False, return_lse=True, variant="attention_06_decode_mma")
 
 
-@family("paged", "attention_08_paged_decode: page sizes 1, 16 and 256, lengths 0 to 5000, grouped heads, causal",
-        ("attention_08_paged_decode",))
+@family("paged", "attention_08_paged_decode: page sizes 1, 16, 48 and 256, lengths 0 to 5000, grouped heads, causal; "
+        "unchecked calls with page numbers and lengths outside the arrays", ("attention_08_paged_decode",))
 def paged(cp, osm, checks):
     if not wanted("attention_08_paged_decode"):
         return
@@ -218,6 +218,13 @@ def paged(cp, osm, checks):
                 table = cp.arange(len(lengths) * per_seq, dtype=cp.int32)[::-1].reshape(len(lengths), per_seq).copy()
                 osm.attention(q, kv_cache=(pool, pool), page_table=table, cache_lengths=cp.asarray(lengths, cp.int32),
                               causal=n_q > 1, return_lse=True)
+            # unchecked: wrong page numbers (far past the pool, negative) and a length past the table
+            q = checks.random_rows(cp, 3 * 8, d, dtype, seed=9).reshape(3, 8, 1, d)
+            pool = checks.random_rows(cp, 12 * 48 * 2, d, dtype, seed=10).reshape(12, 48, 2, d)
+            table = cp.arange(12, dtype=cp.int32).reshape(3, 4)
+            table[0, 1], table[1, 0] = 10**8, -5
+            osm.attention(q, kv_cache=(pool, pool), page_table=table, check_cache=False,
+                          cache_lengths=cp.asarray([100, 30, 4 * 48 + 7], cp.int32))
 
 
 @family("varlen", "attention_09_varlen: packed sequences of 0 to 700 tokens, grouped heads, causal and not",
