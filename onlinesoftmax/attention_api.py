@@ -187,6 +187,8 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
     the pages and lengths and its synchronization: a wrong one then gives NaN rows). cu_seqlens_q and cu_seqlens_k with q
     (total_q, heads, d) and k, v (total_k, kv_heads, d): sequences of different lengths packed
     without padding (onlinesoftmax/attention_varlen.py)."""
+    if check_cache is not True and kv_cache is None and page_table is None and cache_lengths is None:
+        raise TypeError(f"attention: check_cache applies to a paged cache (kv_cache=...), got {check_cache!r} without one")
     if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None:
         return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, return_lse, variant,
                        causal_align, kv_cache is not None or page_table is not None or cache_lengths is not None)
@@ -195,8 +197,6 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
                       check_cache)
     if k is None or v is None:
         raise TypeError("attention: give k and v, or kv_cache=(k_pages, v_pages) with page_table and cache_lengths")
-    if check_cache is not True:
-        raise TypeError(f"attention: check_cache applies to a paged cache (kv_cache=...), got {check_cache!r} with k and v")
     if type(q) is not api.CUPY_ARRAY and any(map(torch_bridge.is_tensor, (q, k, v))):
         return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,
                                  causal_align=causal_align)

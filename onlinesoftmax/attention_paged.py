@@ -5,14 +5,15 @@
 q (batch, heads, n_q, d), float16 or bfloat16, d = 64 or 128; the pools k_pages and v_pages
 (pages, page_size, kv_heads, d) in q's dtype, any page size; page_table (batch, pages_per_seq)
 integers: sequence b's key j is slot j % page_size of page page_table[b, j // page_size];
-cache_lengths (batch,) integers, each in [0, pages_per_seq * page_size]. Grouped heads as in
+cache_lengths (batch,) integers, each in [0, pages_per_seq * page_size] (at most 2^30 keys). Grouped heads as in
 attention(): heads a multiple of kv_heads. causal=True aligns each sequence's diagonal to its own
 length (bottom-right): with n_q queries, query i sees keys j <= i + length - n_q. A sequence of
 length 0 gives zeros and an LSE of -inf. The page numbers a sequence uses and the lengths are
 checked on the host (one synchronization on the GPU): a wrong page is a ValueError, never a read
 outside the pool. check_cache=False skips that check and its synchronization (a decode loop's
 choice): the kernel still reads nothing outside the pool or the table, and a sequence whose
-length or used page number is wrong comes out NaN (outputs and LSE). The launch depends on the shapes, not on the lengths, so a decode loop that
+length or used page number is out of range comes out NaN (outputs and LSE; an entry past int32 counts as
+out of range, never wrapped). The launch depends on the shapes, not on the lengths, so a decode loop that
 appends a token a step to its pages reuses one plan.
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel, torch tensors the kernel on
@@ -85,10 +86,11 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
     scale = check_flags_and_scale("attention", scale, d, causal=causal, return_lse=return_lse)
     if type(check_cache) is not bool:
         raise TypeError(f"attention: check_cache must be True or False, got {check_cache!r}")
-    xp = array_module(q)
-    table = xp.ascontiguousarray(page_table.astype(np.int32, copy=False))
-    lengths = xp.ascontiguousarray(cache_lengths.astype(np.int32, copy=False))
     capacity = page_table.shape[1] * page_size
+    if capacity > MAX_CAPACITY:
+        raise ValueError(f"attention: a sequence's pages hold at most {MAX_CAPACITY} keys (the kernel's 32-bit key "
+                         f"arithmetic), got pages_per_seq {page_table.shape[1]} x page_size {page_size} = {capacity}")
+    table, lengths = as_int32(page_table), as_int32(cache_lengths)
     if batch and check_cache:   # one synchronization on the GPU: a wrong length or page is an error
         per_seq = page_table.shape[1]
         code = first_bad_entry(page_table, cache_lengths, pages, page_size)
@@ -101,6 +103,25 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
                              f"(0 .. {pages - 1}); sequence {b} uses its first "
                              f"{-(-int(cache_lengths[b]) // page_size)} entries")
     return table, lengths, float(scale)
+
+
+MAX_CAPACITY = 2**30   # keys a sequence's pages may hold: the kernel's key, split and rounding sums stay in int32
+
+
+def as_int32(values):
+    """Contiguous int32 values on the array's device, without a synchronization: a value outside int32
+    becomes -1 (a page number or a length the kernel refuses), never a wrapped valid-looking one."""
+    xp = array_module(values)
+    if values.dtype != np.int32:
+        info = np.iinfo(values.dtype)
+        outside = None   # (each comparison only where the dtype reaches past int32: no bound out of its range)
+        if info.min < -2**31:
+            outside = values < -2**31
+        if info.max > 2**31 - 1:
+            outside = values > 2**31 - 1 if outside is None else outside | (values > 2**31 - 1)
+        if outside is not None:
+            values = xp.where(outside, -1, values)
+    return xp.ascontiguousarray(values.astype(np.int32, copy=False))
 
 
 def first_bad_entry(page_table, cache_lengths, pages: int, page_size: int) -> int:

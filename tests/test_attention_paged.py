@@ -188,6 +188,33 @@ def test_the_api_checks_pages_and_lengths():
         call(check_cache=0)
     with pytest.raises(TypeError, match="check_cache applies to a paged cache"):
         osm.attention(q, q, q, check_cache=False)
+    packed = np.zeros((7, 8, 64), np.float16)
+    with pytest.raises(TypeError, match="check_cache applies to a paged cache"):
+        osm.attention(packed, packed[:, :2], packed[:, :2], cu_seqlens_q=np.array([0, 7], np.int32),
+                      cu_seqlens_k=np.array([0, 7], np.int32), check_cache=False)
+    huge = np.zeros((2, 2**19), np.int32)   # 2^19 entries of pages of 2^12 keys: 2^31 keys a sequence
+    with pytest.raises(ValueError, match="at most 1073741824 keys"):
+        osm.attention(q, kv_cache=(np.zeros((1, 2**12, 2, 64), q.dtype),) * 2, page_table=huge, cache_lengths=lengths,
+                      check_cache=False)
+
+
+def test_unchecked_entries_outside_int32_are_wrong_not_wrapped():
+    """check_cache=False with int64 (or uint) entries: a page number or a length past int32 would wrap
+    to a valid-looking one in a plain cast (2^32 + 1 to page 1, 2^32 + 40 to 40 keys); the call maps
+    it to -1 on the device instead, so its sequence comes out NaN, the others right."""
+    q, kp, vp, table, lengths = make_paged(3, 8, 2, 1, (40, 7, 20), 64, 16, "bfloat16", seed=7)
+    wide_table, wide_lengths = table.astype(np.int64), lengths.astype(np.int64)
+    wide_table[0, 1] = 2**32 + 1
+    wide_lengths[2] = 2**32 + 7
+    out, lse = osm.attention(q, kv_cache=(kp, vp), page_table=wide_table, cache_lengths=wide_lengths,
+                             return_lse=True, check_cache=False)
+    assert np.isnan(lse[0]).all() and np.isnan(lse[2]).all() and np.isnan(checks.as_float64(out[[0, 2]])).all()
+    judge(out[1:2], lse[1:2], q[1:2], kp, vp, table[1:2], lengths[1:2], False)
+    from onlinesoftmax.attention_paged import as_int32
+    assert as_int32(np.array([2**32 + 1, -2**40, 5], np.int64)).tolist() == [-1, -1, 5]
+    assert as_int32(np.array([2**31, 3], np.uint32)).tolist() == [-1, 3]
+    assert as_int32(np.array([2**63, 3], np.uint64)).tolist() == [-1, 3]
+    assert np.array([2**32 + 1], np.int64).astype(np.int32).tolist() == [1]   # what a plain cast would give
 
 
 # (what is wrong, lengths, the table changed by, which sequences come out NaN); sequence 1 uses

@@ -175,6 +175,12 @@ def test_unchecked_calls_give_nan_rows_for_wrong_entries_and_stay_healthy():
     for b in range(4):
         assert np.isnan(checks.as_float64(out[b])).all() == np.isnan(lse[b]).all() == bool(wrong[b]), b
     judge(out[1:2], lse[1:2], q[1:2], kp, vp, table[1:2], lengths[1:2], False)
+    wide_table, wide_lengths = cp.asarray(table, cp.int64), cp.asarray(lengths, cp.int64)
+    wide_table[0, 1], wide_lengths[3] = 2**32 + 1, 2**32 + 5          # would wrap to page 1 and 5 keys
+    wide_table[2, 5] = 0
+    _, lse = osm.attention(cp.asarray(q), kv_cache=(cp.asarray(kp), cp.asarray(vp)), page_table=wide_table,
+                           cache_lengths=wide_lengths, return_lse=True, check_cache=False)
+    assert [bool(cp.isnan(lse[b]).all()) for b in range(4)] == [True, False, False, True]
     fine = make_paged(2, 8, 2, 1, (40, 7), 64, 16, "bfloat16", seed=7)
     judge(*run(*fine), *fine, False)
     torch = pytest.importorskip("torch")
