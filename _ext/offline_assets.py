@@ -50,9 +50,12 @@ FIGURE_MARKER = 'class="osm-figure-spec"'
 VEGA_PRIORITY = 450
 
 # Loaded before require.js, on pages with widgets.
-# 1. A global ``require`` object is read by require.js as its config. embed-amd.js computes the
-#    URL of its icon fonts from the module id '@jupyter-widgets/html-manager/dist/...', so map
-#    that id to our copy. The base URL comes from this script's own address (any page depth).
+# 1. A global ``require`` object is read by require.js as its config. Each bundle in embed-amd.js
+#    (html-manager, base, controls, their 7.x twins, libembed-amd) computes the URL of its icon
+#    fonts from its own module id, so map every '@jupyter-widgets/...' id into our copy (the
+#    longer '.../html-manager/dist' prefix wins for libembed-amd). Unmapped, an id resolves
+#    beside the page, and whichever bundle's @font-face rules load last decide whether the
+#    icons' fonts are found. The base URL comes from this script's own address (any page depth).
 # 2. The widget controls typeset descriptions with the MathJax 2 API (``MathJax.Hub.Queue``);
 #    with MathJax 3 on the page that throws "reading 'Queue'". Give MathJax 3 a small ``Hub``
 #    that forwards to ``typesetPromise``. MathJax's deferred script has run by DOMContentLoaded,
@@ -63,7 +66,10 @@ WIDGETS_SHIM_JS = """\
   var here = document.currentScript.src;
   var staticBase = here.substring(0, here.lastIndexOf("/") + 1);
   window.require = {
-    paths: { "@jupyter-widgets/html-manager/dist": staticBase + "html-manager" },
+    paths: {
+      "@jupyter-widgets/html-manager/dist": staticBase + "html-manager",
+      "@jupyter-widgets": staticBase + "html-manager",
+    },
   };
   document.addEventListener("DOMContentLoaded", function () {
     var mathjax = window.MathJax;

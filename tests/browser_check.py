@@ -17,6 +17,9 @@ aborted (and counts as a failure: the book must not need the network). Per page 
   (d) widgets: on a page that embeds widget state
       (`application/vnd.jupyter.widget-state+json`), every widget view rendered
       (a `.jupyter-widgets` element in place of each widget-view script);
+  (d2) fonts: every `@font-face` source URL in the page's style sheets names a file of the book (a font
+      is downloaded only when some glyph needs it, so a broken URL would otherwise fail only
+      on the loads whose rules happen to win);
   (e) interactive figures (`.osm-figure`, drawn by Vega-Lite from a precomputed table, see
       onlinesoftmax/book/widgets/interactive.py): each one rendered an SVG with marks, and for each of
       its controls in turn, moving it to another value changes the view's parameter and the
@@ -42,7 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
@@ -262,7 +265,40 @@ def find_chromium() -> str:
     sys.exit("browser_check: Debian chromium not found (apt-get install -y chromium)")
 
 
-def check_page(context, base_url: str, relative: Path, screenshot: Path) -> list[str]:
+# Every @font-face source URL of the page's style sheets, resolved against its sheet.
+FONT_FACES_JS = """
+() => {
+  const urls = new Set();
+  for (const sheet of document.styleSheets) {
+    let rules;
+    try { rules = sheet.cssRules; } catch (error) { continue; }
+    for (const rule of rules) {
+      if (rule.type !== CSSRule.FONT_FACE_RULE) continue;
+      const base = sheet.href || document.baseURI;
+      for (const match of rule.style.getPropertyValue("src").matchAll(/url\\(["']?([^"')]+)["']?\\)/g)) {
+        if (!match[1].startsWith("data:")) urls.add(new URL(match[1], base).href);
+      }
+    }
+  }
+  return Array.from(urls);
+}
+"""
+
+
+def missing_fonts(urls: list[str], base_url: str, html_root: Path) -> list[str]:
+    """The font URLs that name no file of the built book (or point off the book's server)."""
+    missing = []
+    for url in urls:
+        if not url.startswith(base_url):
+            missing.append(url)
+            continue
+        path = unquote(urlsplit(url).path).lstrip("/")
+        if not (html_root / path).is_file():
+            missing.append(url)
+    return missing
+
+
+def check_page(context, base_url: str, relative: Path, screenshot: Path, html_root: Path) -> list[str]:
     problems: list[str] = []
     page = context.new_page()
     page.on(
@@ -318,6 +354,9 @@ def check_page(context, base_url: str, relative: Path, screenshot: Path) -> list
                 problems.append("widget state embedded but no widget on the page")
             if widgets["rendered"] < widgets["views"]:
                 problems.append(f"widgets rendered: {widgets['rendered']} of {widgets['views']}")
+
+        for url in missing_fonts(page.evaluate(FONT_FACES_JS), base_url, html_root):
+            problems.append(f"@font-face source not in the book: {url}")
 
         figures = page.evaluate(FIGURES_JS, RENDER_TIMEOUT_MS)
         if not figures["figures"] and figures["vegaScripts"]:
@@ -409,7 +448,7 @@ def main() -> int:
             context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
             context.route("**/*", route)
             try:
-                problems = check_page(context, base_url, relative, screenshot)
+                problems = check_page(context, base_url, relative, screenshot, html_root)
             finally:
                 context.close()
             problems = [p for p in problems if "ERR_BLOCKED_BY_CLIENT" not in p]
