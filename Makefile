@@ -79,14 +79,19 @@ help:
 book: _setup
 	@$(MAKE) --no-print-directory _book-build
 
+# Ends with one line of each part's wall time (what the README's timings quote).
 test: _setup _chromium $(TORCH_STAMP)
-	@status=0; \
+	@status=0; t0=$$(date +%s); \
 	$(MAKE) --no-print-directory _pytest-cpu || status=1; \
+	t1=$$(date +%s); browser="did not run"; \
 	if $(MAKE) --no-print-directory _book-build EXECUTE=force; then \
+	  t2=$$(date +%s); \
 	  $(MAKE) --no-print-directory _browser-check || status=1; \
+	  browser="$$(( $$(date +%s) - t2 )) s"; \
 	else \
-	  status=1; echo "make test: the book build failed, so the browser check did not run"; \
+	  t2=$$(date +%s); status=1; echo "make test: the book build failed, so the browser check did not run"; \
 	fi; \
+	echo "make test: CPU tier $$(( t1 - t0 )) s, book build $$(( t2 - t1 )) s, browser check $$browser"; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$status
 
