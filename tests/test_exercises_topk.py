@@ -55,3 +55,32 @@ def test_wrong_merges_are_rejected(wrong, capsys):
 def test_a_stub_is_rejected(capsys):
     assert not ex.check_merge_topk(lambda a, b, k: None)
     assert "not answered yet" in capsys.readouterr().out
+
+
+def test_a_part_of_only_minus_infinity_holds_no_mass():
+    # The state the grader hands out for [-inf, -inf] is the empty state's (-inf, 0), as the pages
+    # define it, not (-inf, NaN): merged with [-inf, 0] it must give the whole row's (0, 1).
+    part = ex.state_of([-np.inf, -np.inf], 0, 2)
+    assert part[0] == -np.inf and part[1] == 0.0
+    m, l, _, _ = ex.merge_topk_reference(part, ex.state_of([-np.inf, 0.0], 2, 2), 2)
+    assert (m, l) == (0.0, 1.0) == ex.state_of([-np.inf, -np.inf, -np.inf, 0.0], 0, 2)[:2]
+
+
+def _guard_by_clearing_empty_parts(a, b, k):
+    # Right: a part with m = -inf holds nothing, so its l is taken as 0 before the combine.
+    (m_a, l_a), (m_b, l_b) = a[:2], b[:2]
+    l_a, l_b = (0.0 if m_a == -np.inf else l_a), (0.0 if m_b == -np.inf else l_b)
+    m = max(m_a, m_b)
+    base = 0.0 if m == -np.inf else m
+    return (m, l_a * np.exp(m_a - base) + l_b * np.exp(m_b - base)) + ex.solution_merge_topk(a, b, k)[2:]
+
+
+def _nan_for_a_part_of_minus_infinity(a, b, k):
+    m, l, values, columns = ex.solution_merge_topk(a, b, k)
+    return m, (np.nan if -np.inf in (a[0], b[0]) else l), values, columns
+
+
+def test_merges_that_treat_parts_of_minus_infinity_as_the_pages_do(capsys):
+    assert ex.check_merge_topk(_guard_by_clearing_empty_parts, quiet=True)
+    assert not ex.check_merge_topk(_nan_for_a_part_of_minus_infinity)
+    assert "FAILED" in capsys.readouterr().out

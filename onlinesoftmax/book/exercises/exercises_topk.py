@@ -24,6 +24,8 @@ def state_of(x, first_column: int, k: int):
     if x.size == 0:
         return NEG_INF, 0.0, np.zeros(0), np.zeros(0, np.int64)
     m, l = reference.row_stats(x[None, :])
+    if m[0] == NEG_INF:   # a part of only -inf holds no mass: the empty state's l = 0 (not 0 * e^nan)
+        l[0] = 0.0
     keep = order(x[None, :])[0, :k]
     return float(m[0]), float(l[0]), x[keep], (keep + first_column).astype(np.int64)
 
