@@ -298,6 +298,25 @@ def _threshold_ascending(x, p):           # the smallest probabilities first
     return ordered[np.arange(len(x)), np.argmax(cumulative >= p, axis=1)]
 
 
+def _threshold_float32(x, p):
+    x = np.asarray(x, np.float64)
+    ordered = -np.sort(-x, axis=1)
+    w = np.exp(ordered - ordered[:, :1]).astype(np.float32)
+    cumulative = np.cumsum(w / w.sum(axis=1, keepdims=True), axis=1, dtype=np.float32)
+    reached = cumulative >= np.float32(p)
+    first = np.where(reached.any(axis=1), np.argmax(reached, axis=1), x.shape[1] - 1)
+    return ordered[np.arange(len(x)), first]
+
+
+def _threshold_top_1000(x, p):
+    x = np.asarray(x, np.float64)
+    ordered = -np.sort(-x, axis=1)[:, :1000]                       # the tail's mass left out
+    w = np.exp(ordered - ordered[:, :1])
+    reached = np.cumsum(w / w.sum(axis=1, keepdims=True), axis=1) >= p
+    first = np.where(reached.any(axis=1), np.argmax(reached, axis=1), ordered.shape[1] - 1)
+    return ordered[np.arange(len(x)), first]
+
+
 def test_the_sampling_graders_pass_the_answers_and_reject_wrong_ones():
     from onlinesoftmax.book.exercises import exercises_sampling as es
 
@@ -313,14 +332,23 @@ def test_the_sampling_graders_pass_the_answers_and_reject_wrong_ones():
                    if np.shape(x) in ((1, 3), (8, 40), (1, 2)) else np.full(len(x), -1),   # never a token
                    "tokens as floats": lambda x, u: es.gumbel_pick(x, u).astype(np.float64),
                    "u clipped to [1e-4, 1 - 1e-4]": lambda x, u: np.argmax(x - np.log(-np.log(np.clip(u, 1e-4, 1 - 1e-4))),
-                                                                          axis=1)}
+                                                                          axis=1),
+                   "u clipped to [1e-9, 1 - 1e-9]": lambda x, u: np.argmax(x - np.log(-np.log(np.clip(u, 1e-9, 1 - 1e-9))),
+                                                                          axis=1),
+                   "token 0 never picked": lambda x, u: 1 + np.argmax((x - np.log(-np.log(u)))[:, 1:], axis=1),
+                   "tokens as uint8": lambda x, u: es.gumbel_pick(x, u).astype(np.uint8)}
     for name, fn in wrong_picks.items():
         assert not es.check_gumbel_pick(fn, quiet=True), name
     wrong_thresholds = {"the stub": lambda x, p: None, "one token short": _threshold_before_p,
                         "p = 1 unguarded": _threshold_unguarded, "unnormalised sums": _threshold_unnormalised,
                         "smallest first": _threshold_ascending,
                         "right on the visible shapes only": lambda x, p: es.nucleus_threshold(x, p)
-                        if np.shape(x) in ((1, 4), (8, 50), (2, 50)) else np.max(x, axis=1) + 1}   # no logit
+                        if np.shape(x) in ((1, 4), (8, 50), (2, 50)) else np.max(x, axis=1) + 1,   # no logit
+                        "p - 1e-6": lambda x, p: es.nucleus_threshold(x, p - 1e-6),
+                        "sums in float32": _threshold_float32,
+                        "the row's smallest logit for every p above 0.95": lambda x, p: np.min(x, axis=1)
+                        if 0.95 < p < 1 else es.nucleus_threshold(x, p),
+                        "normalised over the 1000 largest logits": _threshold_top_1000}
     for name, fn in wrong_thresholds.items():
         assert not es.check_nucleus_threshold(fn, quiet=True), name
 

@@ -169,6 +169,12 @@ def test_the_api_refuses_more_rows_than_the_split_grid_holds():
         osm.sample(np.zeros((2, 4), np.float32), variant="cluster")
 
 
+def _ties_by_isclose(keys, indices):
+    best = keys.max(axis=1)
+    tied = np.isclose(keys, best[:, None], rtol=1e-12, atol=0)
+    return best, np.where(tied, indices, np.iinfo(np.int64).max).min(axis=1)
+
+
 def test_the_combine_grader_passes_the_answer_and_rejects_wrong_ones():
     from onlinesoftmax.book.exercises import exercises_sampling as es
 
@@ -183,7 +189,11 @@ def test_the_combine_grader_passes_the_answer_and_rejects_wrong_ones():
              "the largest key of the first block only": lambda k, i: (k[:, 0], i[:, 0]),
              "indices as floats": lambda k, i: tuple(np.asarray(v, np.float64) for v in es.combine_picks(k, i)),
              "right on the visible shapes only": lambda k, i: es.combine_picks(k, i)
-             if k.shape in ((1, 3), (1, 2), (6, 9)) else (k.max(axis=1), np.full(len(k), -1))}
+             if k.shape in ((1, 3), (1, 2), (6, 9)) else (k.max(axis=1), np.full(len(k), -1)),
+             "the first block left out": lambda k, i: es.combine_picks(k[:, 1:], i[:, 1:]),
+             "keys compared in float32": lambda k, i: (k.max(axis=1), es.combine_picks(k.astype(np.float32), i)[1]),
+             "keys within np.isclose taken as tied": _ties_by_isclose,
+             "indices as uint16": lambda k, i: (es.combine_picks(k, i)[0], es.combine_picks(k, i)[1].astype(np.uint16))}
     for name, fn in wrong.items():
         assert not es.check_combine_picks(fn, quiet=True), name
 
