@@ -97,9 +97,9 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
             np.add(dw, _mm(dlogits.T, h[rows]), out=dw, casting="unsafe")
             if db is not None:
                 np.add(db, dlogits.sum(0), out=db, casting="unsafe")
-    scale = _mean_scale(t, ignore_index, reduction)
+    loss_scale, scale = _mean_scale(t, ignore_index, reduction)
     total, dh = _token_pass(h, weight, t, bias, lib, tensor, chunk, options, after=add_share)
-    loss = total * scale
+    loss = total * loss_scale
     dh = dh * scale if scale != 1.0 else dh
     as_weight = (lambda a: a.to(weight.dtype)) if tensor else (lambda a: a.astype(weight.dtype))
     dw *= scale   # in place: a second float32 d weight would double the largest buffer
@@ -150,13 +150,15 @@ def _mm(a, b):
     return a @ b
 
 
-def _mean_scale(t, ignore_index, reduction) -> float:
-    """What the summed loss and gradients are multiplied by: 1 / the counted tokens for a mean (NaN
-    over none, as torch's mean), 1 for a sum. One synchronization on the GPU."""
+def _mean_scale(t, ignore_index, reduction) -> tuple[float, float]:
+    """(loss scale, gradient scale): what the summed loss and the gradients are multiplied by. For a
+    mean, 1 / the counted tokens; over no counted token the loss is NaN and the gradients zero, as
+    torch's (every ignored token's gradient is 0 already: scaled by 1). For a sum, 1. One
+    synchronization on the GPU."""
     if reduction != "mean":
-        return 1.0
+        return 1.0, 1.0
     counted = int((t != ignore_index).sum())
-    return 1.0 / counted if counted else float("nan")
+    return (1.0 / counted, 1.0 / counted) if counted else (float("nan"), 1.0)
 
 
 def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, after=None):
@@ -226,7 +228,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     n_tokens, vocabulary = h.shape[0], weight.shape[0]
     softcap, eps, z = options["softcap"], float(options["label_smoothing"]), float(options["z_loss"])
     valid = t != options["ignore_index"]
-    scale = _mean_scale(t, options["ignore_index"], reduction)
+    loss_scale, scale = _mean_scale(t, options["ignore_index"], reduction)
     on = {"device": h.device} if tensor else {}   # torch makes new tensors on the CPU unless told
     m, log_l = lib.empty(n_tokens, dtype=lib.float32, **on), lib.empty(n_tokens, dtype=lib.float32, **on)
 
@@ -295,7 +297,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
             p.masked_fill_(~valid_rows, 0)
         else:
             p[~valid] = 0
-        # the mean's scale (NaN for a mean over no token, as the summing path): on p before it is
+        # the mean's scale (1 for a mean over no token: every p is 0 then): on p before it is
         # rounded, except in float16, whose range it would push p's smallest values out of; there on
         # the block's product instead
         late = h.dtype == lib.float16
@@ -312,7 +314,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
         if late:
             dw[cols] *= scale
         del p, g
-    loss = total * scale
+    loss = total * loss_scale
     return loss, dh, dw, db
 
 

@@ -146,8 +146,10 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
     counted = (t != ignore_index).sum()
     options = {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing), "z_loss": float(z_loss),
                "softcap": float(softcap or 0.0)}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = (1.0 / counted.astype(np.float32)).astype(np.float32) if reduction == "mean" else xp.float32(1.0)
+    # the gradient's scale: 1 / the counted rows for a mean; over none, 1 (every row's gradient is 0
+    # then, as torch's; the loss is NaN, below)
+    scale = (1.0 / xp.maximum(counted, 1).astype(np.float32)).astype(np.float32) if reduction == "mean" \
+        else xp.float32(1.0)
     if logits.dtype == np.float64 or x.shape[0] == 0:   # exactly, in float64 (no rows: empty results)
         rows, lse, dx = kce.reference(x, t, **options)
         dx = (dx * scale).astype(logits.dtype, copy=False) if grad else None

@@ -67,6 +67,20 @@ def test_leading_axes_float64_and_in_place():
         and dx.dtype == np.float16
 
 
+def test_a_mean_over_no_row_is_nan_with_a_zero_gradient_as_torch():
+    x, t = logits_and_targets(6, 11, seed=3)
+    t[:] = -100
+    for options in OPTIONS[:3]:
+        loss, _, grad = osm.cross_entropy_with_grad(x, t, **options)
+        assert np.isnan(loss) and not np.isnan(grad).any() and not grad.any(), options
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401  (the operator)
+    logits = torch.from_numpy(x.copy()).requires_grad_()
+    loss = osm.cross_entropy(logits, torch.from_numpy(t))
+    loss.backward()
+    assert torch.isnan(loss) and not logits.grad.isnan().any() and not logits.grad.any()
+
+
 def test_extreme_rows():
     """Logits of 1e30, -inf entries (a masked vocabulary), a NaN row; softcap keeps 1e30 finite."""
     x = np.zeros((4, 6), np.float32)
