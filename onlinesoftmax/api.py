@@ -16,7 +16,7 @@ from onlinesoftmax import exact
 from onlinesoftmax.kernels import dispatch
 from onlinesoftmax.kernels.logsumexp import split as logsumexp_split
 from onlinesoftmax.inputs import (as_rows, check_array, check_length, check_out, check_variant_accepts,  # noqa: F401
-                                  from_rows, normalize_axis, resolve)
+                                  describe, from_rows, normalize_axis, resolve)
 from onlinesoftmax.registry import REGISTRY, Variant
 from onlinesoftmax.runtime import device
 from onlinesoftmax.runtime import driver, torch_bridge
@@ -290,7 +290,7 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
     The axis is removed from the shape (kept with length 1 with keepdims=True, as numpy's keepdims and
     torch's keepdim). A row of all -inf gives -inf, an empty row -inf, a row holding +inf and no NaN
     +inf (as torch), a row holding NaN NaN. numpy input runs the model, cupy input the kernel."""
-    if keepdims is not False:
+    if keepdims is not False and keepdims is not np.False_:
         return _keepdims(x, axis, keepdims, variant, out)
     key = None
     plain = out is None and variant == "auto"
@@ -310,7 +310,7 @@ def logsumexp(x, axis: int = -1, *, keepdims: bool = False, variant: str = "auto
 
 
 def _keepdims(x, axis, keepdims, variant, out):
-    if type(keepdims) is not bool:
+    if not isinstance(keepdims, (bool, np.bool_)):
         raise TypeError(f"logsumexp: keepdims must be True or False, got {keepdims!r}")
     if torch_bridge.is_tensor(x):
         if torch_bridge.wants_operator(x):
@@ -318,6 +318,9 @@ def _keepdims(x, axis, keepdims, variant, out):
         return torch_bridge.call(_keepdims, x, axis, keepdims, variant, out)
     check_array(x, "logsumexp", exact=True)
     axis = normalize_axis(axis, x.ndim, "logsumexp")
+    kept = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+    if out is not None and (type(out) is not type(x) or tuple(out.shape) != kept):
+        raise ValueError(f"logsumexp: with keepdims=True, out must be a {type(x).__name__} of shape {kept}, got {describe(out)}")
     squeezed = None if out is None else out.reshape(tuple(s for i, s in enumerate(out.shape) if i != axis))
     result = logsumexp(x, axis, variant=variant, out=squeezed)
     return out if out is not None else result.reshape(result.shape[:axis] + (1,) + result.shape[axis:])

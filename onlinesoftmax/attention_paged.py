@@ -42,10 +42,10 @@ def paged_attention(q, k_pages, v_pages, page_table, cache_lengths, *, causal: b
                                   check_cache)
     batch, heads, n_q, d = q.shape
     xp = array_module(q)
-    if isinstance(q, np.ndarray):
-        out, lse = kpaged.simulate(q, k_pages, v_pages, table, lengths, causal=bool(causal), scale=scale)
-    elif batch == 0:
+    if batch == 0:   # no sequence: empty results, on either path
         out, lse = xp.empty(q.shape, q.dtype), xp.empty((0, heads, n_q), np.float32)
+    elif isinstance(q, np.ndarray):
+        out, lse = kpaged.simulate(q, k_pages, v_pages, table, lengths, causal=bool(causal), scale=scale)
     else:
         q = q if q.flags.c_contiguous and q.data.ptr % 16 == 0 else xp.array(q, order="C", copy=True)
         out = xp.empty(q.shape, q.dtype)

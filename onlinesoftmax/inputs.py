@@ -135,6 +135,8 @@ def check_out(out, like, shape, dtype, function: str):
     if type(out) is not type(like) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
         raise ValueError(f"{function}: out must be a {type(like).__name__} of shape {tuple(shape)} and dtype "
                          f"{np.dtype(dtype).name}, got {describe(out)}")
+    if out.size == 0:   # nothing is written: any strides will do (NumPy gives empty arrays strides of 0)
+        return out
     if out.ndim and out.strides[-1] != out.itemsize:
         raise ValueError(f"{function}: out must have unit stride along its last axis")
     if out.ndim > 2 and not out.flags.c_contiguous:

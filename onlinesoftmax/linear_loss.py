@@ -27,6 +27,9 @@ d weight, two ways (`weight_grad`):
                    holds one token chunk's logits or one vocabulary block's (6 bytes an element, 10
                    under a soft cap), never both.
 
+float64 inputs take the "sum" path with float64 sums and the loss's exact float64 path (as torch
+computes them), whichever `weight_grad` is asked for.
+
 torch tensors (CPU: the NumPy model of the loss kernel; CUDA: the kernel, torch's matrix products,
 torch's stream) go through a torch.autograd.Function when they need a gradient; NumPy arrays return
 (loss, d hidden, d weight, d bias or None), the gradients of the loss.
@@ -73,7 +76,7 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     if vocab_chunk is not None and (isinstance(vocab_chunk, bool) or not isinstance(vocab_chunk, (int, np.integer))
                                     or vocab_chunk < 1):
         raise ValueError(f"linear_cross_entropy: vocab_chunk must be a positive int or None, got {vocab_chunk!r}")
-    h = hidden.reshape(-1, hidden.shape[-1])
+    h = hidden.reshape(int(np.prod(hidden.shape[:-1])), hidden.shape[-1])   # (-1 cannot stand for 0 tokens at H = 0)
     t = targets.reshape(-1)
     # all the targets checked at once (one synchronization), none per chunk
     _loss_module.check_target_range(t, weight.shape[0], ignore_index, "linear_cross_entropy", "token")
@@ -82,11 +85,12 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     tensor = torch_bridge.is_tensor(h)
     lib = _torch() if tensor else np
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": softcap}
-    if weight_grad == "recompute":
+    if weight_grad == "recompute" and weight.dtype != lib.float64:   # (float64: the sum's float64 path, exact)
         loss, dh, dw, db = _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, options)
         return loss, dh.reshape(hidden.shape), dw, db
-    dw = lib.zeros_like(weight, dtype=lib.float32)
-    db = None if bias is None else lib.zeros_like(bias, dtype=lib.float32)
+    wide = lib.float64 if weight.dtype == lib.float64 else lib.float32   # the sums' dtype
+    dw = lib.zeros_like(weight, dtype=wide)
+    db = None if bias is None else lib.zeros_like(bias, dtype=wide)
 
     def add_share(rows, dlogits):   # the chunk's share of d weight and d bias, into the float32 sums
         if tensor:   # in place: no float32 copy of the chunk's product
@@ -118,6 +122,7 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
                "softcap": softcap, "reduction": reduction, "chunk": chunk, "weight_grad": weight_grad,
                "vocab_chunk": vocab_chunk}
     if torch_bridge.is_tensor(hidden):
+        check(hidden, weight, targets, bias, reduction, chunk)   # before autograd sees the arguments
         return _LinearCrossEntropy.apply(hidden, weight, targets, bias, options)
     return linear_cross_entropy_with_grad(hidden, weight, targets, bias, **options)[0]
 
@@ -176,7 +181,8 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
             logits = np.ascontiguousarray(logits.astype(h.dtype))
         if before is not None:
             before(rows, logits)
-        part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum", in_place=True,
+        part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum",
+                                                               in_place=logits.dtype != lib.float64,   # (float64: exact, a copy)
                                                                check_targets=False, **options)
         total = total + part
         if tensor:
@@ -319,8 +325,9 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
 
 
 def check(hidden, weight, targets, bias, reduction, chunk):
-    kinds = {type(a) for a in (hidden, weight, targets) + (() if bias is None else (bias,))}
-    if len(kinds) != 1:
+    arrays = (hidden, weight, targets) + (() if bias is None else (bias,))
+    kinds = {type(a) for a in arrays}
+    if len(kinds) != 1 or not all(isinstance(a, np.ndarray) or torch_bridge.is_tensor(a) for a in arrays):
         raise TypeError("linear_cross_entropy: hidden, weight, targets (and bias) must be all numpy arrays or all "
                         f"torch tensors, got {', '.join(describe(a) for a in (hidden, weight, targets))}")
     if hidden.ndim < 2 or weight.ndim != 2 or hidden.shape[-1] != weight.shape[1]:
@@ -332,8 +339,8 @@ def check(hidden, weight, targets, bias, reduction, chunk):
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"linear_cross_entropy: bias must have shape ({weight.shape[0]},), got {describe(bias)}")
     if hidden.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
-        raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype} and "
-                        f"{weight.dtype}")
+        raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype}, "
+                        f"{weight.dtype}" + ("" if bias is None else f" and {bias.dtype}"))
     if reduction not in REDUCTIONS:
         raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):

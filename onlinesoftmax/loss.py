@@ -40,7 +40,11 @@ REDUCTIONS = ("mean", "sum", "none")
 def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
                   softcap=None, reduction: str = "mean", return_lse: bool = False, check_targets: bool = True):
     """The cross-entropy loss of `logits` against `targets` (see the module doc); with return_lse, (loss, lse)."""
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError(f"cross_entropy: return_lse must be True or False, got {return_lse!r}")
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
+        _one_kind("cross_entropy", logits, targets)
+        _check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets)
         if torch_bridge.wants_operator(logits):   # the operator torch.ops.onlinesoftmax.cross_entropy
             loss, lse = torch_bridge.autograd("cross_entropy", logits, targets, ignore_index=ignore_index,
                                               label_smoothing=float(label_smoothing), z_loss=float(z_loss),
@@ -49,8 +53,6 @@ def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing:
         return torch_bridge.call(cross_entropy, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
                                  reduction=reduction, return_lse=return_lse, check_targets=check_targets)
-    if not isinstance(return_lse, (bool, np.bool_)):
-        raise TypeError(f"cross_entropy: return_lse must be True or False, got {return_lse!r}")
     loss, lse, _ = _run("cross_entropy", logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
                         grad=False, in_place=False, check_targets=check_targets)
     return (loss, lse) if return_lse else loss
@@ -61,6 +63,7 @@ def cross_entropy_with_grad(logits, targets, *, ignore_index: int = -100, label_
                             check_targets: bool = True):
     """(loss, lse, dlogits): the loss, the LSE per row and the gradient of the loss, one kernel."""
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
+        _one_kind("cross_entropy_with_grad", logits, targets)
         return torch_bridge.call(cross_entropy_with_grad, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
                                  reduction=reduction, in_place=in_place, check_targets=check_targets)
@@ -88,7 +91,33 @@ def cross_entropy_with_grad_deferred(logits, targets, *, ignore_index: int = -10
     return loss, lse, grad, array_module(logits).asarray(outside.any())
 
 
+def _one_kind(function, logits, targets):
+    if type(logits) is not type(targets):
+        raise ValueError(f"{function}: logits and targets must be arrays of one kind (both torch tensors, or both "
+                         f"NumPy or CuPy arrays), got {describe(logits)} and {describe(targets)}")
+
+
+def _check_options(function, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
+    """The options alone (before any array is looked at, on every path: the operator's too)."""
+    for name, value, low, high in (("label_smoothing", label_smoothing, 0.0, 1.0), ("z_loss", z_loss, 0.0, np.inf)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)) \
+                or not low <= float(value) <= high:
+            raise ValueError(f"{function}: {name} must be a number in [{low}, {high}], got {value!r}")
+    if softcap is not None and (isinstance(softcap, (bool, np.bool_))
+                                or not isinstance(softcap, (int, float, np.floating, np.integer))
+                                or not 0 < float(softcap) < np.inf):
+        raise ValueError(f"{function}: softcap must be None or a positive number, got {softcap!r}")
+    if isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index, (int, np.integer)) \
+            or not -2**63 <= int(ignore_index) < 2**63:
+        raise TypeError(f"{function}: ignore_index must be an int (64-bit), got {ignore_index!r}")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"{function}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
+    if not isinstance(check_targets, (bool, np.bool_)):
+        raise TypeError(f"{function}: check_targets must be True or False, got {check_targets!r}")
+
+
 def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
+    _check_options(function, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets)
     on_gpu = check_array(logits, function, exact=True)
     if logits.shape[-1] == 0:
         raise ValueError(f"{function}: the logits need at least one class on their last axis, got shape "
@@ -99,19 +128,6 @@ def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, sof
                          f"{tuple(logits.shape[:-1])} (the logits' without the class axis), got {describe(targets)}")
     if targets.dtype.kind not in "iu":
         raise TypeError(f"{function}: targets must be integers (class indices), got {targets.dtype}")
-    for name, value, low, high in (("label_smoothing", label_smoothing, 0.0, 1.0), ("z_loss", z_loss, 0.0, np.inf)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)) \
-                or not low <= float(value) <= high:
-            raise ValueError(f"{function}: {name} must be a number in [{low}, {high}], got {value!r}")
-    if softcap is not None and (isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.floating))
-                                or not 0 < float(softcap) < np.inf):
-        raise ValueError(f"{function}: softcap must be None or a positive number, got {softcap!r}")
-    if isinstance(ignore_index, (bool, np.bool_)) or not isinstance(ignore_index, (int, np.integer)):
-        raise TypeError(f"{function}: ignore_index must be an int, got {ignore_index!r}")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"{function}: reduction must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
-    if not isinstance(check_targets, (bool, np.bool_)):
-        raise TypeError(f"{function}: check_targets must be True or False, got {check_targets!r}")
     xp = array_module(logits)
     if check_targets:
         check_target_range(targets, logits.shape[-1], ignore_index, function)

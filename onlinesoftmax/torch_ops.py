@@ -24,6 +24,7 @@ run the CUDA kernels on torch's current stream; CPU tensors run the NumPy models
 so `torch.autograd.gradcheck` runs on a machine without a GPU (the public functions send them a tensor
 that requires a gradient). cross_entropy checks its targets on the device and raises in the backward.
 """
+import numpy as np
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
@@ -392,9 +393,7 @@ def differentiable(function: str, x: torch.Tensor, dim, keepdim: bool = False, *
         raise TypeError(f"{function}: gradients are computed for the plain call only (variant='auto', no out=, "
                         f"no mask); got {sorted(asked)} with a tensor that requires grad or carries a tangent. "
                         f"Pass x.detach() for a forward-only call")
-    if isinstance(dim, bool) or not isinstance(dim, int):
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
         raise TypeError(f"{function}: axis must be an int, got {type(dim).__name__} {dim!r}")
-    operator = {"softmax": softmax, "log_softmax": log_softmax}.get(function)
-    if operator is not None:
-        return operator(x, dim)
-    return logsumexp(x, dim, keepdim)
+    operator = {"softmax": softmax, "log_softmax": log_softmax}.get(function)   # (the schema wants an int:
+    return operator(x, int(dim)) if operator is not None else logsumexp(x, int(dim), keepdim)   # NumPy's too)

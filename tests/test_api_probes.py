@@ -1,0 +1,108 @@
+"""Calls a probe of the public API sent, each of which once gave a silently wrong answer, a raw
+internal error or a refusal torch does not make; each test names what used to happen."""
+import numpy as np
+import pytest
+
+import onlinesoftmax as osm
+
+
+def test_logsumexp_keepdims_checks_out_against_the_kept_shape():
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    for wrong in (np.empty((2, 3), np.float32), np.empty((2, 1, 3), np.float32), [0.0] * 6):
+        with pytest.raises(ValueError, match=r"keepdims=True, out must be a ndarray of shape \(2, 3, 1\)"):
+            osm.logsumexp(x, keepdims=True, out=wrong)   # (2, 3) was accepted and returned as it was
+    for axis, shape in ((-1, (2, 3, 1)), (1, (2, 1, 4))):
+        out = np.empty(shape, np.float32)
+        assert osm.logsumexp(x, axis, keepdims=True, out=out) is out
+        np.testing.assert_allclose(out, np.log(np.exp(x.astype(np.float64)).sum(axis, keepdims=True)), rtol=1e-6)
+    assert osm.logsumexp(x, keepdims=np.True_).shape == (2, 3, 1)     # NumPy's booleans, as numpy takes them
+    assert osm.logsumexp(x, keepdims=np.False_).shape == (2, 3)
+    with pytest.raises(TypeError, match="keepdims must be True or False, got 1"):
+        osm.logsumexp(x, keepdims=1)
+
+
+def test_an_empty_input_takes_an_empty_out():
+    # "out must have unit stride along its last axis": NumPy gives empty arrays strides of 0
+    x = np.ones((0, 4), np.float32)
+    assert osm.softmax(x, out=np.empty((0, 4), np.float32)).shape == (0, 4)
+    assert osm.log_softmax(x, out=np.empty((0, 4), np.float32)).shape == (0, 4)
+    assert osm.logsumexp(x, out=np.empty((0,), np.float32)).shape == (0,)
+    with pytest.raises(ValueError, match="out must be a ndarray of shape"):
+        osm.softmax(x, out=np.empty((0, 5), np.float32))
+
+
+def test_paged_attention_of_no_sequence_on_the_model():
+    # a ZeroDivisionError in the model, where the GPU path returned empty results
+    q, pages = np.zeros((0, 4, 1, 64), np.float16), np.zeros((6, 4, 2, 64), np.float16)
+    out, lse = osm.attention(q, kv_cache=(pages, pages), page_table=np.zeros((0, 3), np.int32),
+                             cache_lengths=np.zeros(0, np.int32), return_lse=True)
+    assert out.shape == (0, 4, 1, 64) and lse.shape == (0, 4, 1)
+
+
+def test_linear_cross_entropy_in_float64_is_exact_whichever_weight_grad():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    h, w, b = rng.standard_normal((40, 8)), rng.standard_normal((50, 8)), rng.standard_normal(50)
+    t = rng.integers(0, 50, 40)
+    hh, ww, bb = (torch.from_numpy(a).requires_grad_() for a in (h, w, b))
+    want = torch.nn.functional.cross_entropy(hh @ ww.T + bb, torch.from_numpy(t), label_smoothing=0.1)
+    want.backward()
+    for mode in ("sum", "recompute"):   # recompute refused float64 ("in_place=True needs ... float32")
+        loss, dh, dw, db = osm.linear_cross_entropy_with_grad(h, w, t, b, weight_grad=mode, label_smoothing=0.1)
+        assert dw.dtype == np.float64 and abs(float(loss) - float(want.detach())) < 1e-13
+        for got, grad in ((dh, hh.grad), (dw, ww.grad), (db, bb.grad)):
+            np.testing.assert_allclose(got, grad.numpy(), rtol=0, atol=1e-13)   # (the float32 sum erred by 1e-8)
+
+
+def test_linear_cross_entropy_at_no_hidden_feature_and_with_arrays_of_two_kinds():
+    torch = pytest.importorskip("torch")
+    t = np.array([0, 1, 2, 3])
+    # hidden of width 0: every logit 0, the loss log V ("cannot reshape array of size 0")
+    assert abs(float(osm.linear_cross_entropy(np.ones((4, 0), np.float32), np.ones((5, 0), np.float32), t))
+               - np.log(5)) < 1e-6
+    h, w = np.ones((4, 8), np.float32), np.ones((5, 8), np.float32)
+    for args in ((torch.from_numpy(h).requires_grad_(), w, torch.from_numpy(t)),   # 'ndarray' has no 'detach'
+                 (h.tolist(), w.tolist(), t.tolist())):                           # 'list' has no 'ndim'
+        with pytest.raises(TypeError, match="must be all numpy arrays or all torch tensors"):
+            osm.linear_cross_entropy(*args)
+    with pytest.raises(TypeError, match="share a dtype, got float32, float32 and float64"):
+        osm.linear_cross_entropy(h, w, t, np.zeros(5))   # the bias's dtype was left out of the message
+
+
+def test_cross_entropy_checks_its_options_on_the_operator_path_too():
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    x = torch.randn(4, 6)
+    t = torch.tensor([0, 5, 2, 1])
+    wrong = [({"softcap": 0}, ValueError, "softcap must be None or a positive number"),   # accepted as "no cap"
+             ({"label_smoothing": "0.1"}, ValueError, "label_smoothing must be a number"),   # accepted
+             ({"label_smoothing": True}, ValueError, "label_smoothing must be a number"),     # accepted
+             ({"z_loss": True}, ValueError, "z_loss must be a number"),                      # accepted
+             ({"ignore_index": 5.0}, TypeError, "ignore_index must be an int"),              # torch's schema error
+             ({"ignore_index": 2**70}, TypeError, "ignore_index must be an int"),
+             ({"reduction": None}, ValueError, "reduction must be one of"),
+             ({"return_lse": 1}, TypeError, "return_lse must be True or False"),             # accepted
+             ({"check_targets": "no"}, TypeError, "check_targets must be True or False")]    # accepted
+    for kwargs, error, match in wrong:
+        with pytest.raises(error, match=match):
+            osm.cross_entropy(x.clone().requires_grad_(), t, **kwargs)
+    for logits, targets in ((x.numpy(), t), (x.clone().requires_grad_(), t.numpy()), (x, [0, 5, 2, 1])):
+        with pytest.raises(ValueError, match="logits and targets must be arrays of one kind"):
+            osm.cross_entropy(logits, targets)                  # 'ndarray' object has no attribute 'requires_grad'
+    with pytest.raises(ValueError, match="logits and targets must be arrays of one kind"):
+        osm.cross_entropy_with_grad(x.numpy(), t)
+    assert torch.isfinite(osm.cross_entropy(x.clone().requires_grad_(), t, softcap=np.int64(30)))
+
+
+def test_a_numpy_integer_axis_on_a_tensor_that_requires_a_gradient():
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    for function, reference in ((osm.softmax, torch.softmax), (osm.log_softmax, torch.log_softmax)):
+        y = function(x, np.int64(0))    # a TypeError; the call without a gradient took it
+        assert torch.allclose(y, reference(x, 0))
+    assert osm.logsumexp(x, np.int64(0), keepdims=np.True_).shape == (1, 4)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        osm.softmax(x, np.float64(0))
