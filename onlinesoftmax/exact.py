@@ -40,3 +40,32 @@ def backward(function: str, y, dy, axis: int):
         if function == "softmax_backward":
             return y * (dy - (y * dy).sum(axis=axis, keepdims=True))
         return dy - xp.exp(y) * dy.sum(axis=axis, keepdims=True)
+
+
+def topk(x, k: int, axis: int, *, probabilities: bool, renormalize: bool = False, return_lse: bool = False):
+    """softmax_topk's (probs, indices[, lse]) (probabilities=True) or topk_logits' (values, indices) for
+    a float64 or empty x, or k = 0, as torch.topk shapes them: k replaces `axis` where it was. The order
+    and ties are the kernels' (reference.topk_order); values in x's dtype, indices int64; the LSE is
+    the kernels' m + log l (NaN for a row holding NaN or +inf, -inf for a row of -inf or no element),
+    float32 unless x is float64. Computed on the host (a CuPy x is copied there and back)."""
+    xp = reference.array_module(x)
+    host = np.asarray(x.get() if xp is not np else x)
+    lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
+    rows = np.moveaxis(host, axis, -1).reshape(int(np.prod(lead)), x.shape[axis]).astype(np.float64)
+    if rows.shape[0] == 0 or k == 0:
+        columns = np.zeros((rows.shape[0], k), np.int64)
+        values = np.zeros((rows.shape[0], k))
+    elif probabilities:
+        values, columns = reference.softmax_topk(rows, k, renormalize)
+    else:
+        columns = reference.topk_order(rows)[:, :k]
+        values = np.take_along_axis(rows, columns, axis=1)
+    results = [values.astype(x.dtype), columns.astype(np.int64)]
+    if probabilities and return_lse:
+        with np.errstate(all="ignore"):
+            m = rows.max(axis=1) if rows.shape[1] else np.full(rows.shape[0], -np.inf)
+            lse = np.where(m == -np.inf, -np.inf, m + np.log(np.exp(rows - m[:, None]).sum(axis=1)))
+        results.append(lse.astype(np.float64 if x.dtype == np.float64 else np.float32).reshape(lead))
+    for i in range(2):   # k where the axis was
+        results[i] = np.moveaxis(results[i].reshape(lead + (k,)), -1, axis)
+    return tuple(xp.asarray(r) for r in results)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax import api
+from onlinesoftmax import api, exact
 from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.kernels.topk import softmax_topk as kt
 from onlinesoftmax.kernels.topk import moe
@@ -65,12 +65,13 @@ _fast_path = Cache("softmax_topk fast path", FAST_PATH_LIMIT, order="fifo",   # 
                    about="softmax_topk, topk_logits: a repeated call's plan")    # outputs' leading shape or None)
 
 
-def check_k(k, n_cols: int, function: str = "softmax_topk") -> int:
+def check_k(k, n_cols: int, function: str = "softmax_topk", exact: bool = False) -> int:
+    """k as an int in 0 .. N (as torch.topk); above MAX_K only where the exact path computes it."""
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"{function}: k must be an int, got {type(k).__name__} {k!r}")
-    if not 1 <= k <= n_cols:
-        raise ValueError(f"{function}: k must lie in 1 .. N = {n_cols} (the row length), got {k}")
-    if k > MAX_K:
+    if not 0 <= k <= n_cols:
+        raise ValueError(f"{function}: k must lie in 0 .. N = {n_cols} (the row length), got {k}")
+    if k > MAX_K and not exact:
         raise ValueError(f"{function}: k of at most {MAX_K} (the split kernel's radix select and merge), got {k}; "
                          "torch.topk takes any k")
     return int(k)
@@ -145,7 +146,8 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
     """(probs, indices[, lse]) of the k largest softmax probabilities of each row along `axis`.
 
     probs and indices have x's shape with `axis` replaced by k, where `axis` was (as torch.topk's dim);
-    lse has x's shape without `axis`."""
+    lse has x's shape without `axis`. float64 x (any k up to N), an empty x or k = 0 are computed
+    exactly (exact.topk), as torch.topk shapes them."""
     if type(x) is not api.CUPY_ARRAY and torch_bridge.is_tensor(x):
         return torch_bridge.call(softmax_topk, x, k, axis, renormalize=renormalize, return_lse=return_lse,
                                  variant=variant)
@@ -161,13 +163,17 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
                 probs, indices = probs.reshape(lead + (k,)), indices.reshape(lead + (k,))
                 lse = None if lse is None else lse.reshape(lead)
             return (probs, indices, lse) if return_lse else (probs, indices)
-    on_gpu = api.check_array(x, "softmax_topk")
+    on_gpu = api.check_array(x, "softmax_topk", exact=True)
     axis = api.normalize_axis(axis, x.ndim, "softmax_topk")
     api.check_length(x, axis, "softmax_topk")
-    k = check_k(k, x.shape[axis])
+    k = check_k(k, x.shape[axis], exact=x.dtype == np.float64)
     for name, flag in (("renormalize", renormalize), ("return_lse", return_lse)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"softmax_topk: {name} must be True or False, got {flag!r}")
+    if x.dtype == np.float64 or x.size == 0 or k == 0:   # no kernel: exactly, as torch shapes it
+        results = exact.topk(x, k, axis, probabilities=True, renormalize=bool(renormalize),
+                             return_lse=bool(return_lse))
+        return results if return_lse else results[:2]
     rows, view = api.as_rows(x, axis)
     if variant not in AUTO:
         chosen = api.resolve(variant, "softmax_topk", "softmax_topk")
@@ -198,13 +204,16 @@ def _in_place_of(result, axis: int):
 def topk_logits(x, k: int, axis: int = -1):
     """(values, indices) of the k largest logits of each row along `axis`, as torch.topk(x, k) (sorted,
     ties to the lower index, NaN first): softmax_topk_01_topk_only, the baseline of the fused kernels.
-    values in x's dtype, indices int64; k <= 32 (the kernel's register lists); k replaces `axis` where it was."""
+    values in x's dtype, indices int64; k <= 32 (the kernel's register lists); k replaces `axis` where it was.
+    float64 x, an empty x or k = 0 are computed exactly (exact.topk), as torch.topk returns them."""
     if torch_bridge.is_tensor(x):
         return torch_bridge.call(topk_logits, x, k, axis)
-    on_gpu = api.check_array(x, "topk_logits")
+    on_gpu = api.check_array(x, "topk_logits", exact=True)
     axis = api.normalize_axis(axis, x.ndim, "topk_logits")
     api.check_length(x, axis, "topk_logits")
-    k = check_k(k, x.shape[axis], "topk_logits")
+    k = check_k(k, x.shape[axis], "topk_logits", exact=x.dtype == np.float64)
+    if x.dtype == np.float64 or x.size == 0 or k == 0:   # no kernel: exactly, as torch shapes it
+        return exact.topk(x, k, axis, probabilities=False)
     kt.check_k(kt.TOPK_ONLY, k)
     rows, _ = api.as_rows(x, axis)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)

@@ -106,3 +106,46 @@ def test_a_numpy_integer_axis_on_a_tensor_that_requires_a_gradient():
     assert osm.logsumexp(x, np.int64(0), keepdims=np.True_).shape == (1, 4)
     with pytest.raises(TypeError, match="axis must be an int"):
         osm.softmax(x, np.float64(0))
+
+
+@pytest.mark.parametrize("shape, k", [((0, 10), 3), ((4, 10), 0), ((4, 0), 0), ((2, 0, 5), 2), ((3, 5, 7), 3)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_top_k_of_empty_arrays_and_k_0_as_torch_shapes_them(shape, k, dtype):
+    # "needs a non-empty array" and "k must lie in 1 .. N" where torch.topk returns empty results
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    if x.size and k:
+        x[..., 0] = 0.5   # (a row's tie-free top: the exact path's order is the kernels')
+    for axis in (-1, 0):
+        if not 0 <= k <= shape[axis]:
+            continue
+        want = torch.topk(torch.softmax(torch.from_numpy(x.astype(np.float64)), axis), k, dim=axis)
+        probs, indices, lse = osm.softmax_topk(x, k, axis, return_lse=True)
+        values, columns = osm.topk_logits(x, k, axis)
+        assert probs.shape == values.shape == tuple(want.values.shape) and probs.dtype == values.dtype == x.dtype
+        assert indices.dtype == columns.dtype == np.int64 and indices.shape == probs.shape
+        assert lse.shape == tuple(s for i, s in enumerate(shape) if i != axis % len(shape))
+        assert lse.dtype == (np.float64 if dtype == "float64" else np.float32)
+        if x.shape[axis] == 0:
+            assert (lse == -np.inf).all()   # the log of an empty sum
+
+
+def test_top_k_in_float64_is_exact_for_any_k():
+    # "float64 is not computed here" (and no k above 1024 on any path)
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(3).standard_normal((2, 3000))
+    for k, axis in ((2000, -1), (1, -1), (2, 0)):
+        probs, indices, lse = osm.softmax_topk(x, k, axis, return_lse=True)
+        want = torch.topk(torch.softmax(torch.from_numpy(x), axis), k, dim=axis)
+        np.testing.assert_allclose(probs, want.values.numpy(), rtol=1e-14, atol=0)
+        assert (indices == want.indices.numpy()).all() and probs.dtype == np.float64
+        np.testing.assert_allclose(lse, torch.logsumexp(torch.from_numpy(x), axis).numpy(), rtol=1e-14)
+        values, columns = osm.topk_logits(x, k, axis)
+        want = torch.topk(torch.from_numpy(x), k, dim=axis)
+        assert (values == want.values.numpy()).all() and (columns == want.indices.numpy()).all()
+    kept = osm.softmax_topk(x, 5, renormalize=True)[0]
+    np.testing.assert_allclose(kept.sum(axis=1), 1.0, rtol=1e-14)
+    special = np.array([[1.0, np.inf, 3.0], [-np.inf] * 3, [np.nan, 1.0, 2.0]])
+    probs, indices, lse = osm.softmax_topk(special, 2, return_lse=True)
+    assert np.isnan(probs).all() and indices.tolist() == [[1, 2], [0, 1], [0, 2]]
+    assert np.isnan(lse[0]) and lse[1] == -np.inf and np.isnan(lse[2])   # the kernels' conventions
