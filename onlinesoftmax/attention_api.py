@@ -43,7 +43,7 @@ import contextlib
 
 import numpy as np
 
-from onlinesoftmax import api
+from onlinesoftmax import api, exact
 from onlinesoftmax.kernels.attention import blocked as kernels
 from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.reference import array_module
@@ -68,17 +68,19 @@ def _describe(a) -> str:
         if hasattr(a, "shape") else type(a).__name__
 
 
-def check_inputs(q, k, v, scale):
+def check_inputs(q, k, v, scale, exact_ok: bool = False):
     """Validate q, k, v (numpy or cupy, same kind, dtype and device; shapes as in the module doc);
-    return (batch, heads, kv_heads, n_q, n_k, d, scale)."""
+    return (batch, heads, kv_heads, n_q, n_k, d, scale). exact_ok: float64 and empty arrays, and any
+    head dimension for them, pass (attention computes them exactly)."""
     arrays = {"q": q, "k": k, "v": v}
     for name, a in arrays.items():
         if not (isinstance(a, np.ndarray) or device.is_cupy_array(a)):
             raise TypeError(f"attention: {name} must be a numpy or cupy array, got {_describe(a)}")
         if a.ndim != 4:
             raise ValueError(f"attention: {name} must have 4 dimensions (batch, heads, seq, d), got {_describe(a)}")
-        if a.dtype.name not in DTYPES:
-            raise TypeError(f"attention: {name} must be float32, float16 or bfloat16, got {a.dtype.name}")
+        if a.dtype.name not in DTYPES and not (exact_ok and a.dtype.name == "float64"):
+            accepted = "float32, float16, bfloat16 or float64" if exact_ok else "float32, float16 or bfloat16"
+            raise TypeError(f"attention: {name} must be {accepted}, got {a.dtype.name}")
     if len({type(a) for a in arrays.values()}) != 1:
         raise TypeError("attention: q, k and v must all be numpy or all cupy arrays, got "
                         + ", ".join(f"{n}: {_describe(a)}" for n, a in arrays.items()))
@@ -93,16 +95,20 @@ def check_inputs(q, k, v, scale):
     kv_batch, kv_heads, n_k, kv_d = k.shape
     if kv_batch != batch or kv_d != d:
         raise ValueError(f"attention: k and v must be (batch={batch}, kv_heads, n_k, d={d}), got {tuple(k.shape)}")
-    if kv_heads == 0 or heads % kv_heads:
+    if (kv_heads == 0 and not (exact_ok and heads == 0)) or (kv_heads and heads % kv_heads):
         raise ValueError(f"attention: heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
-    if min(batch, heads, n_q, n_k) == 0:
+    exact = exact_ok and (q.dtype == np.float64 or min(batch, heads, n_q, n_k) == 0)
+    if min(batch, heads, n_q, n_k) == 0 and not exact:
         raise ValueError(f"attention: empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if d not in SUPPORTED_D:
-        raise ValueError(f"attention: head dimension d = {d} is not supported; supported: {SUPPORTED_D}")
+    if d not in SUPPORTED_D and not (exact and d > 0):
+        raise ValueError(f"attention: head dimension d = {d} is not supported; supported: {SUPPORTED_D}"
+                         + (" (and any d > 0 in float64)" if exact_ok else ""))
     if scale is None:
         scale = 1.0 / np.sqrt(d)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
-        raise TypeError(f"attention: scale must be a finite number or None, got {scale!r}")
+    elif isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"attention: scale must be a number or None, got {scale!r}")
+    elif not np.isfinite(scale):
+        raise ValueError(f"attention: scale must be finite, got {scale!r}")
     return batch, heads, kv_heads, n_q, n_k, d, float(scale)
 
 
@@ -212,11 +218,14 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
             lse = api.new_cupy_array(lse_shape, np.float32) if return_lse else None
             runner(q, out, k=k, v=v, lse=lse)                 # the runner reads only the addresses
             return (out, lse) if return_lse else out
-    batch, heads, kv_heads, n_q, n_k, d, scale = check_inputs(q, k, v, scale)
+    batch, heads, kv_heads, n_q, n_k, d, scale = check_inputs(q, k, v, scale, exact_ok=True)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"attention: causal must be True or False, got {causal!r}")
     if not isinstance(return_lse, (bool, np.bool_)):
         raise TypeError(f"attention: return_lse must be True or False, got {return_lse!r}")
+    if q.dtype == np.float64 or min(batch, heads, n_q, n_k) == 0:   # no kernel: exactly
+        out, lse = exact.attention(q, k, v, causal=bool(causal), scale=scale)
+        return (out, lse) if return_lse else out
     if not isinstance(variant, str):
         raise TypeError(f"attention: variant must be a string, got {variant!r}")
     if variant == "auto":
@@ -280,7 +289,7 @@ def _top_left(q, k, v, causal, scale, return_lse, variant, align):
     queries see the square's mask and the others every key (two calls, joined along the queries)."""
     if align != "top_left":
         raise ValueError(f"attention: causal_align must be 'bottom_right' or 'top_left', got {align!r}")
-    n_q, n_k = check_inputs(q, k, v, scale)[3:5]
+    n_q, n_k = check_inputs(q, k, v, scale, exact_ok=True)[3:5]
     same = {"scale": scale, "return_lse": return_lse, "variant": variant}
     if not isinstance(causal, (bool, np.bool_)) or not causal or n_q == n_k:
         return attention(q, k, v, causal=causal, **same)

@@ -69,3 +69,30 @@ def topk(x, k: int, axis: int, *, probabilities: bool, renormalize: bool = False
     for i in range(2):   # k where the axis was
         results[i] = np.moveaxis(results[i].reshape(lead + (k,)), -1, axis)
     return tuple(xp.asarray(r) for r in results)
+
+
+def attention(q, k, v, *, causal: bool, scale: float):
+    """(out, lse) of softmax(q k^T * scale [+ the causal mask, bottom-right]) v for a float64 or empty
+    q, k, v (batch, heads or kv_heads, seq, d; heads a multiple of kv_heads), with the array's own
+    module. out in q's dtype; lse (batch, heads, n_q), float64 for float64 q, else float32. A query
+    with no key to see (n_k = 0, or all masked) gives zeros and an LSE of -inf, as the kernels."""
+    xp = reference.array_module(q)
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    lse_dtype = np.float64 if q.dtype == np.float64 else np.float32
+    if q.size == 0 or n_k == 0:
+        return xp.zeros(q.shape, q.dtype), xp.full((batch, heads, n_q), -np.inf, lse_dtype)
+    group = heads // kv_heads
+    keys, values = (xp.repeat(a.astype(np.float64), group, axis=1) for a in (k, v))
+    s = xp.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), keys) * scale
+    if causal:   # query i sees key j <= i + n_k - n_q
+        s = xp.where(xp.arange(n_k)[None, :] <= xp.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)
+    with np.errstate(all="ignore"):
+        m = s.max(axis=-1, keepdims=True)
+        e = xp.exp(s - xp.where(m == -np.inf, 0.0, m))   # (a row of -inf: e = 0, not NaN)
+        l = e.sum(axis=-1, keepdims=True)
+        out = xp.where(l > 0, xp.einsum("bhqk,bhkd->bhqd", e, values) / l, 0.0)
+        lse = xp.where(l > 0, m + xp.log(l), -np.inf)[..., 0]
+    nan_rows = xp.isnan(l)   # a NaN (or +inf) score: the row NaN, as the kernels
+    out = xp.where(nan_rows, np.nan, out)
+    return out.astype(q.dtype), lse.astype(lse_dtype)

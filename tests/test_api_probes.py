@@ -149,3 +149,49 @@ def test_top_k_in_float64_is_exact_for_any_k():
     probs, indices, lse = osm.softmax_topk(special, 2, return_lse=True)
     assert np.isnan(probs).all() and indices.tolist() == [[1, 2], [0, 1], [0, 2]]
     assert np.isnan(lse[0]) and lse[1] == -np.inf and np.isnan(lse[2])   # the kernels' conventions
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 3, 4), (1, 2, 0, 4), (1, 2, 3, 0), (1, 0, 3, 4)])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_attention_of_empty_arrays(shape, dtype):
+    # "attention: empty input" where torch's scaled_dot_product_attention returns empty results (and
+    # zeros for queries with no key)
+    batch, heads, n_q, n_k = shape
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((batch, heads, n_q, 64)).astype(dtype)
+    k, v = (rng.standard_normal((batch, heads, n_k, 64)).astype(dtype) for _ in range(2))
+    out, lse = osm.attention(q, k, v, return_lse=True)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (batch, heads, n_q)
+    assert lse.dtype == (np.float64 if dtype == "float64" else np.float32)
+    assert not out.any() and (lse == -np.inf).all()
+
+
+@pytest.mark.parametrize("causal, align", [(False, "bottom_right"), (True, "bottom_right"), (True, "top_left")])
+@pytest.mark.parametrize("n_q, n_k, d, heads, kv_heads", [(5, 7, 64, 4, 2), (7, 5, 40, 2, 1), (3, 3, 8, 1, 1)])
+def test_attention_in_float64_against_torch(causal, align, n_q, n_k, d, heads, kv_heads):
+    # "q must be float32, float16 or bfloat16, got float64", and d = 40 or 8 refused
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(n_q * n_k + d)
+    q = rng.standard_normal((2, heads, n_q, d))
+    k, v = (rng.standard_normal((2, kv_heads, n_k, d)) for _ in range(2))
+    out, lse = osm.attention(q, k, v, causal=causal, causal_align=align, return_lse=True)
+    keys, values = (torch.from_numpy(np.repeat(a, heads // kv_heads, axis=1)) for a in (k, v))
+    shift = n_k - n_q if align == "bottom_right" else 0
+    keep = torch.from_numpy(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + shift) if causal else None
+    scores = torch.from_numpy(q) @ keys.transpose(-1, -2) / np.sqrt(d)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, -np.inf)
+    want_lse = torch.logsumexp(scores, -1)
+    want = torch.nan_to_num(torch.softmax(scores, -1)) @ values   # a query with no key: zeros
+    assert out.dtype == lse.dtype == np.float64
+    np.testing.assert_allclose(out, want.numpy(), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(lse, want_lse.numpy(), rtol=1e-13)
+
+
+def test_attention_scale_errors_name_the_problem():
+    q = np.zeros((1, 1, 2, 64), np.float32)
+    assert osm.attention(q, q, q, scale=np.int64(1)).shape == q.shape       # "must be a finite number", refused
+    with pytest.raises(ValueError, match="scale must be finite, got nan"):   # a TypeError before
+        osm.attention(q, q, q, scale=float("nan"))
+    with pytest.raises(TypeError, match="scale must be a number or None, got '1'"):
+        osm.attention(q, q, q, scale="1")

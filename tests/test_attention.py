@@ -69,13 +69,14 @@ def test_grouped_query_heads_read_their_kv_head():
 
 
 @pytest.mark.parametrize("change, error, match", [
-    (lambda q, k, v: (q.astype(np.float64), k, v), TypeError, "float32, float16 or bfloat16"),
+    (lambda q, k, v: (q.astype(np.int32), k, v), TypeError, "float32, float16, bfloat16 or float64, got int32"),
+    (lambda q, k, v: (q.astype(np.float64), k, v), TypeError, "share a dtype"),
     (lambda q, k, v: (q, k.astype(np.float16), v), TypeError, "share a dtype"),
     (lambda q, k, v: (q[0], k, v), ValueError, "4 dimensions"),
     (lambda q, k, v: (q, k[:, :, :5], v), ValueError, "same shape"),
     (lambda q, k, v: (q[:, :3], k, v), ValueError, "multiple of kv_heads"),
     (lambda q, k, v: (q[..., :48], k[..., :48], v[..., :48]), ValueError, "supported"),
-    (lambda q, k, v: (q[:, :, :0], k, v), ValueError, "empty"),
+    (lambda q, k, v: (q[..., :0], k[..., :0], v[..., :0]), ValueError, "d = 0 is not supported"),
     (lambda q, k, v: (q.tolist(), k, v), TypeError, "numpy or cupy"),
 ])
 def test_bad_input_is_a_clear_error(change, error, match):
