@@ -384,7 +384,7 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=Fals
         if mask_value != -np.inf:
             raise ValueError("softmax: mask_value only applies with mask=, valid_lengths= or causal=True")
         return {}
-    check_array(x, "softmax")
+    check_array(x, "softmax with a mask")   # (float64 and empty x are computed exactly without one)
     if normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:
         raise ValueError(f"softmax: masks apply along the last axis, got axis={axis}; "
                          "move the masked axis last (numpy.moveaxis) first")

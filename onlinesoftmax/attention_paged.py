@@ -84,7 +84,7 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
     if tuple(cache_lengths.shape) != (batch,) or cache_lengths.dtype.kind not in "iu":
         raise ValueError(f"attention: cache_lengths must be integers of shape ({batch},), got {describe(cache_lengths)}")
     scale = check_flags_and_scale("attention", scale, d, causal=causal, return_lse=return_lse)
-    if type(check_cache) is not bool:
+    if not isinstance(check_cache, (bool, np.bool_)):
         raise TypeError(f"attention: check_cache must be True or False, got {check_cache!r}")
     capacity = page_table.shape[1] * page_size
     if capacity > MAX_CAPACITY:

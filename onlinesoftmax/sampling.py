@@ -53,7 +53,7 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
         seed, offset = seed_and_offset(generator)
         detached = {name: v.detach() if torch_bridge.is_tensor(v) else v for name, v in params.items()}
         logits = logits.detach() if torch_bridge.is_tensor(logits) else logits   # tokens carry no gradient
-        return torch_bridge.call(sample, logits, generator=(seed, offset), variant=variant, **detached)
+        return torch_bridge.call(sample, logits, generator=_Drawn((seed, offset)), variant=variant, **detached)
     on_gpu = check_array(logits, "sample", exact=True)
     chosen = None if variant == "auto" else resolve(variant, "sampling", "sample")
     if logits.shape[-1] == 0:
@@ -100,8 +100,9 @@ def checked(name: str, value, n_rows: int, logits):
     else:
         rows_shape = tuple(logits.shape[:-1])
         if type(value) is not type(logits) or tuple(value.shape) not in ((n_rows,), (1,), (), rows_shape):
+            shapes = f"{rows_shape}" if rows_shape == (n_rows,) else f"{rows_shape} or ({n_rows},)"
             raise ValueError(f"sample: {name} must be a number or an array of the logits' kind with one value per "
-                             f"row (shape {rows_shape} or ({n_rows},)), got {describe(value)}")
+                             f"row (shape {shapes}), got {describe(value)}")
         if (value.dtype.kind not in "iu") if name == "top_k" else (value.dtype.kind != "f"):
             raise TypeError(f"sample: {name} must be {'integers' if name == 'top_k' else 'floats'}, got {value.dtype}")
         array = value.reshape(-1)
@@ -121,12 +122,18 @@ def checked(name: str, value, n_rows: int, logits):
         (int(array[0]) if name == "top_k" else float(array[0]))
 
 
+class _Drawn(tuple):
+    """(seed, offset) drawn from a torch Generator, passed on to the call on arrays (not a caller's tuple)."""
+    seed = property(lambda self: self[0])
+    offset = property(lambda self: self[1])
+
+
 def seed_and_offset(generator) -> tuple[int, int]:
     """(seed, offset) of the Philox noise from what the caller passed as generator."""
     if generator is None:
         return secrets.randbits(64), 0
-    if isinstance(generator, tuple) and len(generator) == 2:   # already drawn (the torch path)
-        return int(generator[0]), int(generator[1])
+    if isinstance(generator, _Drawn):   # already drawn (the torch path)
+        return generator.seed, generator.offset
     if isinstance(generator, (int, np.integer)) and not isinstance(generator, (bool, np.bool_)):
         return int(generator) & (2**64 - 1), 0
     if isinstance(generator, np.random.Generator):

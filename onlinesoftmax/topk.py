@@ -214,6 +214,9 @@ def topk_logits(x, k: int, axis: int = -1):
     k = check_k(k, x.shape[axis], "topk_logits", exact=x.dtype == np.float64)
     if x.dtype == np.float64 or x.size == 0 or k == 0:   # no kernel: exactly, as torch shapes it
         return exact.topk(x, k, axis, probabilities=False)
+    if k > 32:
+        raise ValueError(f"topk_logits keeps at most 32 logits a row (its kernel's register lists), got k = {k}; "
+                         "softmax_topk(x, k) takes k up to 1024 (the same columns, as probabilities), float64 x any k")
     kt.check_k(kt.TOPK_ONLY, k)
     rows, _ = api.as_rows(x, axis)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)

@@ -381,10 +381,11 @@ cross_entropy = _ops.cross_entropy
 def differentiable(function: str, x: torch.Tensor, dim, keepdim: bool = False, **options):
     """onlinesoftmax.<function>(x, dim) for an x that requires a gradient: through the operator. The
     operators take the plain call (variant "auto", no out=, no mask); other options say so. For
-    "cross_entropy", x is the logits, dim the targets and the options the loss's own."""
+    "cross_entropy", x is the logits, dim the targets and the options the loss's own; for "attention", q and (k, v)."""
     if function == "cross_entropy":
-        return cross_entropy(x, dim, options["ignore_index"], options["label_smoothing"], options["z_loss"],
-                             options["softcap"], options["reduction"])
+        return cross_entropy(x, dim, *map(options.get, ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")))
+    if function == "attention":
+        return attention(x, *dim, options["causal"], options["scale"], options["causal_align"])
     asked = {name: value for name, value in options.items()
              if value is not None and not (name == "variant" and value == "auto")
              and not (name == "mask_value" and value == float("-inf"))

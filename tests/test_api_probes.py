@@ -195,3 +195,32 @@ def test_attention_scale_errors_name_the_problem():
         osm.attention(q, q, q, scale=float("nan"))
     with pytest.raises(TypeError, match="scale must be a number or None, got '1'"):
         osm.attention(q, q, q, scale="1")
+
+
+def test_attention_on_tensors_that_require_a_gradient_goes_through_the_operator():
+    # a RuntimeError saying only softmax, log_softmax and logsumexp have gradients
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    q, k, v = (torch.randn(1, 2, 5, 64, requires_grad=True) for _ in range(3))
+    osm.attention(q, k, v, causal=True).square().sum().backward()
+    again = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    torch.nn.functional.scaled_dot_product_attention(*again, is_causal=True).square().sum().backward()
+    for ours, theirs in zip((q, k, v), again):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError, match="attention .variant='auto', no return_lse. have gradients"):
+        osm.attention(q, k, v, return_lse=True)
+
+
+def test_messages_name_what_was_passed_and_what_is_accepted():
+    x = np.random.default_rng(5).standard_normal((4, 100)).astype(np.float32)
+    with pytest.raises(ValueError, match="softmax_topk.x, k. takes k up to 1024"):
+        osm.topk_logits(x, 33)       # advised variant='auto', which topk_logits does not take
+    with pytest.raises(TypeError, match="softmax with a mask takes float32, float16 or bfloat16, got float64"):
+        osm.softmax(x.astype(np.float64), mask=np.zeros(100))   # "softmax takes ...": float64 is taken unmasked
+    assert osm.softmax(x.astype(np.float64)).dtype == np.float64
+    with pytest.raises(ValueError, match=r"one value per row \(shape \(4,\)\), got"):
+        osm.sample(x, temperature=np.ones((4, 1), np.float32))   # "shape (4,) or (4,)"
+    for generator in ((1.5, -3), ("a", "b")):   # a tuple was taken as a drawn (seed, offset)
+        with pytest.raises(TypeError, match="generator must be None, an int seed, a numpy or a torch Generator"):
+            osm.sample(x, generator=generator)

@@ -139,7 +139,8 @@ def call(function, *args, **kwargs):
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         raise RuntimeError(f"{function.__name__} computes no gradient: called on a tensor that requires one, its "
                            "result would silently cut the graph. Call it under torch.no_grad() or on x.detach(); "
-                           "softmax, log_softmax and logsumexp have gradients (onlinesoftmax.torch_ops)")
+                           "softmax, log_softmax, logsumexp, cross_entropy, linear_cross_entropy and attention "
+                           "(variant='auto', no return_lse) have gradients (onlinesoftmax.torch_ops)")
     out = kwargs.get("out")
     if is_tensor(out):
         torch.autograd.graph.increment_version(out)   # written in place: autograd must see it, as after torch's out=
