@@ -33,14 +33,25 @@ def expected_log_softmax_backward(z, dy):
     return (dy - np.exp(z) * dy.sum(axis=1, keepdims=True),)
 
 
-def tolerance(out, dy) -> Tolerance:
-    """A few float64 roundings of each term, and of the row's sum: 16 ulps of N times the largest
-    |dy| (the sum's error grows with the row; y and e^z are at most 1), and 1e-12 of each value and of
-    the row's largest. Zeros for a row of small probabilities are far outside it."""
+def _tolerance(weight, dy, own) -> Tolerance:
+    """A few float64 roundings of each term, entry by entry: 16 ulps of the row's sum (N times the
+    largest |dy|: its error grows with the row) times the entry's probability `weight` (y or e^z,
+    at most 1), plus 16 ulps of the entry's own term `own`; and 1e-12 of each value. Nothing is
+    relative to the row's largest: an entry of probability 1e-13 is held to its own size, and set
+    to zero it fails."""
     dy = np.asarray(dy, np.float64)
     n_cols = dy.shape[-1]
     scale = float(np.abs(dy[np.isfinite(dy)]).max(initial=0.0))
-    return Tolerance(rtol=1e-12, atol=16 * EPS * (n_cols + 4) * scale + 1e-300, row_rtol=1e-12)
+    return Tolerance(rtol=1e-12, atol=16 * EPS * (weight * (n_cols + 4) * scale + own) + 1e-300, row_rtol=0.0)
+
+
+def tolerance_softmax(y, dy) -> Tolerance:
+    y = np.asarray(y, np.float64)
+    return _tolerance(y, dy, y * np.abs(np.asarray(dy, np.float64)))
+
+
+def tolerance_log_softmax(z, dy) -> Tolerance:
+    return _tolerance(np.exp(np.asarray(z, np.float64)), dy, np.abs(np.asarray(dy, np.float64)))
 
 
 # --- the cases: the output of the forward, and an upstream gradient ------------------------------
@@ -85,7 +96,10 @@ def _hidden(forward):
         n_rows, n_cols = int(rng.integers(2, 9)), width_not_shown(rng, 2, 3000, shown)
         x = _rows(rng, n_rows, n_cols, spread=float(rng.uniform(0.1, 20)), masked=float(rng.choice([0.0, 0.1])))
         dy = rng.standard_normal((n_rows, n_cols)) * rng.uniform(0.01, 100) + rng.uniform(-10, 10)
-        return [Case(f"{n_rows} random rows of {n_cols}", (forward(x), dy))]
+        # and a row whose logits fall by 60: probabilities from 1 down to e^-60, none of them negligible
+        wide = np.linspace(0.0, -60.0, n_cols)[None, :] + rng.standard_normal((1, n_cols)) * 0.1
+        return [Case(f"{n_rows} random rows of {n_cols}", (forward(x), dy)),
+                Case(f"a row of {n_cols} whose logits fall by 60", (forward(wide), rng.standard_normal((1, n_cols))))]
     return cases
 
 
@@ -131,6 +145,7 @@ class _Peak:
 
 def _check(exercise, fn, cases, expected_of, hidden, quiet):
     watched = _Peak(fn)
+    tolerance = tolerance_softmax if exercise == "softmax_backward" else tolerance_log_softmax
     return grade(exercise, watched, cases, expected_of, ("dx",), tolerance, quiet=quiet, hidden=hidden,
                  dtypes=(np.float64,), require=watched.problem)
 
