@@ -129,6 +129,36 @@ def fa2_nan_for_a_blind_row(scores, values, tiles):
     return ea.solution_fa2_row(scores, values, tiles)
 
 
+def logsumexp_started_at_minus_1e30(x):
+    """The online state started at (-1e30, 0) instead of (-inf, 0), as many kernels write it."""
+    x = np.asarray(x, np.float64)
+    m, l = np.full(x.shape[0], -1e30), np.zeros(x.shape[0])
+    for j in range(x.shape[1]):
+        with np.errstate(invalid="ignore"):
+            m_new = np.maximum(m, x[:, j])
+            l = l * np.exp(m - m_new) + np.exp(x[:, j] - m_new)
+        m = m_new
+    return (m + np.log(l)).astype(np.float32)
+
+
+def split_softmax_started_at_minus_1e30(x, blocks):
+    """Each chunk's state started at -1e30: a row below it keeps -1e30 as its maximum."""
+    x = np.asarray(x, np.float64)
+    m = np.maximum(x.max(axis=1, keepdims=True), -1e30)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(x - m)
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32) + 0 * blocks
+
+
+def merge_with_a_floor(a, b):
+    """m = max(m_a, m_b, -1e30): blocks below the floor lose their mass."""
+    m = max(a[0], b[0], -1e30)
+    if a[1] + b[1] == 0:
+        return -np.inf, 0.0, np.zeros_like(a[2])
+    wa, wb = np.exp(a[0] - m), np.exp(b[0] - m)
+    return m, a[1] * wa + b[1] * wb, a[2] * wa + b[2] * wb
+
+
 GRADERS = {   # grader, a right answer, wrong answers with the message each must produce
     "merge_partials": (em.check_merge_partials, merge_partials_right, [
         (lambda m, l: (m.max(1),), "expected 2 values (m, l), got 1"),
@@ -147,6 +177,7 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda x, b: reference.softmax(x).astype(np.float16), "has dtype float16"),  # rounded to fp16
         (lambda x, b: None, "not answered yet"),
         (lambda x, b: (reference.softmax(x), b), "expected 1 value (softmax), got 2"),
+        (split_softmax_started_at_minus_1e30, "FAILED on rows below -1e30"),
     ]),
     "logsumexp_rows": (el.check_logsumexp_rows, logsumexp_right, [
         (lambda x: reference.logsumexp(x)[:, None], "extra axis of length 1"),
@@ -157,6 +188,7 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda x: (reference.logsumexp(x), reference.logsumexp(x)), "expected 1 value (lse), got 2"),
         (lambda x: [float(v) for v in reference.logsumexp(x)], "lse should be a numpy or cupy array or a number, got list"),
         (lambda x: np.array([str(v) for v in reference.logsumexp(x)]), "lse should hold numbers, got dtype <U"),
+        (logsumexp_started_at_minus_1e30, "FAILED on rows below -1e30"),
     ]),
     "split_logsumexp": (el.check_split_logsumexp, split_logsumexp_right, [
         (lambda x, blocks_per_row=8: reference.logsumexp(x), "km.partial_states was never called"),  # no split
@@ -176,6 +208,7 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda a, b: None, "not answered yet"),
         (lambda a, b: (*merge.merge(a, b)[:2], merge.merge(a, b)[2][:, None]), "u has shape (1, 1), expected (1,) (an extra axis of length 1"),
         (lambda a, b: merge.merge(a, b)[2], "expected 3 values (m, l, u) as a tuple, got one ndarray"),
+        (merge_with_a_floor, "FAILED on two blocks below -1e30"),
     ]),
     "probabilities_from_lse": (el.check_probabilities_from_lse, probabilities_right, [
         (lambda s, lse: np.exp(s - lse), "raised ValueError"),
@@ -314,3 +347,19 @@ def test_every_grader_of_the_exercise_modules_has_wrong_answers():
     covered = {GRADERS[name][0].__name__ for name in GRADERS} | GRADED_ELSEWHERE
     assert checks <= covered, f"graders without deliberately wrong answers: {sorted(checks - covered)}"
     assert all(len(wrong) >= 3 for _, _, wrong in GRADERS.values())
+
+
+def test_the_log_sum_exp_grader_takes_either_convention_from_a_cupy_answer_too():
+    """torch's +inf for a row holding +inf is accepted as the state's NaN; it was only when the answer
+    was a NumPy array. A stand-in for cupy.ndarray (no GPU here): not an ndarray, read with .get()."""
+    class DeviceArray:
+        def __init__(self, a):
+            self._a = np.asarray(a)
+            self.shape, self.dtype = self._a.shape, self._a.dtype
+
+        def get(self):
+            return self._a.copy()
+
+    assert el.check_logsumexp_rows(lambda x: DeviceArray(reference.logsumexp(x)), quiet=True)
+    assert el.check_logsumexp_rows(lambda x: DeviceArray(el.state_logsumexp(x)), quiet=True)
+    assert not el.check_logsumexp_rows(lambda x: DeviceArray(reference.logsumexp(x) + 1e-3), quiet=True)
