@@ -247,7 +247,14 @@ def test_the_exercise_grader_passes_the_solution_and_rejects_wrong_ones():
              "the row's mean subtracted, not its maximum": lambda x, t, eps: _shifted(x, t, eps, np.mean),
              "the row's first logit subtracted": lambda x, t, eps: _shifted(x, t, eps, lambda a, axis, keepdims:
                                                                             a[:, :1]),
-             "a float64 gradient": lambda x, t, eps: el.solution(x, t, eps).astype(np.float64)}
+             "a float64 gradient": lambda x, t, eps: el.solution(x, t, eps).astype(np.float64),
+             "the whole array's maximum (axis forgotten)": lambda x, t, eps: _shifted(
+                 x, t, eps, lambda a, axis, keepdims: a.max()),
+             "the maximum started at 0": lambda x, t, eps: _shifted(
+                 x, t, eps, lambda a, axis, keepdims: np.maximum(a.max(axis=axis, keepdims=True), 0)),
+             "the maximum started at -1e4": lambda x, t, eps: _shifted(
+                 x, t, eps, lambda a, axis, keepdims: np.maximum(a.max(axis=axis, keepdims=True), -1e4)),
+             "off by 1e-5 of each value": lambda x, t, eps: el.solution(x, t, eps) * np.float32(1 + 1e-5)}
     for name, fn in wrong.items():
         assert not el.check_cross_entropy_grad(fn, quiet=True), name
     # right answers by other roads pass: torch's (e^(x - lse), lse in float32), at any offset
