@@ -20,6 +20,12 @@ WRONG = [   # a wrong answer, and what the grader must say about it
     (lambda dtype, n_cols: np.log(float(np.finfo(dtype).max)), "with N equal terms"),   # forgets ln N
     (lambda dtype, n_cols: 88.72, "a is 88.72, expected 11.0898"),                      # fp32 for fp16
     (lambda dtype, n_cols: 1 / 0, "raised ZeroDivisionError"),
+    (lambda dtype, n_cols: float(np.log(np.finfo(dtype).max) - np.log(dtype(n_cols))),
+     "FAILED on float16, N = 1000000"),                                                # N in the format: inf
+    (lambda dtype, n_cols: float(np.log(float(np.finfo(dtype).max) // n_cols)),
+     "FAILED on float16, N = 1000000"),                                                # integer division: log 0
+    (lambda dtype, n_cols: float(np.log(float(np.finfo(dtype).max)) - np.log(max(n_cols - 1, 1))),
+     "FAILED on float32, N = 7"),                                                      # off by one
 ]
 
 
@@ -29,8 +35,8 @@ def test_the_solution_passes(capsys):
 
 
 def test_a_typed_prediction_to_two_decimals_passes():
-    typed = {("float32", 1): 88.72, ("float16", 1): 11.09, ("float32", 1000): 81.82,
-             ("float32", 1000000): 74.91, ("float16", 1000): 4.18}
+    typed = {("float32", 1): 88.72, ("float16", 1): 11.09, ("float32", 7): 86.78, ("float32", 1000): 81.82,
+             ("float32", 1000000): 74.91, ("float16", 1000): 4.18, ("float16", 1000000): -2.72}
     def prediction(dtype, n_cols):   # the visible cases typed in; the hidden ones rounded the same way
         key = (np.dtype(dtype).name, n_cols)
         return typed[key] if key in typed else round(eo.overflow_logit_reference(dtype, n_cols), 2)

@@ -30,13 +30,17 @@ def solution_overflow_logit(dtype, n_cols):
 
 def overflow_logit_cases():
     return [Case(f"{np.dtype(dtype).name}, N = {n_cols}", (dtype, n_cols), rows_arg=None)
-            for dtype, n_cols in ((np.float32, 1), (np.float16, 1), (np.float32, 1000),
-                                  (np.float32, 10**6), (np.float16, 1000))]
+            for dtype, n_cols in ((np.float32, 1), (np.float16, 1), (np.float32, 7), (np.float32, 1000),
+                                  (np.float32, 10**6), (np.float16, 1000), (np.float16, 10**6))]
 
 
 def hidden_overflow_logit_cases(rng):
+    """A random N for each format, and always a float16 N past float16's range (N itself overflows
+    there) and a small N (where ln N and ln(N - 1) differ by more than the tolerance)."""
     return [Case(f"{np.dtype(dtype).name}, a random N", (dtype, int(10 ** rng.uniform(0, 9))), rows_arg=None)
-            for dtype in (np.float32, np.float16)]
+            for dtype in (np.float32, np.float16)] + [
+        Case("float16, a random N above 65504", (np.float16, int(10 ** rng.uniform(np.log10(65505), 9))), rows_arg=None),
+        Case("float32, a random N below 100", (np.float32, int(rng.integers(2, 100))), rows_arg=None)]
 
 
 def _hint(fn) -> str:
