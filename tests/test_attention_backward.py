@@ -145,16 +145,53 @@ def test_the_row_backward_grader_passes_the_answer_and_rejects_wrong_ones():
              "right on the visible shapes only": lambda q, K, V, dout, lse, scale: eb.row_backward(q, K, V, dout, lse, scale)
              if K.shape in ((3, 2), (50, 16), (20, 8), (1, 4), (60, 32)) else (np.zeros_like(q), np.zeros_like(K),
                                                                                  np.zeros_like(V)),
-             "P below 1e-8 dropped": _small_p_dropped, "a second softmax, lse never read": _second_softmax}
+             "P below 1e-8 dropped": _small_p_dropped, "a second softmax, lse never read": _second_softmax,
+             "P below 1e-14 dropped": lambda *a: _small_p_dropped(*a, below=1e-14),
+             "lse read, then a second softmax": _lse_touched_then_a_second_softmax}
     for name, fn in wrong.items():
         assert not eb.check_row_backward(fn, quiet=True), name
 
 
-def _small_p_dropped(q, K, V, dout, lse, scale):
+def _small_p_dropped(q, K, V, dout, lse, scale, below=1e-8):
     p = np.exp(scale * (K @ q) - lse)
-    p[p < 1e-8] = 0.0
+    p[p < below] = 0.0
     ds = p * (V @ dout - dout @ (p @ V))
     return scale * (ds @ K), scale * np.outer(ds, q), np.outer(p, dout)
+
+
+def _lse_touched_then_a_second_softmax(q, K, V, dout, lse, scale):
+    _ = lse + 0.0     # the grader sees lse read; the float32-saved lse tells the second softmax apart
+    return _second_softmax(q, K, V, dout, lse, scale)
+
+
+def _top_left_tile_skip(Q, K, V, dO, lse, scale, tile=64):
+    """A blocked backward with the element mask right but whole key tiles skipped by the top-left rule
+    (a key tile starting past the query tile's last row): the keys a bottom-right query sees past it
+    are dropped when n_k > n_q."""
+    n_q, n_k = Q.shape[0], K.shape[0]
+    dq, dk, dv = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    seen_all = eb_visible(n_q, n_k) & np.isfinite(lse)[:, None]
+    for q0 in range(0, n_q, tile):
+        rows = slice(q0, min(n_q, q0 + tile))
+        for k0 in range(0, n_k, tile):
+            if k0 > rows.stop - 1:
+                continue
+            cols = slice(k0, min(n_k, k0 + tile))
+            seen = seen_all[rows, cols]
+            p = np.where(seen, np.exp(np.where(seen, scale * (Q[rows] @ K[cols].T) - lse[rows, None], 0.0)), 0.0)
+            full = np.where(seen_all[rows], np.exp(np.where(seen_all[rows], scale * (Q[rows] @ K.T)
+                                                            - lse[rows, None], 0.0)), 0.0)
+            delta = (dO[rows] * (full @ V)).sum(axis=1, keepdims=True)
+            ds = p * (dO[rows] @ V[cols].T - delta)
+            dq[rows] += scale * ds @ K[cols]
+            dk[cols] += scale * ds.T @ Q[rows]
+            dv[cols] += p.T @ dO[rows]
+    return dq, dk, dv
+
+
+def eb_visible(n_q, n_k):
+    from onlinesoftmax.book.exercises import exercises_attention_backward as eb
+    return eb.visible(n_q, n_k)
 
 
 def _second_softmax(q, K, V, dout, lse, scale):
@@ -186,6 +223,8 @@ def test_the_causal_backward_grader_passes_the_answer_and_rejects_wrong_ones():
              "all zeros": lambda Q, K, V, dO, lse, scale: (np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)),
              "the mask in dS only": mask_in_ds_only,
              "right on the visible shapes only": lambda Q, K, V, dO, lse, scale: eb.causal_backward(Q, K, V, dO, lse, scale)
-             if Q.shape in ((4, 2), (3, 8), (9, 4)) else (np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V))}
+             if Q.shape in ((4, 2), (3, 8), (9, 4), (70, 8)) else (np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)),
+             "key tiles of 64 skipped by the top-left rule": _top_left_tile_skip}
     for name, fn in wrong.items():
         assert not eb.check_causal_backward(fn, quiet=True), name
+    assert eb.check_causal_backward(lambda *a: _top_left_tile_skip(*a, tile=10**6), quiet=True)   # one tile: right

@@ -251,6 +251,8 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (lambda b, h, kv, nq, nk, sms: (1, nk), "splits is 1, expected 16"),
         (lambda b, h, kv, nq, nk, sms: (max(1, -(-nk // 256)), 256), "splits is 128, expected 16"),   # never looks at the SMs
         (decode_splits_four_resident, "FAILED on batch 1, heads 16, kv heads 8, 1 query"),
+        (lambda b, h, kv, nq, nk, sms: ea.solution_decode_splits(b, h, kv, nq, nk, 132),
+         "(a hidden case, seed"),                                                          # the SM count ignored
     ]),
     "softmax_backward": (eg.check_softmax_backward, eg.solution_softmax_backward, [
         (lambda y, dy: None, "not answered yet"),
