@@ -204,8 +204,10 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
     if k is None or v is None:
         raise TypeError("attention: give k and v, or kv_cache=(k_pages, v_pages) with page_table and cache_lengths")
     if type(q) is not api.CUPY_ARRAY and any(map(torch_bridge.is_tensor, (q, k, v))):
-        if all(map(torch_bridge.is_tensor, (q, k, v))) and any(map(torch_bridge.wants_operator, (q, k, v))) \
-                and not return_lse and variant == "auto":   # the operator, with its backward
+        if not all(map(torch_bridge.is_tensor, (q, k, v))):
+            raise TypeError("attention: q, k and v must be all torch tensors or all arrays, got "
+                            + ", ".join(f"{n}: {_describe(a)}" for n, a in zip("qkv", (q, k, v))))
+        if any(map(torch_bridge.wants_operator, (q, k, v))) and not return_lse and variant == "auto":   # the operator
             return torch_bridge.autograd("attention", q, (k, v), causal=causal, scale=scale, causal_align=causal_align)
         return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,
                                  causal_align=causal_align)

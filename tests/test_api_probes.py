@@ -224,3 +224,15 @@ def test_messages_name_what_was_passed_and_what_is_accepted():
     for generator in ((1.5, -3), ("a", "b")):   # a tuple was taken as a drawn (seed, offset)
         with pytest.raises(TypeError, match="generator must be None, an int seed, a numpy or a torch Generator"):
             osm.sample(x, generator=generator)
+
+
+def test_arrays_of_two_kinds_are_refused_not_bridged():
+    # a NumPy call given torch tensors beside its arrays returned torch tensors
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(6).standard_normal((4, 100)).astype(np.float32)
+    with pytest.raises(TypeError, match="per-row parameter must be an array of the logits' kind.*temperature"):
+        osm.sample(x, temperature=torch.ones(4))
+    q = np.zeros((1, 2, 3, 64), np.float32)
+    with pytest.raises(TypeError, match="q, k and v must be all torch tensors or all arrays"):
+        osm.attention(q, torch.from_numpy(q), torch.from_numpy(q))
+    assert osm.sample(torch.from_numpy(x), temperature=torch.ones(4)).shape == (4,)
