@@ -315,7 +315,7 @@ def _keepdims(x, axis, keepdims, variant, out):
     if torch_bridge.is_tensor(x):
         if torch_bridge.wants_operator(x):
             return torch_bridge.autograd("logsumexp", x, axis, True, variant=variant, out=out)
-        return torch_bridge.call(_keepdims, x, axis, keepdims, variant, out)
+        return torch_bridge.call(_keepdims, x, axis, keepdims, variant, out=out)   # (out= by name: its version bumped)
     check_array(x, "logsumexp", exact=True)
     axis = normalize_axis(axis, x.ndim, "logsumexp")
     kept = x.shape[:axis] + (1,) + x.shape[axis + 1:]

@@ -45,6 +45,7 @@ import numpy as np
 
 from onlinesoftmax import api, exact
 from onlinesoftmax.kernels.attention import blocked as kernels
+from onlinesoftmax.inputs import check_flags_and_scale
 from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
@@ -103,13 +104,7 @@ def check_inputs(q, k, v, scale, exact_ok: bool = False):
     if d not in SUPPORTED_D and not (exact and d > 0):
         raise ValueError(f"attention: head dimension d = {d} is not supported; supported: {SUPPORTED_D}"
                          + (" (and any d > 0 in float64)" if exact_ok else ""))
-    if scale is None:
-        scale = 1.0 / np.sqrt(d)
-    elif isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.floating, np.integer)):
-        raise TypeError(f"attention: scale must be a number or None, got {scale!r}")
-    elif not np.isfinite(scale):
-        raise ValueError(f"attention: scale must be finite, got {scale!r}")
-    return batch, heads, kv_heads, n_q, n_k, d, float(scale)
+    return batch, heads, kv_heads, n_q, n_k, d, check_flags_and_scale("attention", scale, d)
 
 
 # Multi-head decode (one head per kv head) on attention_06 where the suite attention-decode
@@ -208,6 +203,9 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
             raise TypeError("attention: q, k and v must be all torch tensors or all arrays, got "
                             + ", ".join(f"{n}: {_describe(a)}" for n, a in zip("qkv", (q, k, v))))
         if any(map(torch_bridge.wants_operator, (q, k, v))) and not return_lse and variant == "auto":   # the operator
+            if str(q.dtype) not in ("torch.float32", "torch.float16", "torch.bfloat16") or 0 in (*q.shape, *k.shape):
+                raise TypeError(f"attention: the gradient takes non-empty float32, float16 and bfloat16 tensors, got "
+                                f"{_describe(q)}: pass x.detach() for the exact forward alone")
             return torch_bridge.autograd("attention", q, (k, v), causal=causal, scale=scale, causal_align=causal_align)
         return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,
                                  causal_align=causal_align)
@@ -229,7 +227,11 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
     if not isinstance(return_lse, (bool, np.bool_)):
         raise TypeError(f"attention: return_lse must be True or False, got {return_lse!r}")
     if q.dtype == np.float64 or min(batch, heads, n_q, n_k) == 0:   # no kernel: exactly
-        out, lse = exact.attention(q, k, v, causal=bool(causal), scale=scale)
+        if variant != "auto":
+            raise TypeError(f"attention: variant {variant!r} runs a kernel, which takes non-empty float32, float16 "
+                            f"and bfloat16 arrays; got {_describe(q)}: variant='auto' computes it exactly")
+        with contextlib.nullcontext() if isinstance(q, np.ndarray) else q.device:   # (q's GPU, as the kernels)
+            out, lse = exact.attention(q, k, v, causal=bool(causal), scale=scale)
         return (out, lse) if return_lse else out
     if not isinstance(variant, str):
         raise TypeError(f"attention: variant must be a string, got {variant!r}")

@@ -49,7 +49,7 @@ def topk(x, k: int, axis: int, *, probabilities: bool, renormalize: bool = False
     the kernels' m + log l (NaN for a row holding NaN or +inf, -inf for a row of -inf or no element),
     float32 unless x is float64. Computed on the host (a CuPy x is copied there and back)."""
     xp = reference.array_module(x)
-    host = np.asarray(x.get() if xp is not np else x)
+    host = x if xp is np else _host(x)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
     rows = np.moveaxis(host, axis, -1).reshape(int(np.prod(lead)), x.shape[axis]).astype(np.float64)
     if rows.shape[0] == 0 or k == 0:
@@ -68,7 +68,26 @@ def topk(x, k: int, axis: int, *, probabilities: bool, renormalize: bool = False
         results.append(lse.astype(np.float64 if x.dtype == np.float64 else np.float32).reshape(lead))
     for i in range(2):   # k where the axis was
         results[i] = np.moveaxis(results[i].reshape(lead + (k,)), -1, axis)
-    return tuple(xp.asarray(r) for r in results)
+    return tuple(results) if xp is np else tuple(_to_device(r, x) for r in results)
+
+
+def _host(a):
+    """A NumPy copy of a CuPy array; bfloat16 through its 16-bit words (CuPy copies those)."""
+    if a.dtype.name == "bfloat16":
+        import cupy
+
+        return cupy.ascontiguousarray(a.view(cupy.uint16)).get().view(a.dtype)
+    return a.get()
+
+
+def _to_device(a, like):
+    """A NumPy array as a CuPy array on `like`'s GPU; bfloat16 through its 16-bit words."""
+    import cupy
+
+    with like.device:
+        if a.dtype.name == "bfloat16":
+            return cupy.asarray(np.ascontiguousarray(a).view(np.uint16)).view(a.dtype)
+        return cupy.asarray(np.ascontiguousarray(a))
 
 
 def attention(q, k, v, *, causal: bool, scale: float):
@@ -93,6 +112,7 @@ def attention(q, k, v, *, causal: bool, scale: float):
         l = e.sum(axis=-1, keepdims=True)
         out = xp.where(l > 0, xp.einsum("bhqk,bhkd->bhqd", e, values) / l, 0.0)
         lse = xp.where(l > 0, m + xp.log(l), -np.inf)[..., 0]
-    nan_rows = xp.isnan(l)   # a NaN (or +inf) score: the row NaN, as the kernels
+    nan_rows = xp.isnan(l)   # a NaN (or +inf) score: the row and its LSE NaN, as the kernels
     out = xp.where(nan_rows, np.nan, out)
+    lse = xp.where(nan_rows[..., 0], np.nan, lse)
     return out.astype(q.dtype), lse.astype(lse_dtype)

@@ -37,14 +37,17 @@ def check_same_kind(named: dict, function: str, together: str) -> None:
 
 def check_flags_and_scale(function: str, scale, d: int, **flags) -> float:
     """Each of `flags` a bool (TypeError naming it otherwise); the scale: 1/sqrt(d) for None, else a
-    finite number (TypeError otherwise). Returns the scale as a float."""
+    number (TypeError otherwise: a Python or NumPy int or float) that is finite (ValueError otherwise).
+    Returns the scale as a float."""
     for name, flag in flags.items():
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{function}: {name} must be True or False, got {flag!r}")
     if scale is None:
         return float(1.0 / np.sqrt(d))
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not np.isfinite(scale):
-        raise TypeError(f"{function}: scale must be a finite number or None, got {scale!r}")
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{function}: scale must be a number or None, got {scale!r}")
+    if not np.isfinite(scale):
+        raise ValueError(f"{function}: scale must be finite, got {scale!r}")
     return float(scale)
 
 

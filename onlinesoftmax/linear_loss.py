@@ -326,7 +326,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
 
 def check(hidden, weight, targets, bias, reduction, chunk):
     arrays = (hidden, weight, targets) + (() if bias is None else (bias,))
-    kinds = {type(a) for a in arrays}
+    kinds = {"torch" if torch_bridge.is_tensor(a) else type(a) for a in arrays}   # (a Parameter is a tensor)
     if len(kinds) != 1 or not all(isinstance(a, np.ndarray) or torch_bridge.is_tensor(a) for a in arrays):
         raise TypeError("linear_cross_entropy: hidden, weight, targets (and bias) must be all numpy arrays or all "
                         f"torch tensors, got {', '.join(describe(a) for a in (hidden, weight, targets))}")

@@ -92,7 +92,8 @@ def cross_entropy_with_grad_deferred(logits, targets, *, ignore_index: int = -10
 
 
 def _one_kind(function, logits, targets):
-    if type(logits) is not type(targets):
+    if torch_bridge.is_tensor(logits) != torch_bridge.is_tensor(targets) or \
+            (not torch_bridge.is_tensor(logits) and type(logits) is not type(targets)):   # (a Parameter is a tensor)
         raise ValueError(f"{function}: logits and targets must be arrays of one kind (both torch tensors, or both "
                          f"NumPy or CuPy arrays), got {describe(logits)} and {describe(targets)}")
 
@@ -164,8 +165,8 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
                "softcap": float(softcap or 0.0)}
     # the gradient's scale: 1 / the counted rows for a mean; over none, 1 (every row's gradient is 0
     # then, as torch's; the loss is NaN, below)
-    scale = (1.0 / xp.maximum(counted, 1).astype(np.float32)).astype(np.float32) if reduction == "mean" \
-        else xp.float32(1.0)
+    wide = np.float64 if logits.dtype == np.float64 else np.float32   # (float64: the exact path's own scale)
+    scale = (1.0 / xp.maximum(counted, 1).astype(wide)).astype(wide) if reduction == "mean" else wide(1.0)
     if logits.dtype == np.float64 or x.shape[0] == 0:   # exactly, in float64 (no rows: empty results)
         rows, lse, dx = kce.reference(x, t, **options)
         dx = (dx * scale).astype(logits.dtype, copy=False) if grad else None

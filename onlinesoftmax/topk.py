@@ -171,6 +171,10 @@ def softmax_topk(x, k: int, axis: int = -1, *, renormalize: bool = False, return
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"softmax_topk: {name} must be True or False, got {flag!r}")
     if x.dtype == np.float64 or x.size == 0 or k == 0:   # no kernel: exactly, as torch shapes it
+        if variant not in AUTO:
+            raise TypeError(f"softmax_topk: variant {variant!r} runs a kernel, which takes float32, float16 and "
+                            f"bfloat16, an element and k >= 1; got {x.dtype.name} of shape {tuple(x.shape)}, k = {k}: "
+                            "variant='auto' computes it exactly")
         results = exact.topk(x, k, axis, probabilities=True, renormalize=bool(renormalize),
                              return_lse=bool(return_lse))
         return results if return_lse else results[:2]
@@ -211,12 +215,12 @@ def topk_logits(x, k: int, axis: int = -1):
     on_gpu = api.check_array(x, "topk_logits", exact=True)
     axis = api.normalize_axis(axis, x.ndim, "topk_logits")
     api.check_length(x, axis, "topk_logits")
+    if x.dtype != np.float64 and not isinstance(k, (bool, np.bool_)) and isinstance(k, (int, np.integer)) and k > 32:
+        raise ValueError(f"topk_logits keeps at most 32 logits a row (its kernel's register lists), got k = {k}; "
+                         "softmax_topk(x, k) takes k up to 1024 (the same columns, as probabilities), float64 x any k")
     k = check_k(k, x.shape[axis], "topk_logits", exact=x.dtype == np.float64)
     if x.dtype == np.float64 or x.size == 0 or k == 0:   # no kernel: exactly, as torch shapes it
         return exact.topk(x, k, axis, probabilities=False)
-    if k > 32:
-        raise ValueError(f"topk_logits keeps at most 32 logits a row (its kernel's register lists), got k = {k}; "
-                         "softmax_topk(x, k) takes k up to 1024 (the same columns, as probabilities), float64 x any k")
     kt.check_k(kt.TOPK_ONLY, k)
     rows, _ = api.as_rows(x, axis)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)

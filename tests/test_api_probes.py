@@ -236,3 +236,46 @@ def test_arrays_of_two_kinds_are_refused_not_bridged():
     with pytest.raises(TypeError, match="q, k and v must be all torch tensors or all arrays"):
         osm.attention(q, torch.from_numpy(q), torch.from_numpy(q))
     assert osm.sample(torch.from_numpy(x), temperature=torch.ones(4)).shape == (4,)
+
+
+def test_what_a_review_of_these_paths_found():
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    # an nn.Parameter is a tensor, not a second kind of array (the lm head's weight was refused)
+    head = torch.nn.Linear(8, 5, bias=False)
+    hidden, targets = torch.randn(4, 8, requires_grad=True), torch.tensor([0, 1, 2, 3])
+    osm.linear_cross_entropy(hidden, head.weight, targets).backward()
+    assert head.weight.grad.shape == (5, 8)
+    assert torch.isfinite(osm.cross_entropy(torch.nn.Parameter(torch.randn(4, 5)), targets))
+    # a gradient of float64 or empty attention is refused up front, not in backward
+    q = torch.randn(1, 2, 3, 64, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(TypeError, match="the gradient takes non-empty float32"):
+        osm.attention(q, q, q)
+    # the exact path's LSE is NaN for a row holding NaN (it was -inf)
+    x = np.random.default_rng(7).standard_normal((1, 1, 3, 8))
+    x[0, 0, 1, 0] = np.nan
+    assert np.isnan(osm.attention(x, x, x, return_lse=True)[1]).all()
+    # a variant on the exact paths is refused, as softmax's is (it was ignored)
+    with pytest.raises(TypeError, match="variant='auto' computes it exactly"):
+        osm.attention(np.ones((1, 1, 2, 8)), np.ones((1, 1, 2, 8)), np.ones((1, 1, 2, 8)), variant="bogus")
+    with pytest.raises(TypeError, match="variant='auto' computes it exactly"):
+        osm.softmax_topk(np.ones((2, 5)), 2, variant="bogus")
+    with pytest.raises(ValueError, match="keeps at most 32 logits a row"):   # "at most 1024" said before
+        osm.topk_logits(np.ones((2, 2000), np.float32), 2000)
+    # an out= tensor of logsumexp(keepdims=True) is seen written by autograd
+    out = torch.empty(3, 1)
+    osm.logsumexp(torch.randn(3, 4), keepdims=True, out=out)
+    assert out._version == 1
+    # float64 cross-entropy's gradient is float64-exact (scaled by a float32 1/count before)
+    logits, labels = np.random.default_rng(8).standard_normal((4, 6)), np.array([0, 1, 2, 3])
+    grad = osm.cross_entropy_with_grad(logits, labels)[2]
+    a = torch.from_numpy(logits).requires_grad_()
+    torch.nn.functional.cross_entropy(a, torch.from_numpy(labels)).backward()
+    np.testing.assert_allclose(grad, a.grad.numpy(), rtol=0, atol=1e-15)
+    # the paged path takes a NumPy integer scale and calls a NaN one a ValueError, as the dense path
+    pools = (np.zeros((2, 4, 1, 64), np.float16),) * 2
+    paged = {"kv_cache": pools, "page_table": np.zeros((1, 1), np.int32), "cache_lengths": np.array([2], np.int32)}
+    assert osm.attention(np.zeros((1, 1, 2, 64), np.float16), scale=np.int64(1), **paged).shape == (1, 1, 2, 64)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        osm.attention(np.zeros((1, 1, 2, 64), np.float16), scale=float("nan"), **paged)
