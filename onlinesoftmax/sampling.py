@@ -50,9 +50,11 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, min_p=None, gener
     """One token per row of `logits` (see the module doc)."""
     params = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
     if torch_bridge.is_tensor(logits) or any(torch_bridge.is_tensor(v) for v in params.values()):
-        if not torch_bridge.is_tensor(logits):
-            raise TypeError(f"sample: a per-row parameter must be an array of the logits' kind; got torch tensors "
-                            f"for {[n for n, v in params.items() if torch_bridge.is_tensor(v)]} with {describe(logits)}")
+        arrays = [n for n, v in params.items() if hasattr(v, "shape") and not np.isscalar(v) and
+                  torch_bridge.is_tensor(v) != torch_bridge.is_tensor(logits)]
+        if arrays:
+            raise TypeError(f"sample: a per-row parameter must be an array of the logits' kind; got {arrays} of "
+                            f"another kind than {describe(logits)}")
         seed, offset = seed_and_offset(generator)
         detached = {name: v.detach() if torch_bridge.is_tensor(v) else v for name, v in params.items()}
         logits = logits.detach() if torch_bridge.is_tensor(logits) else logits   # tokens carry no gradient

@@ -232,6 +232,8 @@ def test_arrays_of_two_kinds_are_refused_not_bridged():
     x = np.random.default_rng(6).standard_normal((4, 100)).astype(np.float32)
     with pytest.raises(TypeError, match="per-row parameter must be an array of the logits' kind.*temperature"):
         osm.sample(x, temperature=torch.ones(4))
+    with pytest.raises(TypeError, match="per-row parameter must be an array of the logits' kind.*temperature"):
+        osm.sample(torch.from_numpy(x), temperature=np.ones(4, np.float32))   # taken on the CPU, refused on a GPU
     q = np.zeros((1, 2, 3, 64), np.float32)
     with pytest.raises(TypeError, match="q, k and v must be all torch tensors or all arrays"):
         osm.attention(q, torch.from_numpy(q), torch.from_numpy(q))
