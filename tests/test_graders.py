@@ -365,3 +365,8 @@ def test_the_log_sum_exp_grader_takes_either_convention_from_a_cupy_answer_too()
     assert el.check_logsumexp_rows(lambda x: DeviceArray(reference.logsumexp(x)), quiet=True)
     assert el.check_logsumexp_rows(lambda x: DeviceArray(el.state_logsumexp(x)), quiet=True)
     assert not el.check_logsumexp_rows(lambda x: DeviceArray(reference.logsumexp(x) + 1e-3), quiet=True)
+
+
+def test_the_split_log_sum_exp_grader_passes_its_chunk_count_by_position():
+    """A right answer whose second parameter has another name than the stub's raised TypeError."""
+    assert el.check_split_logsumexp(lambda x, chunks: split_logsumexp_right(x, chunks), quiet=True)

@@ -105,7 +105,7 @@ def hidden_split_cases(rng):
 
 
 def _split_answer(fn, record):
-    """fn(x, blocks_per_row=b), with the split kernel's two models watched while it runs: what
+    """fn(x, b), with the split kernel's two models watched while it runs: what
     launch 1's model returned and what launch 2's model was given go into `record`."""
     from onlinesoftmax.kernels.softmax import split_merge as km
     partial, merge_ = km.partial_states, km.merge_states
@@ -124,7 +124,7 @@ def _split_answer(fn, record):
         record.clear()
         km.partial_states, km.merge_states = watched_partial, watched_merge
         try:
-            return _either_convention(lambda rows: fn(rows, blocks_per_row=b))(x)
+            return _either_convention(lambda rows: fn(rows, b))(x)   # (by position: any name for it)
         finally:
             km.partial_states, km.merge_states = partial, merge_
     return answer
