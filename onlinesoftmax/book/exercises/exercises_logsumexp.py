@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks, merge, reference
-from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade, to_numpy, width_not_shown
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, far_below, grade, to_numpy, width_not_shown
 
 NEG_INF = -np.inf
 
@@ -33,17 +33,8 @@ def logsumexp_cases():
             Case("random rows", (checks.random_rows(np, 7, 1000, seed=1),)), *sizes, Case("logits near +1000", (big,)),
             Case("logits near -1000", (small,)), Case("one column", (checks.random_rows(np, 4, 1, seed=2),)),
             Case("rows with -inf, all -inf (-> -inf), +inf and NaN (-> NaN)", (special,)),
-            Case("rows below -1e30 (below any finite starting state), one mixed with -inf", (_far_below(rng),))]
+            Case("rows below -1e30 (below any finite starting state), one mixed with -inf", (far_below(rng),))]
 
-
-def _far_below(rng, n_cols: int = 200):
-    """float32 rows whose every value lies below -1e30, the finite stand-in for -inf that kernels often
-    start from (a state started there keeps it as the maximum and loses the row): near -2e30, the
-    same with -inf mixed in, and near -2e38."""
-    scale = np.array([[-2e30], [-2e30], [-2e38]])
-    rows = (scale * (1 + 0.01 * np.abs(rng.standard_normal((3, n_cols))))).astype(np.float32)
-    rows[1, ::3] = NEG_INF
-    return rows
 
 
 def hidden_logsumexp_cases(rng):
@@ -54,7 +45,7 @@ def hidden_logsumexp_cases(rng):
         x = (rng.standard_normal((4, n_cols)) * rng.uniform(0.1, 30) + rng.uniform(-2000, 2000)).astype(np.float32)
         x[rng.random(x.shape) < 0.1] = NEG_INF
         cases.append(Case(f"4 random rows of {n_cols}", (x,)))
-    cases.append(Case("rows below -1e30", (_far_below(rng, int(rng.integers(1, 500))),)))
+    cases.append(Case("rows below -1e30", (far_below(rng, int(rng.integers(1, 500))),)))
     return cases
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import checks, reference
-from onlinesoftmax.book.exercises.grading import Case, Tolerance, grade
+from onlinesoftmax.book.exercises.grading import Case, Tolerance, far_below, grade
 
 NEG_INF = -np.inf
 
@@ -75,14 +75,6 @@ def check_merge_partials(fn, quiet: bool = False) -> bool:
 
 # --- exercise: a whole split softmax -------------------------------------------------------------
 
-def _far_below(rng, n_cols: int = 200):
-    """float32 rows whose every value lies below -1e30, the finite stand-in for -inf that kernels often
-    start from (a state started there keeps it as the maximum and loses the row): near -2e30, the
-    same with -inf mixed in, and near -2e38."""
-    scale = np.array([[-2e30], [-2e30], [-2e38]])
-    rows = (scale * (1 + 0.01 * np.abs(rng.standard_normal((3, n_cols))))).astype(np.float32)
-    rows[1, ::3] = NEG_INF
-    return rows
 
 
 def split_softmax_cases():
@@ -93,7 +85,7 @@ def split_softmax_cases():
     special, _ = checks.special_rows(np, 300)
     cases.append(Case("rows with -inf, all -inf, +inf and NaN, in 4 chunks", (special, 4)))
     cases.append(Case("rows below -1e30, in 3 chunks (below any finite starting state)",
-                      (_far_below(np.random.default_rng(30), 100), 3)))
+                      (far_below(np.random.default_rng(30), 100), 3)))
     return cases
 
 
@@ -102,7 +94,7 @@ def hidden_split_softmax_cases(rng):
     x = (rng.standard_normal((4, n_cols)) * rng.uniform(0.5, 20) + rng.uniform(-500, 500)).astype(np.float32)
     x[rng.random(x.shape) < 0.05] = NEG_INF
     return [Case(f"4 random rows of {n_cols} in {blocks} chunks", (x, blocks)),
-            Case(f"rows below -1e30 in {blocks} chunks", (_far_below(rng, int(rng.integers(1, 300))), blocks))]
+            Case(f"rows below -1e30 in {blocks} chunks", (far_below(rng, int(rng.integers(1, 300))), blocks))]
 
 
 def split_softmax_tolerance(x, blocks_per_row=None) -> Tolerance:

@@ -57,6 +57,16 @@ DIFFICULTY = {
 }
 
 
+def far_below(rng, n_cols: int = 200):
+    """float32 rows whose every value lies below -1e30, the finite stand-in for -inf that kernels often
+    start from (a state started there keeps it as the maximum and loses the row): near -2e30, the
+    same with -inf mixed in, and near -2e38."""
+    scale = np.array([[-2e30], [-2e30], [-2e38]])
+    rows = (scale * (1 + 0.01 * np.abs(rng.standard_normal((3, n_cols))))).astype(np.float32)
+    rows[1, ::3] = -np.inf
+    return rows
+
+
 def width_not_shown(rng, low: int, high: int, shown) -> int:
     """A row width in [low, high) drawn from rng, none of the visible cases' widths (`shown`): an answer
     that looks up what it was shown cannot pass a hidden case by luck."""
