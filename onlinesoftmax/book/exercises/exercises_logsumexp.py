@@ -36,7 +36,6 @@ def logsumexp_cases():
             Case("rows below -1e30 (below any finite starting state), one mixed with -inf", (far_below(rng),))]
 
 
-
 def hidden_logsumexp_cases(rng):
     """Rows from the grading's own seed: any width, any offset, some -inf."""
     cases, shown = [], {case.args[0].shape[1] for case in logsumexp_cases()}

@@ -76,7 +76,6 @@ def check_merge_partials(fn, quiet: bool = False) -> bool:
 # --- exercise: a whole split softmax -------------------------------------------------------------
 
 
-
 def split_softmax_cases():
     cases = [Case("one row [1, 5, 3] in 2 chunks", (np.array([[1.0, 5.0, 3.0]], np.float32), 2))]
     for n_cols, blocks_per_row in ((1000, 4), (4097, 3), (5, 8), (1, 2)):
