@@ -244,6 +244,8 @@ GRADERS = {   # grader, a right answer, wrong answers with the message each must
         (fa2_nan_for_a_blind_row, "FAILED on every score -inf (a query that sees no key): o[0] is nan, expected 0"),
         (fa2_started_at_minus_1e30, "FAILED on scores near -1e306"),
         (fa2_two_passes, "walked the tiles more than once"),
+        (lambda s, v, t: fa2_two_passes(s, v, list(t)), "walked the tiles more than once"),   # over a copy of them
+        (lambda s, v, t: fa2_two_passes(np.asarray(s), v, t), "walked the tiles more than once"),   # scores unwatched
     ]),
     "decode_splits": (ea.check_decode_splits, ea.solution_decode_splits, [
         (lambda *shape: None, "not answered yet"),
@@ -370,3 +372,21 @@ def test_the_log_sum_exp_grader_takes_either_convention_from_a_cupy_answer_too()
 def test_the_split_log_sum_exp_grader_passes_its_chunk_count_by_position():
     """A right answer whose second parameter has another name than the stub's raised TypeError."""
     assert el.check_split_logsumexp(lambda x, chunks: split_logsumexp_right(x, chunks), quiet=True)
+
+
+def test_the_fa2_grader_takes_one_pass_in_any_form():
+    """Reading a tile's scores twice in one step, walking the tiles from the end, reading the scores
+    through np.asarray, or looking the tiles over before the loop are one pass; only a tile read again
+    after others is a second (the last of these was rejected)."""
+    def twice_a_step(scores, values, tiles):
+        m, l, o = -np.inf, 0.0, np.zeros(values.shape[1])
+        for tile in tiles:
+            m_new = max(m, scores[tile].max())
+            base = 0.0 if m_new == -np.inf else m_new
+            alpha, p = np.exp(m - base), np.exp(scores[tile] - base)
+            l, o, m = alpha * l + p.sum(), alpha * o + p @ values[tile], m_new
+        return (np.zeros(values.shape[1]), -np.inf) if l == 0 else (o / l, m + np.log(l))
+    for answer in (twice_a_step, lambda s, v, t: ea.solution_fa2_row(s, v, list(reversed(t))),
+                   lambda s, v, t: ea.solution_fa2_row(np.asarray(s), v, t),
+                   lambda s, v, t: ea.solution_fa2_row(s, v, t) if all(isinstance(x, slice) for x in t) else None):
+        assert ea.check_fa2_row(answer, quiet=True)

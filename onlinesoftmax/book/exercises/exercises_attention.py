@@ -136,13 +136,45 @@ class TileList(list):
         return super().__reversed__()
 
 
+class WatchedScores(np.ndarray):
+    """The scores, noting the slices read from them (`reads`): a tile read again after another tile was
+    read is a second pass over the row, whatever list the answer walked. What is read or computed from
+    them is a plain ndarray."""
+    reads = None
+
+    def __getitem__(self, index):
+        if isinstance(index, slice) and self.reads is not None:
+            self.reads.append((index.start, index.stop))
+        return self.view(np.ndarray)[index]
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(i.view(np.ndarray) if isinstance(i, WatchedScores) else i for i in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+
+def _second_pass(reads) -> bool:
+    """A slice read again after a different one was read (reading one tile twice in a row is one pass)."""
+    done, last = set(), None
+    for read in reads:
+        if read != last and read in done:
+            return True
+        done.add(read)
+        last = read
+    return False
+
+
 def _watched_tiles(args):
     scores, values, tiles = args
-    return scores, values, TileList(tiles)
+    watched = np.array(scores, dtype=np.float64).view(WatchedScores)
+    watched.reads = []
+    return watched, values, TileList(tiles)
 
 
 def _read_the_tiles(args):
-    if args[2].walks > 1:
+    # a second pass: a tile's scores read again after others; or, where the scores were not read through
+    # the tiles (np.asarray first), a second walk over the tiles (a walk that only looks at them is none)
+    reads = args[0].reads
+    if _second_pass(reads) or (args[2].walks > 1 and not reads):
         return ("your function walked the tiles more than once: the exercise is one pass, the online state "
                 "updated once per tile")
     if args[2].read:
