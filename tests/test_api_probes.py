@@ -202,12 +202,13 @@ def test_attention_on_tensors_that_require_a_gradient_goes_through_the_operator(
     torch = pytest.importorskip("torch")
     import onlinesoftmax.torch_ops  # noqa: F401
 
-    q, k, v = (torch.randn(1, 2, 5, 64, requires_grad=True) for _ in range(3))
+    generator = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(1, 2, 5, 64, generator=generator).requires_grad_() for _ in range(3))
     osm.attention(q, k, v, causal=True).square().sum().backward()
     again = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     torch.nn.functional.scaled_dot_product_attention(*again, is_causal=True).square().sum().backward()
-    for ours, theirs in zip((q, k, v), again):
-        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    for ours, theirs in zip((q, k, v), again):   # two float32 computations: within 10x their worst seen gap
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-3, atol=1e-4)
     with pytest.raises(RuntimeError, match="attention .variant='auto', no return_lse. have gradients"):
         osm.attention(q, k, v, return_lse=True)
 
@@ -281,3 +282,15 @@ def test_what_a_review_of_these_paths_found():
     assert osm.attention(np.zeros((1, 1, 2, 64), np.float16), scale=np.int64(1), **paged).shape == (1, 1, 2, 64)
     with pytest.raises(ValueError, match="scale must be finite"):
         osm.attention(np.zeros((1, 1, 2, 64), np.float16), scale=float("nan"), **paged)
+
+
+def test_tensors_the_arrays_cannot_view_are_named():
+    # torch's own "Got unsupported ScalarType Float8_e4m3fn" and the sparse layout's numpy error
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 4)
+    if hasattr(torch, "float8_e4m3fn"):
+        with pytest.raises(TypeError, match="takes float32, float16, bfloat16 or float64 tensors, got torch.float8"):
+            osm.softmax(x.to(torch.float8_e4m3fn))
+    with pytest.raises(TypeError, match="takes dense .strided. tensors, got a torch.sparse_coo one"):
+        osm.softmax(x.to_sparse())
+    assert osm.cross_entropy(x, torch.tensor([0, 1, 2])).dtype == torch.float32   # integer targets still pass

@@ -94,6 +94,11 @@ def to_array(t):
     import torch
 
     t = t.detach()
+    if t.layout != torch.strided:
+        raise TypeError(f"onlinesoftmax takes dense (strided) tensors, got a {t.layout} one; convert with t.to_dense()")
+    if t.dtype.is_floating_point and t.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"onlinesoftmax takes float32, float16, bfloat16 or float64 tensors, got {t.dtype}; "
+                        "convert with t.float()")
     bf16 = t.dtype == torch.bfloat16
     if t.device.type == "cpu":
         if bf16:
