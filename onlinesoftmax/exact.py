@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onlinesoftmax import reference
+from onlinesoftmax import checks, reference
 from onlinesoftmax.inputs import as_rows, from_rows
 
 FUNCTIONS = {"softmax": reference.softmax, "log_softmax": reference.log_softmax,
@@ -49,7 +49,7 @@ def topk(x, k: int, axis: int, *, probabilities: bool, renormalize: bool = False
     the kernels' m + log l (NaN for a row holding NaN or +inf, -inf for a row of -inf or no element),
     float32 unless x is float64. Computed on the host (a CuPy x is copied there and back)."""
     xp = reference.array_module(x)
-    host = x if xp is np else _host(x)
+    host = checks.host(x)
     lead = tuple(s for i, s in enumerate(x.shape) if i != axis)
     rows = np.moveaxis(host, axis, -1).reshape(int(np.prod(lead)), x.shape[axis]).astype(np.float64)
     if rows.shape[0] == 0 or k == 0:
@@ -62,32 +62,16 @@ def topk(x, k: int, axis: int, *, probabilities: bool, renormalize: bool = False
         values = np.take_along_axis(rows, columns, axis=1)
     results = [values.astype(x.dtype), columns.astype(np.int64)]
     if probabilities and return_lse:
+        m, l = reference.row_stats(rows) if rows.shape[1] else (np.full(rows.shape[0], -np.inf), None)
         with np.errstate(all="ignore"):
-            m = rows.max(axis=1) if rows.shape[1] else np.full(rows.shape[0], -np.inf)
-            lse = np.where(m == -np.inf, -np.inf, m + np.log(np.exp(rows - m[:, None]).sum(axis=1)))
+            lse = np.where(m == -np.inf, -np.inf, m + np.log(l)) if l is not None else m
         results.append(lse.astype(np.float64 if x.dtype == np.float64 else np.float32).reshape(lead))
     for i in range(2):   # k where the axis was
         results[i] = np.moveaxis(results[i].reshape(lead + (k,)), -1, axis)
-    return tuple(results) if xp is np else tuple(_to_device(r, x) for r in results)
-
-
-def _host(a):
-    """A NumPy copy of a CuPy array; bfloat16 through its 16-bit words (CuPy copies those)."""
-    if a.dtype.name == "bfloat16":
-        import cupy
-
-        return cupy.ascontiguousarray(a.view(cupy.uint16)).get().view(a.dtype)
-    return a.get()
-
-
-def _to_device(a, like):
-    """A NumPy array as a CuPy array on `like`'s GPU; bfloat16 through its 16-bit words."""
-    import cupy
-
-    with like.device:
-        if a.dtype.name == "bfloat16":
-            return cupy.asarray(np.ascontiguousarray(a).view(np.uint16)).view(a.dtype)
-        return cupy.asarray(np.ascontiguousarray(a))
+    if xp is np:
+        return tuple(results)
+    with x.device:
+        return tuple(checks.on_device(xp, np.ascontiguousarray(r)) for r in results)
 
 
 def attention(q, k, v, *, causal: bool, scale: float):
@@ -101,18 +85,7 @@ def attention(q, k, v, *, causal: bool, scale: float):
     lse_dtype = np.float64 if q.dtype == np.float64 else np.float32
     if q.size == 0 or n_k == 0:
         return xp.zeros(q.shape, q.dtype), xp.full((batch, heads, n_q), -np.inf, lse_dtype)
-    group = heads // kv_heads
-    keys, values = (xp.repeat(a.astype(np.float64), group, axis=1) for a in (k, v))
-    s = xp.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), keys) * scale
-    if causal:   # query i sees key j <= i + n_k - n_q
-        s = xp.where(xp.arange(n_k)[None, :] <= xp.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)
-    with np.errstate(all="ignore"):
-        m = s.max(axis=-1, keepdims=True)
-        e = xp.exp(s - xp.where(m == -np.inf, 0.0, m))   # (a row of -inf: e = 0, not NaN)
-        l = e.sum(axis=-1, keepdims=True)
-        out = xp.where(l > 0, xp.einsum("bhqk,bhkd->bhqd", e, values) / l, 0.0)
-        lse = xp.where(l > 0, m + xp.log(l), -np.inf)[..., 0]
-    nan_rows = xp.isnan(l)   # a NaN (or +inf) score: the row and its LSE NaN, as the kernels
-    out = xp.where(nan_rows, np.nan, out)
-    lse = xp.where(nan_rows[..., 0], np.nan, lse)
+    from onlinesoftmax.kernels.attention import blocked   # (its float64 reference: the kernels' conventions)
+
+    out, lse = blocked.reference(q, k, v, causal=causal, scale=scale)
     return out.astype(q.dtype), lse.astype(lse_dtype)
