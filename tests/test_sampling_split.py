@@ -38,17 +38,12 @@ def test_the_workspace_sizes_are_the_kernels():
 
 
 def test_a_call_launches_the_passes_its_parameters_need():
-    n = split.BINS_IN_MAX_UP_TO + 1
+    n = 1000
     assert split.passes(0, 1.0, 0.0, 1.0, n) == [0, 3]
     assert split.passes(5, 1.0, 0.3, 1.0, n) == [0, 1, 2, 3]
     assert split.passes(n, 0.9, 0.0, 1.0, n) == [0, 1, 3]                      # top_k >= n is off
     assert split.passes(0, 1.0, 0.0, 0.0, n) == [0]                            # greedy: the maximum is the token
     assert split.passes(np.zeros(2), np.ones(2), 0.0, np.ones(2), n) == [0, 1, 2, 3]
-    short = split.BINS_IN_MAX_UP_TO                                            # the maximum's last block bins it
-    assert split.passes(0, 1.0, 0.0, 1.0, short) == [0, 3]
-    assert split.passes(5, 1.0, 0.3, 1.0, short) == [4, 2, 3]
-    assert split.passes(short, 0.9, 0.0, 1.0, short) == [4, 3]
-    assert split.passes(5, 0.9, 0.0, 1.0, short, bins_in_max_up_to=0) == [0, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +55,9 @@ def module():
     return emulator.Module(split.SAMPLING_SPLIT.path, list(split.SAMPLING_SPLIT.launched_entries))
 
 
-def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=None,
-            bins_in_max_up_to=split.BINS_IN_MAX_UP_TO, **params):
+def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=None, **params):
     """Every pass of one call on the emulator, the workspace poisoned but for zeroed states; returns
-    the tokens and the states after the call (bins_in_max_up_to: 0 runs the histogram as a pass of its
-    own at every length)."""
+    the tokens and the states after the call."""
     n_rows, n = x.shape[0], n or x.shape[1]
     n_chunks = -(-n // chunk)
     tokens = np.full(n_rows, -7, np.int64)
@@ -81,8 +74,7 @@ def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=
     words = x if x.dtype == np.float32 else x.view(np.uint16)
     extra = {} if schedule is None else {"schedule": "random", "seed": schedule}
     values = {name: a if a is not None else s for name, a, s in zip(ks.PARAMS, arrays, scalars)}
-    for p in split.passes(values["top_k"], values["top_p"], values["min_p"], values["temperature"], n,
-                          bins_in_max_up_to):
+    for p in split.passes(values["top_k"], values["top_p"], values["min_p"], values["temperature"], n):
         module.launch(split.SAMPLING_SPLIT.dtype_entry(x.dtype.name), (n_chunks, n_rows),
                       (block or ks.block_threads(chunk),),
                       (words, tokens, *arrays, np.float32(scalars[0]), np.int32(scalars[1]), np.float32(scalars[2]),
@@ -94,13 +86,12 @@ def emulate(module, x, chunk, seed=SEED, offset=0, n=None, block=None, schedule=
     return tokens, states
 
 
-@pytest.mark.parametrize("bins_alone", (False, True), ids=("bins in a pass", "bins by the maximum's last block"))
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("n, chunk", ((7, 3), (300, 64), (1001, 256), (1001, 37)))
-def test_the_split_source_draws_the_rows_models_tokens(module, dtype, n, chunk, bins_alone):
+def test_the_split_source_draws_the_rows_models_tokens(module, dtype, n, chunk):
     x = checks.to_dtype(np.random.default_rng(n + chunk).normal(0, 2, (4, n)), dtype)
     for name, case in CASES.items():
-        tokens, states = emulate(module, x, chunk, bins_in_max_up_to=n if bins_alone else 0, **case)
+        tokens, states = emulate(module, x, chunk, **case)
         assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), name
         assert (states.view(np.uint32)[:, [7, 8]] == 0).all(), "the counters are back at zero"
 
@@ -111,11 +102,10 @@ def test_per_row_parameters_strided_rows_and_both_block_orders(module):
     params = {"temperature": np.array([1, 0.5, 0, 2, 1, 1, 0.7, 1.3]), "top_k": np.array([0, 5, 1, 700, -1, 40, 3, 2]),
               "top_p": np.array([1, 0.5, 0.9, 0.3, 1, 0.95, 0.01, 1]), "min_p": np.array([0, 0, 0.5, 0.1, 0.9, 0, 0, 1])}
     want = ks.simulate(wide[:, :647], 99, 2**33 + 5, **params)
-    for chunk, block, schedule, alone in ((100, None, None, 0), (64, 32, 3, 0), (256, 1024, 4, 0),
-                                          (100, None, None, 647), (64, 32, 3, 647)):
+    for chunk, block, schedule in ((100, None, None), (64, 32, 3), (256, 1024, 4)):
         tokens, _ = emulate(module, wide, chunk, seed=99, offset=2**33 + 5, n=647, block=block, schedule=schedule,
-                            bins_in_max_up_to=alone, **params)
-        assert np.array_equal(tokens, want), (chunk, block, schedule, alone)
+                            **params)
+        assert np.array_equal(tokens, want), (chunk, block, schedule)
 
 
 def test_extreme_rows(module):
@@ -137,18 +127,15 @@ def test_extreme_rows(module):
         assert tokens[:3].tolist() == [-1, -1, -1] and tokens[3] in (10, 250)
 
 
-@pytest.mark.parametrize("change, why, alone", [
-    (("*flag = before == n_chunks - 1;", "*flag = before == 0u;"), "the first block to arrive decides", 0),
-    (("add_bins<Row>(row_x, start, length, t, m, use_p, row_count, row_mass, bs);",
-      "if (chunk == 0) add_bins<Row>(row_x, start, length, t, m, use_p, row_count, row_mass, bs);"),
-     "the row's counts from its first chunk only", 0),
-    (("add_bins<Row>(row_x, 0, n, t, m, p < 1.0f, row_count, row_mass, bs);",
-      "add_bins<Row>(row_x, 0, min(n, chunk_elems), t, m, p < 1.0f, row_count, row_mass, bs);"),
-     "the maximum's last block bins its own chunk only", 1000),
+@pytest.mark.parametrize("change, why", [
+    (("*flag = before == n_chunks - 1;", "*flag = before == 0u;"), "the first block to arrive decides"),
+    (("if (bs.count[b] != 0u) atomicAdd(row_count + b, bs.count[b]);",
+      "if (bs.count[b] != 0u && chunk == 0) atomicAdd(row_count + b, bs.count[b]);"),
+     "the row's counts from its first chunk only"),
     (("if (ordered_bits(bs.s[i]) >= floor) mine += fixed_weight(bs.s[i], m);", "mine += fixed_weight(bs.s[i], m);"),
-     "top-p over top-k weighs all of top-k's bin", 0),
+     "top-p over top-k weighs all of top-k's bin"),
 ])
-def test_wrong_kernels_draw_other_tokens(change, why, alone):
+def test_wrong_kernels_draw_other_tokens(change, why):
     from onlinesoftmax.runtime import emulator
 
     if not emulator.available():
@@ -163,7 +150,7 @@ def test_wrong_kernels_draw_other_tokens(change, why, alone):
     same = True
     for case in (CASES["plain"], CASES["top-p"], CASES["top-k"], {"top_k": 10, "top_p": 0.5}):
         try:
-            tokens, _ = emulate(wrong, x, 128, bins_in_max_up_to=alone, **case)
+            tokens, _ = emulate(wrong, x, 128, **case)
         except emulator.EmulatorError:
             same = False
             break
@@ -233,7 +220,6 @@ def test_the_split_source_through_each_path_of_its_filters(module):
     from onlinesoftmax.sampling_checks import FILTER_PATH_CASES as cases, filter_path_rows
 
     x = filter_path_rows()
-    for alone in (0, x.shape[1]):   # the histogram as a pass of its own, and by the maximum's last block
-        for case, chunk, schedule in zip(cases, (1024, 768, 4096, 512, 1280, 2048), (None, 1, 2, None, 3, 4)):
-            tokens, _ = emulate(module, x, chunk, schedule=schedule, bins_in_max_up_to=alone, **case)
-            assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), (case, alone)
+    for case, chunk, schedule in zip(cases, (1024, 768, 4096, 512, 1280, 2048), (None, 1, 2, None, 3, 4)):
+        tokens, _ = emulate(module, x, chunk, schedule=schedule, **case)
+        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case

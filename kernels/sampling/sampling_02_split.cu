@@ -12,9 +12,6 @@
 //                 PASS_MAX     M and its first index.
 //                 PASS_BINS    the row's histogram (global atomics of each block's shared one); the last
 //                              block picks top-k's bin, or top-p's where top-k is off.
-//                 PASS_MAX_BINS  PASS_MAX, then its last block makes the whole row's histogram alone
-//                              and decides as PASS_BINS' last block does: one launch fewer, for rows
-//                              short enough that one block reads them faster than a launch starts.
 //                 PASS_GATHER  top-k's bin gathered (at most 2048 tokens, into the row's candidates);
 //                              the last block finds the k-th key among them by a radix select, then
 //                              top-p's bin over the tokens top-k keeps.
@@ -23,8 +20,7 @@
 //                              that bin's tokens, draws those kept, and combines every chunk's best.
 //               A bin too full to gather (over 2048 tokens: a nearly flat row) is resolved by the
 //               last block alone with radix selects over the whole row (four reads each). The host
-//               launches PASS_BINS (PASS_MAX_BINS in place of both first passes for short rows)
-//               when some row uses top-k or top-p and PASS_GATHER when some row
+//               launches PASS_BINS when some row uses top-k or top-p and PASS_GATHER when some row
 //               uses top-k; a row whose token is known (greedy, refused) or that does not use a
 //               filter leaves those passes at once.
 // Launch:       grid = (C, n_rows), block = (T), T a multiple of 32 up to 1024; chunk c of a row holds
@@ -46,7 +42,6 @@
 #define PASS_BINS 1
 #define PASS_GATHER 2
 #define PASS_SAMPLE 3
-#define PASS_MAX_BINS 4
 
 // A row's decisions so far, written by the last block of a pass, read by the next launch.
 struct SplitState {
@@ -128,29 +123,6 @@ __device__ __forceinline__ void append_candidates(const BinShared& bs, float* ca
 // The row's histogram back to zero for the next call, once no pass needs it.
 __device__ __forceinline__ void clear_bins(unsigned* count, unsigned long long* mass) {
     for (int b = threadIdx.x; b < BINS; b += blockDim.x) { count[b] = 0u; mass[b] = 0ull; }
-}
-
-// Tokens [start, start + length) of the row, counted and weighed into their bins of d = s - M in
-// shared memory, then added to the row's histogram in global memory. Not inlined: PASS_BINS and
-// PASS_MAX_BINS keep their registers.
-template <class Row>
-__device__ __noinline__ void add_bins(const typename Row::Elem* row_x, int start, int length, float t, float m,
-                                         bool use_p, unsigned* row_count, unsigned long long* row_mass, BinShared& bs) {
-    for (int b = threadIdx.x; b < BINS; b += blockDim.x) { bs.count[b] = 0u; bs.mass[b] = 0ull; }
-    __syncthreads();
-    for_each_chunk_token<Row>(row_x, start, length, t, [&](int, float s, bool valid) {
-        if (!valid) return;
-        const int b = bin_of(s - m);
-        if (b == BINS - 1) return;             // the last bin: weights of 0, its count never needed
-        atomicAdd(&bs.count[b], 1u);
-        const unsigned long long w = use_p ? fixed_weight(s, m) : 0ull;
-        if (w != 0ull) shared_add_u64(&bs.mass[b], w);
-    });
-    __syncthreads();
-    for (int b = threadIdx.x; b < BINS - 1; b += blockDim.x) {
-        if (bs.count[b] != 0u) atomicAdd(row_count + b, bs.count[b]);
-        if (bs.mass[b] != 0ull) atomicAdd(row_mass + b, bs.mass[b]);
-    }
 }
 
 // PASS_BINS' last block: the row's histogram from global memory, then top-k's bin (or top-p's where
@@ -262,7 +234,7 @@ __device__ __noinline__ void split_pass(const typename Row::Elem* x, long long* 
     const float t = greedy ? 1.0f : t_row;
     const long long part = static_cast<long long>(row) * n_chunks + chunk;
 
-    if (pass == PASS_MAX || pass == PASS_MAX_BINS) {   // M and its first index; a NaN or +inf marks the row
+    if (pass == PASS_MAX) {   // M and its first index; a NaN or +inf marks the row
         float m = neg_inf();
         int first = 0x7fffffff;
         for_each_chunk_token<Row>(row_x, start, length, t, [&](int j, float s, bool valid) {
@@ -282,17 +254,6 @@ __device__ __noinline__ void split_pass(const typename Row::Elem* x, long long* 
             st.done = refused || greedy;
             st.gather = -1;
         }
-        if (pass == PASS_MAX_BINS && !(m == -neg_inf() || m == neg_inf() || greedy)) {   // the row's bins, alone
-            const int k = top_ks ? top_ks[row] : top_k;
-            const float p = top_ps ? top_ps[row] : top_p;
-            if ((k > 0 && k < n) || p < 1.0f) {
-                unsigned* row_count = bin_count + static_cast<long long>(row) * BINS;
-                unsigned long long* row_mass = bin_mass + static_cast<long long>(row) * BINS;
-                add_bins<Row>(row_x, 0, n, t, m, p < 1.0f, row_count, row_mass, bs);
-                __syncthreads();   // this block's additions are the whole histogram: visible to all its threads
-                decide_bins<Row>(RowTokens<Row>{row_x, n, t}, m, k, p, st, row_count, row_mass, sh, bs);
-            }
-        }
         return;
     }
     if (st.done) return;
@@ -308,7 +269,21 @@ __device__ __noinline__ void split_pass(const typename Row::Elem* x, long long* 
 
     if (pass == PASS_BINS) {   // each token's count and weight into its bin of d = s - M
         if (!use_k && !use_p) return;
-        add_bins<Row>(row_x, start, length, t, m, use_p, row_count, row_mass, bs);
+        for (int b = threadIdx.x; b < BINS; b += blockDim.x) { bs.count[b] = 0u; bs.mass[b] = 0ull; }
+        __syncthreads();
+        for_each_chunk_token<Row>(row_x, start, length, t, [&](int, float s, bool valid) {
+            if (!valid) return;
+            const int b = bin_of(s - m);
+            if (b == BINS - 1) return;             // the last bin: weights of 0, its count never needed
+            atomicAdd(&bs.count[b], 1u);
+            const unsigned long long w = use_p ? fixed_weight(s, m) : 0ull;
+            if (w != 0ull) shared_add_u64(&bs.mass[b], w);
+        });
+        __syncthreads();
+        for (int b = threadIdx.x; b < BINS - 1; b += blockDim.x) {
+            if (bs.count[b] != 0u) atomicAdd(row_count + b, bs.count[b]);
+            if (bs.mass[b] != 0ull) atomicAdd(row_mass + b, bs.mass[b]);
+        }
         if (arrive_last(&st.arrivals, n_chunks, &last_flag)) decide_bins<Row>(row_tokens, m, k, p, st, row_count, row_mass, sh, bs);
         return;
     }
@@ -385,7 +360,6 @@ __device__ __noinline__ void split_pass(const typename Row::Elem* x, long long* 
     __shared__ BinShared bs;                                                                               \
     __shared__ int last_flag;                                                                              \
     if (pass == PASS_MAX) SPLIT_PASS(ROW, PASS_MAX);                                                       \
-    else if (pass == PASS_MAX_BINS) SPLIT_PASS(ROW, PASS_MAX_BINS);                                        \
     else if (pass == PASS_BINS) SPLIT_PASS(ROW, PASS_BINS);                                                \
     else if (pass == PASS_GATHER) SPLIT_PASS(ROW, PASS_GATHER);                                            \
     else SPLIT_PASS(ROW, PASS_SAMPLE)

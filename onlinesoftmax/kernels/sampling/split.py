@@ -20,8 +20,7 @@ NAME = "sampling_02_split"
 MIN_CHUNK = 4096           # tokens a block takes at least (a smaller chunk spends more on its partials)
 CHUNK_ALIGN = 256          # chunk starts keep a row's 16-byte phase for every dtype
 BLOCKS_PER_SM = 2          # the grid aims at this many blocks per SM
-PASS_MAX, PASS_BINS, PASS_GATHER, PASS_SAMPLE, PASS_MAX_BINS = 0, 1, 2, 3, 4
-BINS_IN_MAX_UP_TO = 32768  # rows up to this many tokens: PASS_MAX's last block makes the histogram alone
+PASS_MAX, PASS_BINS, PASS_GATHER, PASS_SAMPLE = 0, 1, 2, 3
 STATE_WORDS = 5            # sizeof(SplitState) = 40 bytes, as 64-bit words
 BINS = CANDIDATES = 2048   # the row's histogram and its gathered tokens (sampling_bins.cuh)
 MAX_ROWS = 65535           # the rows on the grid's y (at most 65,535 blocks)
@@ -36,16 +35,15 @@ def chunking(n_rows: int, n_cols: int, sms: int) -> tuple[int, int]:
     return math.ceil(n_cols / chunk), chunk
 
 
-def passes(top_k, top_p, min_p, temperature, n_cols: int, bins_in_max_up_to: int = BINS_IN_MAX_UP_TO) -> list[int]:
-    """The launches of one call: the maximum; the histogram when some row may use top-k or top-p (in the
-    maximum's launch, by its last block, for rows of at most bins_in_max_up_to tokens), and the gather
-    of top-k's bin when some row may use top-k (a per-row array: always); the sampling pass unless every
-    row is greedy (min_p needs no pass of its own)."""
+def passes(top_k, top_p, min_p, temperature, n_cols: int) -> list[int]:
+    """The launches of one call: the maximum; the histogram when some row may use top-k or top-p, and
+    the gather of top-k's bin when some row may use top-k (a per-row array: always); the sampling pass
+    unless every row is greedy (min_p needs no pass of its own)."""
     array = lambda v: not np.isscalar(v)   # noqa: E731
     chosen = [PASS_MAX]
     uses_k = array(top_k) or 0 < int(top_k) < n_cols
     if uses_k or array(top_p) or float(top_p) < 1.0:
-        chosen = [PASS_MAX_BINS] if n_cols <= bins_in_max_up_to else [PASS_MAX, PASS_BINS]
+        chosen.append(PASS_BINS)
     if uses_k:
         chosen.append(PASS_GATHER)
     if array(temperature) or float(temperature) >= rows.GREEDY_BELOW:
@@ -107,7 +105,7 @@ def plan(variant: Variant, x, tokens, temperature=1.0, top_k=0, top_p=1.0, min_p
     fixed |= dict(zip((17, 18, 19, 20), (a.data.ptr for a in bins)))
     launches = {p: driver.prepare_launch(kernel, (n_chunks, n_rows), (rows.block_threads(chunk),), 0, 1, types,
                                          fixed=fixed | {24: p})
-                for p in range(PASS_MAX_BINS + 1)}
+                for p in range(PASS_SAMPLE + 1)}
 
     def run(x, tokens, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, offset=0, **_):
         args = rows.launch_values(x, tokens, temperature, top_k, top_p, min_p, seed, offset)
