@@ -2,8 +2,8 @@
 
 - Which kernel does `torch.softmax` launch for a row of N elements? `check_torch_dispatch(fn)`
   grades a prediction against the dispatch in PyTorch's aten/src/ATen/native/cuda/SoftMax.cu
-  (`host_softmax`), and `kernels_launched(n_cols)` asks Nsight Compute (where `ncu` is installed)
-  or torch.profiler on a GPU.
+  (`host_softmax`), and `kernels_launched(n_cols)` asks torch.profiler on a GPU (or Nsight Compute,
+  `ncu=True`, where `ncu` is installed).
 - What fraction of the copy ceiling does `softmax_08_registers` reach at a given shape?
   `check_copy_fraction(fn)` grades a computation from the recorded softmax-fast data
   (onlinesoftmax.measure.results), with the derived fields taken out so the bytes are counted.
@@ -155,10 +155,11 @@ def kernels_launched_ncu(n_cols: int, n_rows: int = 4000, dtype: str = "float32"
     return names
 
 
-def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32") -> list[str] | None:
+def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32", *, ncu: bool = False) -> list[str] | None:
     """The names of the GPU kernels one torch.softmax(x, dim=-1) launches on an (n_rows, n_cols)
-    tensor: from Nsight Compute where `ncu` is installed, else from torch.profiler; None (and a
-    message) without torch or without a GPU."""
+    tensor, from torch.profiler in this process (about a second); ncu=True asks Nsight Compute in a
+    child process instead where `ncu` is installed (several seconds a call), torch.profiler if it
+    cannot. None (and a message) without torch or without a GPU."""
     try:
         import torch
     except Exception as error:   # not installed, or an installation whose import fails in this process
@@ -168,9 +169,10 @@ def kernels_launched(n_cols: int, n_rows: int = 4000, dtype: str = "float32") ->
     if not torch.cuda.is_available():
         print("kernels_launched: needs torch and a GPU (torch sees no CUDA device here)")
         return None
-    names = kernels_launched_ncu(n_cols, n_rows, dtype)
-    if names is not None:
-        return names
+    if ncu:
+        names = kernels_launched_ncu(n_cols, n_rows, dtype)
+        if names is not None:
+            return names
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(n_rows, n_cols, device="cuda", dtype=getattr(torch, dtype))
