@@ -68,9 +68,15 @@ def tile_figure(n_q: int = 256, n_k: int = 384, causal: bool = True, owner: int 
     ax.annotate(f"one thread block: query tile {owner}\nQ tile in shared memory;\nm, l and O of its {bq} rows\n"
                 "in registers (4 rows per thread)", xy=(n_k, y_owner), xytext=(n_k * 1.04, y_owner),
                 fontsize=7.5, va="center", annotation_clip=False, arrowprops={"arrowstyle": "-", "lw": 0.6})
-    ax.plot([], [], marker="s", ls="", color="#9ecae1", label="tile loaded by its query tile's block")
-    ax.plot([], [], marker="s", ls="", color="white", markeredgecolor="#636363", label="never loaded (causal)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=7.5, frameon=False)
+    handles, _ = ax.get_legend_handles_labels()   # patches as drawn: the swatches carry the tiles' hatching
+    handles += [Rectangle((0, 0), 1, 1, facecolor="#3182bd", edgecolor="#636363", lw=0.6,
+                          label=f"key/value tiles of query tile {owner}, in the order they stream"),
+                Rectangle((0, 0), 1, 1, facecolor="#9ecae1", edgecolor="#636363", lw=0.6,
+                          label="tiles loaded by the other query tiles' blocks")]
+    if causal:
+        handles.append(Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#636363", lw=0.6, hatch="////",
+                                 label="never loaded (causal)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=7.5, frameon=False)
     ax.set_title(f"{'causal' if causal else 'full'} attention, n_q = {n_q}, n_k = {n_k}: "
                  f"{sum(visited)} of {len(visited) * math.ceil(n_k / bk)} tiles loaded", fontsize=9)
     fig.tight_layout()
