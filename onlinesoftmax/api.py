@@ -75,7 +75,7 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, auto
     on_gpu = check_array(x, function, exact=True)
     axis = normalize_axis(axis, x.ndim, function)
     if x.size == 0 or x.dtype == np.float64:
-        return _exact(function, x, axis, variant, out, options)
+        return _exact(function, x, axis, variant, out, options, given)
     check_length(x, axis, function)
     rows, is_view = as_rows(x, axis)
     per_row = family == "logsumexp"
@@ -115,17 +115,15 @@ def _call(function: str, family: str, x, axis, variant, out, options: dict, auto
     return out if out is not None else from_rows(y, x.shape, axis, per_row)
 
 
-def _exact(function: str, x, axis: int, variant, out, options: dict):
-    """float64 or empty x: onlinesoftmax/exact.py, with variant "auto" and no mask."""
+def _exact(function: str, x, axis: int, variant, out, options: dict, given=()):
+    """float64 or empty x: onlinesoftmax/exact.py, with variant "auto" (a mask's options and the caller's mask)."""
     if variant not in AUTO and x.dtype == np.float64:
         raise TypeError(f"{function}: variant {variant!r} takes float32, float16 and bfloat16, got float64; "
                         "variant='auto' computes it exactly")
     if variant not in AUTO:
         raise ValueError(f"{function}: variant {variant!r} launches a kernel, which needs at least one element, "
                          f"got shape {tuple(x.shape)}; variant='auto' returns the empty result")
-    if options and x.dtype == np.float64:
-        raise TypeError(f"{function}: mask= and valid_lengths= take float32, float16 and bfloat16, got float64")
-    result = exact.compute(function, x, axis)
+    result = exact.masked_softmax(x, options, *given[:1]) if options else exact.compute(function, x, axis)
     if out is None:
         return result
     check_out(out, x, result.shape, result.dtype, function)[...] = result
@@ -384,7 +382,7 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=Fals
         if mask_value != -np.inf:
             raise ValueError("softmax: mask_value only applies with mask=, valid_lengths= or causal=True")
         return {}
-    check_array(x, "softmax with a mask")   # (float64 and empty x are computed exactly without one)
+    check_array(x, "softmax with a mask", exact=True)   # (float64 and empty x: exact.masked_softmax)
     if normalize_axis(axis, x.ndim, "softmax") != x.ndim - 1:
         raise ValueError(f"softmax: masks apply along the last axis, got axis={axis}; "
                          "move the masked axis last (numpy.moveaxis) first")
@@ -394,6 +392,8 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=Fals
             supporting = ", ".join(repr(v.short or v.name) for v in REGISTRY.values() if "mask" in v.features)
             raise ValueError(f"softmax: variant {variant!r} takes no mask or valid_lengths; "
                              f"use variant='auto' or one of: {supporting}")
+    if x.shape[-1] == 0:   # rows of no column: nothing to mask (exact.masked_softmax returns the empty result)
+        return {"mask": None}
     rows, _ = as_rows(x, x.ndim - 1)
     return masks.options(rows, mask, valid_lengths, mask_value, shape=x.shape, causal=bool(causal),
                          causal_align=causal_align)

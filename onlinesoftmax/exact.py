@@ -30,6 +30,22 @@ def compute(function: str, x, axis: int):
     return from_rows(FUNCTIONS[function](rows).astype(out_dtype, copy=False), x.shape, axis, per_row)
 
 
+def masked_softmax(x, options: dict, mask=None):
+    """softmax along the last axis with a mask (options as from masks.options) for float64 or empty x:
+    the float64 reference of the masked kernels, on the caller's additive mask in float64 (the options
+    hold it rounded to float32, as the kernels take it). A fully removed row is NaN, as the kernels'."""
+    from onlinesoftmax.kernels.softmax.masked import reference_masked
+
+    xp = reference.array_module(x)
+    if x.size == 0:
+        return xp.zeros(x.shape, dtype=x.dtype)
+    rows, _ = as_rows(x, x.ndim - 1)
+    if options.get("mask") is not None and mask is not None and not isinstance(mask, str):
+        options = {**options, "mask": xp.asarray(mask, dtype=np.float64).reshape(-1, rows.shape[1])}
+    with np.errstate(invalid="ignore"):
+        return from_rows(reference_masked(rows, **options).astype(x.dtype, copy=False), x.shape, x.ndim - 1, False)
+
+
 def backward(function: str, y, dy, axis: int):
     """softmax's or log-softmax's gradient (function "softmax_backward", "log_softmax_backward") in
     float64, or an empty dx for empty y."""

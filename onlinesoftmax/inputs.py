@@ -6,6 +6,8 @@ by its name or short name.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onlinesoftmax.registry import DTYPES, MAX_COLS, REGISTRY, Variant, variants
@@ -99,8 +101,10 @@ def as_rows(x, axis: int):
     xp = _cupy if device.is_cupy_array(x) else np
     if axis != x.ndim - 1:
         x = xp.ascontiguousarray(xp.moveaxis(x, axis, -1))
-        return x.reshape(-1, x.shape[-1]), False
+        return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), False
     n_cols = x.shape[-1]
+    if n_cols == 0:   # (reshape cannot infer the rows of an empty axis)
+        return x.reshape(math.prod(x.shape[:-1]), 0), False
     if x.ndim == 2 and x.strides[1] == x.itemsize and x.strides[0] >= 0 and x.strides[0] % x.itemsize == 0:
         return x, True
     if x.ndim != 2 and x.flags.c_contiguous:

@@ -217,8 +217,8 @@ def test_messages_name_what_was_passed_and_what_is_accepted():
     x = np.random.default_rng(5).standard_normal((4, 100)).astype(np.float32)
     with pytest.raises(ValueError, match="softmax_topk.x, k. takes k up to 1024"):
         osm.topk_logits(x, 33)       # advised variant='auto', which topk_logits does not take
-    with pytest.raises(TypeError, match="softmax with a mask takes float32, float16 or bfloat16, got float64"):
-        osm.softmax(x.astype(np.float64), mask=np.zeros(100))   # "softmax takes ...": float64 is taken unmasked
+    with pytest.raises(TypeError, match="softmax with a mask takes float32, float16, bfloat16 or float64, got int64"):
+        osm.softmax(x.astype(np.int64), mask=np.zeros(100))
     assert osm.softmax(x.astype(np.float64)).dtype == np.float64
     with pytest.raises(ValueError, match=r"one value per row \(shape \(4,\)\), got"):
         osm.sample(x, temperature=np.ones((4, 1), np.float32))   # "shape (4,) or (4,)"
@@ -294,3 +294,52 @@ def test_tensors_the_arrays_cannot_view_are_named():
     with pytest.raises(TypeError, match="takes dense .strided. tensors, got a torch.sparse_coo one"):
         osm.softmax(x.to_sparse())
     assert osm.cross_entropy(x, torch.tensor([0, 1, 2])).dtype == torch.float32   # integer targets still pass
+
+
+def masked_by_hand(x, keep, additive=0.0):
+    """float64 softmax of explicitly masked logits (a row with no column kept is NaN, as torch's)."""
+    v = np.where(keep, x + additive, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_masked_softmax_in_float64_is_computed_exactly():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 7)) * 5
+    rows, cols = np.arange(3)[:, None], np.arange(7)[None, :]
+    lengths = np.array([[0, 4, 7], [2, 9, 1]])
+    additive = rng.standard_normal((3, 7)) / 3   # values float32 cannot hold: a mask rounded to float32 fails
+    cases = [({"causal": True}, cols <= rows + 4),
+             ({"causal": True, "causal_align": "top_left"}, cols <= rows),
+             ({"valid_lengths": lengths}, cols < lengths[..., None]),
+             ({"mask": additive}, np.ones((3, 7), bool))]
+    for kwargs, keep in cases:
+        want = masked_by_hand(x, keep, additive if "mask" in kwargs else 0.0)
+        got = osm.softmax(x, **kwargs)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-13, atol=0)
+        # the wrong answers: the float32 kernels' model, and the mask in float32
+        in_float32 = osm.softmax(x.astype(np.float32), **kwargs).astype(np.float64)
+        assert not np.allclose(in_float32[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-13, atol=0)
+    rounded = masked_by_hand(x, True, additive.astype(np.float32).astype(np.float64))
+    assert not np.allclose(rounded, osm.softmax(x, mask=additive), rtol=1e-13, atol=0)
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x)
+    got = osm.softmax(t, causal=True)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+    want = torch.softmax(t.masked_fill(torch.from_numpy(~(cols <= rows + 4)), float("-inf")), dim=-1)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (2, 0, 4)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_masked_softmax_of_an_empty_array_is_empty(shape, dtype):
+    x = np.zeros(shape, dtype)
+    for kwargs in ({"causal": True}, {"valid_lengths": np.zeros(shape[:-1], np.int64)}, {"mask": np.zeros(shape[-1:])}):
+        y = osm.softmax(x, **kwargs)
+        assert y.shape == shape and y.dtype == dtype, kwargs
+    if shape[-1]:   # (rows of no column have nothing to mask: their options are not looked at)
+        with pytest.raises(ValueError, match="valid_lengths must have one entry per row"):
+            osm.softmax(x, valid_lengths=np.zeros(7, np.int64))

@@ -351,7 +351,10 @@ def test_masked_kernel_takes_the_three_float_dtypes_only():
         with pytest.raises(TypeError):
             osm.api.run(VARIANT, bad)
         with pytest.raises(TypeError):
-            osm.softmax(bad, causal=True)
+            osm.softmax(bad, causal=True, variant=VARIANT.name)
+    with pytest.raises(TypeError):
+        osm.softmax(np.ones((4, 8), np.int32), causal=True)
+    assert osm.softmax(np.ones((4, 8)), causal=True).dtype == np.float64   # "auto": the exact float64 path
     for dtype in DTYPES:
         x = checks.to_dtype(np.ones((4, 8), np.float32), dtype)
         y = osm.softmax(x, causal=True, causal_align="top_left")

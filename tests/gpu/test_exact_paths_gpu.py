@@ -83,3 +83,18 @@ def test_attention_on_cuda_tensors_that_need_a_gradient_matches_torch():
     torch.nn.functional.scaled_dot_product_attention(*again, is_causal=True).square().sum().backward()
     for ours, theirs in zip((q, k, v), again):
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=2e-3, atol=2e-4)
+
+
+def test_masked_softmax_in_float64_on_cupy_against_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 300)) * 4
+    additive = rng.standard_normal((5, 300)) / 3
+    lengths = np.array([[0, 1, 299, 300, 7], [5, 400, 2, 3, 250]])
+    for kwargs in ({"causal": True}, {"causal": True, "causal_align": "top_left"}, {"valid_lengths": lengths},
+                   {"mask": additive, "valid_lengths": lengths}):
+        on_gpu = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+        got = osm.softmax(cp.asarray(x), **on_gpu)
+        assert isinstance(got, cp.ndarray) and got.dtype == np.float64
+        want = osm.softmax(x, **kwargs)
+        np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-13, atol=0, equal_nan=True)
+        assert np.isnan(want).any() == ("valid_lengths" in kwargs)   # the rows of length 0 are NaN
