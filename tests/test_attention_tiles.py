@@ -38,3 +38,22 @@ def test_the_drawn_tiles_are_the_loops(n_q, n_k):
         needed = math.ceil((np.flatnonzero(band.any(axis=0)).max(initial=-1) + 1) / ab.BLOCK_K)
         assert count == needed, (i, count, needed)
     assert at.visited_tiles(n_q, n_k, False, ab.BLOCK_Q, ab.BLOCK_K) == [math.ceil(n_k / ab.BLOCK_K)] * len(drawn["visited"])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_figure_keeps_the_books_figure_rule(causal):
+    """Each legend entry names a patch drawn there (the book build checks every figure with
+    check_legends); legend handles made apart from the tiles are the wrong answer it rejects."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from onlinesoftmax.book.readings import figures
+
+    plt.close("all")
+    fig, _ = at.tile_figure(n_q=256, n_k=384, causal=causal)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert ("never loaded (causal)" in labels) == causal and len(labels) == len(set(labels))
+    assert figures.check_legends(fig) == []
+    fig.axes[0].legend(handles=[Rectangle((0, 0), 1, 1, label="a swatch of no tile")])
+    assert figures.check_legends(fig)
+    plt.close("all")

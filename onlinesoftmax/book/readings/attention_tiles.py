@@ -45,6 +45,9 @@ def tile_figure(n_q: int = 256, n_k: int = 384, causal: bool = True, owner: int 
     bq, bk = tiles["BLOCK_Q"], tiles["BLOCK_K"]
     visited = visited_tiles(n_q, n_k, causal, bq, bk)
     fig, ax = plt.subplots(figsize=(8.6, 4.2))
+    kinds = (f"key/value tiles of query tile {owner}, in the order they stream",
+             "tiles loaded by the other query tiles' blocks", "never loaded (causal)")
+    labelled = set()
     for i, count in enumerate(visited):
         for j in range(math.ceil(n_k / bk)):
             x0, y0 = j * bk, i * bq
@@ -52,8 +55,10 @@ def tile_figure(n_q: int = 256, n_k: int = 384, causal: bool = True, owner: int 
             loaded = j < count
             mine = i == owner
             face = ("#3182bd" if mine else "#9ecae1") if loaded else "white"
+            kind = (kinds[0] if mine else kinds[1]) if loaded else kinds[2]
             ax.add_patch(Rectangle((x0, y0), w, h, facecolor=face, edgecolor="#636363", lw=0.6,
-                                  hatch=None if loaded else "////"))
+                                  hatch=None if loaded else "////", label=kind if kind not in labelled else "_nolegend_"))
+            labelled.add(kind)   # (the legend shows each kind of tile once, drawn as its tiles are)
             if mine and loaded:
                 ax.text(x0 + w / 2, y0 + h / 2, f"K{j}, V{j}\nstep {j + 1}", ha="center", va="center", fontsize=7,
                         color="white")
@@ -68,15 +73,7 @@ def tile_figure(n_q: int = 256, n_k: int = 384, causal: bool = True, owner: int 
     ax.annotate(f"one thread block: query tile {owner}\nQ tile in shared memory;\nm, l and O of its {bq} rows\n"
                 "in registers (4 rows per thread)", xy=(n_k, y_owner), xytext=(n_k * 1.04, y_owner),
                 fontsize=7.5, va="center", annotation_clip=False, arrowprops={"arrowstyle": "-", "lw": 0.6})
-    handles, _ = ax.get_legend_handles_labels()   # patches as drawn: the swatches carry the tiles' hatching
-    handles += [Rectangle((0, 0), 1, 1, facecolor="#3182bd", edgecolor="#636363", lw=0.6,
-                          label=f"key/value tiles of query tile {owner}, in the order they stream"),
-                Rectangle((0, 0), 1, 1, facecolor="#9ecae1", edgecolor="#636363", lw=0.6,
-                          label="tiles loaded by the other query tiles' blocks")]
-    if causal:
-        handles.append(Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#636363", lw=0.6, hatch="////",
-                                 label="never loaded (causal)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=7.5, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=7.5, frameon=False)
     ax.set_title(f"{'causal' if causal else 'full'} attention, n_q = {n_q}, n_k = {n_k}: "
                  f"{sum(visited)} of {len(visited) * math.ceil(n_k / bk)} tiles loaded", fontsize=9)
     fig.tight_layout()
