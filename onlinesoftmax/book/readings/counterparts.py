@@ -250,7 +250,7 @@ def attention_figure(n_q_options=(1, 8, 64, 200), n_k_options=(1, 64, 200, 512),
 
 
 def tensor_core_figure(n_q_options=(1, 50, 100, 200, 300), n_k_options=(1, 64, 150, 300)) -> Figure:
-    """Chapter 09: the tensor-core kernels' NumPy model (attention_mma.simulate for the three 16-row
+    """Chapter 09: the tensor-core kernels' NumPy model (mma.simulate for the three 16-row
     steps, which compute the same numbers; simulate_reuse for attention_07) against the float64
     reference on the widget's random bf16 inputs, 2 query heads over 1 key/value head, error per
     query row (0 where a row sees no key: both are 0 there); and the shared-memory wavefronts of
