@@ -103,7 +103,7 @@ def scan_figure(vectors: list[str], longest: int = 8) -> Figure:
 
 def split_figure(x_row: np.ndarray, most: int = 32, value: int = 4) -> Figure:
     """Chapter 04: the row cut into 1..`most` chunks, each chunk's maximum, and the merged state next
-    to the float64 reference (the kernel's NumPy model, softmax_split_merge)."""
+    to the float64 reference (the kernel's NumPy model, split_merge.partial_states and merge_states)."""
     from onlinesoftmax.kernels.softmax import split_merge as km
 
     _, l_ref = reference.row_stats(x_row)
