@@ -42,6 +42,7 @@ from onlinesoftmax.kernels.attention import fp32_pipelined as attention_fp32_ker
 from onlinesoftmax.kernels.attention import backward_blocked as attention_backward_kernels  # noqa: F401  (attention_backward_01_blocked)
 from onlinesoftmax.kernels.attention import backward_mma as attention_backward_mma_kernels  # noqa: F401  (attention_backward_02_mma: tensor cores)
 from onlinesoftmax.kernels.attention import backward_pipelined as attention_backward_pipelined_kernels  # noqa: F401  (attention_backward_03_pipelined)
+from onlinesoftmax.kernels.attention import backward_wgmma as attention_backward_wgmma_kernels  # noqa: F401  (attention_backward_04_wgmma: Hopper)
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)
 from onlinesoftmax.kernels.sampling import rows as sampling_kernels  # noqa: F401  (sampling_01_rows)

@@ -63,16 +63,18 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     """(dq, dk, dv) of attention(q, k, v, causal=, scale=) = out with LSE lse (its return_lse), for the
     upstream gradient dout: P recomputed from lse, never stored. Shapes as attention's: q, out, dout
     (batch, heads, n_q, d); k, v (batch, kv_heads, n_k, d), d = 64 or 128; lse float32 (batch, heads,
-    n_q). Gradients in q's dtype. variant "auto" runs attention_backward_02_mma (tensor cores) for
-    float16 and bfloat16 on compute capability 8.0 or newer, else attention_backward_01_blocked (fp32 on
+    n_q). Gradients in q's dtype. variant "auto" runs, for float16 and bfloat16,
+    attention_backward_04_wgmma (Hopper's warpgroup instruction) on compute capability 9.0 and
+    attention_backward_02_mma (tensor cores) on 8.0 or newer, else attention_backward_01_blocked (fp32 on
     CUDA cores); "mma", "pipelined" (attention_backward_03_pipelined: 128 keys a block, the next query
-    tile copied during this one) or "blocked" chooses one. dq is gathered by fp32 atomics (its last bits may
+    tile copied during this one), "wgmma" or "blocked" chooses one. dq is gathered by fp32 atomics (its last bits may
     differ from run to run); deterministic=True runs attention_backward_01_blocked's second pass
     instead (the same bits every run, on CUDA cores)."""
     from onlinesoftmax import attention_api
     from onlinesoftmax.kernels.attention import backward_blocked as kab
     from onlinesoftmax.kernels.attention import backward_mma as kbm
     from onlinesoftmax.kernels.attention import backward_pipelined as kbp
+    from onlinesoftmax.kernels.attention import backward_wgmma as kbw
     from onlinesoftmax.runtime import device
 
     arrays = (dout, q, k, v, out, lse)
@@ -93,21 +95,27 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     on_gpu = not isinstance(q, np.ndarray)
     tensor_cores = q.dtype.name in kbm.DTYPES and not deterministic and \
         (not on_gpu or device.compute_capability() >= kbm.BACKWARD_MMA.min_cc)
+    shorts = {"mma": kbm, kbm.NAME: kbm, "pipelined": kbp, kbp.NAME: kbp, "wgmma": kbw, kbw.NAME: kbw}
+    hopper = on_gpu and device.compute_capability() == 90
     if variant == "auto":
-        chosen = kbm if tensor_cores else kab
-    elif variant in ("mma", kbm.NAME, "pipelined", kbp.NAME):
-        short = "mma" if variant in ("mma", kbm.NAME) else "pipelined"
+        chosen = (kbw if hopper else kbm) if tensor_cores else kab
+    elif variant in shorts:
+        chosen = shorts[variant]
+        short = next(name for name, module in shorts.items() if module is chosen)
         if q.dtype.name not in kbm.DTYPES or deterministic:
             raise ValueError(f"attention_backward: variant {short!r} takes float16 or bfloat16 and deterministic=False, "
                              f"got {q.dtype.name}, deterministic={deterministic} (variant 'blocked' takes every dtype)")
         if on_gpu and device.compute_capability() < kbm.BACKWARD_MMA.min_cc:
             raise RuntimeError(f"attention_backward: variant {short!r} needs compute capability 8.0")
-        chosen = kbm if short == "mma" else kbp
+        if on_gpu and chosen is kbw and not hopper:
+            raise RuntimeError("attention_backward: variant 'wgmma' needs compute capability 9.0 (sm_90a: H100, H200), "
+                               f"this GPU has {device.compute_capability() / 10:.1f}; variant 'mma' runs on 8.0 and newer")
         device.check_shared_room("attention_backward", short, d, chosen.shared_bytes(d), "mma")
     elif variant in ("blocked", kab.NAME):
         chosen = kab
     else:
-        raise ValueError(f"attention_backward: variant must be 'auto', 'mma', 'pipelined' or 'blocked', got {variant!r}")
+        raise ValueError(f"attention_backward: variant must be 'auto', 'mma', 'pipelined', 'wgmma' or 'blocked', "
+                         f"got {variant!r}")
     if not on_gpu:
         return chosen.simulate(dout, q, k, v, out, lse, causal=bool(causal), scale=scale)
     import cupy

@@ -13,6 +13,7 @@ from onlinesoftmax import checks
 from onlinesoftmax.kernels.attention import backward_blocked as bb
 from onlinesoftmax.kernels.attention import backward_mma as bm
 from onlinesoftmax.kernels.attention import backward_pipelined as bp
+from onlinesoftmax.kernels.attention import backward_wgmma as bw
 from test_attention_backward import make
 
 
@@ -99,7 +100,7 @@ def test_the_api_chooses_tensor_cores_for_16_bit_inputs():
         osm.attention_backward(*args, variant="mma", deterministic=True)
     with pytest.raises(ValueError, match="variant 'mma' takes"):
         osm.attention_backward(*make(1, 1, 1, 3, 3, 64, "float32", False), variant="mma")
-    with pytest.raises(ValueError, match="variant must be 'auto', 'mma', 'pipelined' or 'blocked'"):
+    with pytest.raises(ValueError, match="variant must be 'auto', 'mma', 'pipelined', 'wgmma' or 'blocked'"):
         osm.attention_backward(*args, variant="fast")
 
 
@@ -148,3 +149,46 @@ def test_the_api_runs_the_pipelined_kernel_by_name():
             osm.attention_backward(*wide, causal=True, variant="pipelined")
         osm.attention_backward(*args, causal=True, variant="pipelined")    # d = 64: 82 KiB fits
         osm.attention_backward(*wide, causal=True)                          # auto: attention_backward_02_mma
+
+
+# attention_backward_04_wgmma: 03's block with every product a warpgroup instruction (64 keys a
+# warpgroup), dS stored [query][key] for dQ = dS K; at d = 64 each warpgroup adds its own keys' dQ.
+WGMMA_SHAPES = PIPELINED_SHAPES + [(1, 2, 1, 130, 140, 128, "bfloat16", True),   # d = 128: dQ split by columns
+                                   (2, 4, 2, 1, 1, 128, "float16", False)]
+
+
+@pytest.mark.parametrize("shape", WGMMA_SHAPES, ids=str)
+def test_the_wgmma_kernel_on_the_emulator(shape, needs_emulator):
+    *dims, dtype, causal = shape
+    args = make(*dims, dtype, causal, seed=sum(dims))
+    assert problems(bw.emulate(*args, causal, seed=4), *args, causal) == []
+
+
+WGMMA_MUTANTS = [   # (text, replacement, what it breaks, d)
+    ("wgmma_ss<T, 64, 1>(flat<32>(dq)", "wgmma_ss<T, 64, 0>(flat<32>(dq)", "K read K-major for dQ", 64),
+    ("ds_block[swizzled<64>(column, row16 + g + 8 * (e >> 1))]", "ds_block[swizzled<64>(row16 + g + 8 * (e >> 1), column)]",
+     "dS stored untransposed", 64),
+    ("dq_step0 = D == 128 ? 0 : 4 * group", "dq_step0 = 0", "both warpgroups' dQ over the first 64 keys", 64),
+    ("dq_block = D == 128 ? group : 0", "dq_block = 0", "both warpgroups' dQ into the first 64 columns", 128),
+    ("        wgmma_commit();\n        wgmma_wait<0>();\n        wgmma_fence_operands(flat<32>(s));",
+     "        wgmma_commit();\n        wgmma_fence_operands(flat<32>(s));", "the scores used before their wait", 64),
+    ("        fence_proxy_async();   // this thread's dS stores, for the tensor cores\n        __syncthreads();",
+     "        fence_proxy_async();   // this thread's dS stores, for the tensor cores\n", "dQ before dS is whole", 64),
+    ("if (more) load_tile(buffer ^ 1, next_base, next_q0);", "if (more) load_tile(buffer, next_base, next_q0);",
+     "the next tile copied over the one being computed", 64),
+]
+
+
+@pytest.mark.parametrize("old, new, why, d", WGMMA_MUTANTS, ids=[m[2].replace(" ", "_") for m in WGMMA_MUTANTS])
+def test_a_broken_wgmma_kernel_is_rejected(old, new, why, d, needs_emulator):
+    args = make(1, 2, 1, 130, 140, d, "bfloat16", True, seed=8)   # tiles across heads, a partial key block
+    assert_rejected(bw, bw.BACKWARD_WGMMA, old, new, why, args)
+
+
+def test_the_api_runs_the_wgmma_kernel_by_name():
+    args = make(1, 2, 1, 9, 12, 64, "bfloat16", True, seed=7)
+    got = osm.attention_backward(*args, causal=True, variant="wgmma")
+    assert all(np.array_equal(checks.as_float64(a), checks.as_float64(b))
+               for a, b in zip(got, bw.simulate(*args, True)))
+    with pytest.raises(ValueError, match="variant 'wgmma' takes float16 or bfloat16"):
+        osm.attention_backward(*make(1, 1, 1, 3, 3, 64, "float32", False), variant="wgmma")

@@ -5,6 +5,7 @@ ATTENTION_N, causal and not. Each call is the backward alone,
 on the forward's saved output (device time, timer.time_gpu):
   attention_backward_02_mma                onlinesoftmax.attention_backward, variant="mma" (tensor cores; atomic dq), every N
   attention_backward_03_pipelined          the same with variant="pipelined" (128 keys a block, Q/dO double-buffered)
+  attention_backward_04_wgmma              the same with variant="wgmma" (03's block on Hopper's wgmma; sm_90 only)
   attention_backward_01_blocked            the same with variant="blocked" (fp32 on CUDA cores; atomic dq)
   attention_backward_01_blocked (deterministic)   the same with the second pass for dq
   torch_sdpa_flash, torch_sdpa_cudnn       torch.autograd.grad through scaled_dot_product_attention under
@@ -35,6 +36,7 @@ def attention_rows() -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
+    hopper = torch.cuda.get_device_capability() == (9, 0)
     for n in ATTENTION_N:
         for causal in (False, True):
             here = {"op": "attention_backward", "dtype": "bfloat16", "d": D, "batch": BATCH, "heads": HEADS, "n": n,
@@ -59,6 +61,9 @@ def attention_rows() -> list[dict]:
                 gc, qc, kc, vc, out, lse, causal=causal, variant="mma"))
             found["attention_backward_03_pipelined"] = (lambda out=out, lse=lse: osm.attention_backward(
                 gc, qc, kc, vc, out, lse, causal=causal, variant="pipelined"))
+            if hopper:
+                found["attention_backward_04_wgmma"] = (lambda out=out, lse=lse: osm.attention_backward(
+                    gc, qc, kc, vc, out, lse, causal=causal, variant="wgmma"))
             if n <= OURS_MAX_N:
                 for deterministic in (False, True):
                     name = "attention_backward_01_blocked" + (" (deterministic)" if deterministic else "")

@@ -1,5 +1,5 @@
-"""GPU tier for attention_backward_02_mma and attention_backward_03_pipelined (the backward on tensor
-cores; the second has the first's arithmetic and NumPy model): dq, dk, dv against the float64
+"""GPU tier for attention_backward_02_mma, attention_backward_03_pipelined and attention_backward_04_wgmma
+(the backward on tensor cores; the second and third have the first's arithmetic and NumPy model): dq, dk, dv against the float64
 gradients (at most twice the kernel's NumPy model's error plus two ulps of the gradient's scale) over N
 in {1, 31, 63, 64, 65, 127, 129, 257, 1000, 4097}, both dtypes and head dimensions, causal and not, grouped heads, n_q !=
 n_k; against torch's FLASH backend at training shapes (each gradient's error at most twice torch's
@@ -36,7 +36,7 @@ def on_gpu(args):
     return [checks.from_float32(cp.asarray(np.asarray(a, np.float32)), dtype) for a in args[:5]] + [cp.asarray(args[5])]
 
 
-VARIANTS = ("mma", "pipelined")
+VARIANTS = ("mma", "pipelined", "wgmma")
 
 
 def run(args, causal, variant):
@@ -61,7 +61,7 @@ def test_groups_and_unequal_lengths(shape, d, variant):
     judge(run(args, True, variant), *args, True)
 
 
-@pytest.mark.parametrize("variant", ("auto", "pipelined"))
+@pytest.mark.parametrize("variant", ("auto", "mma", "pipelined"))   # auto: wgmma on an H100 or H200
 @pytest.mark.parametrize("causal", (False, True))
 def test_against_torchs_flash_backward(causal, variant):
     """bf16, d = 128, N = 2048: each gradient within twice the FLASH backend's error against float64."""
