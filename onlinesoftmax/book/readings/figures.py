@@ -64,6 +64,7 @@ PALETTE = {
     "attention_09_varlen": "#6baed6",
     "attention_backward_02_mma": "#e7cb94",
     "attention_backward_03_pipelined": "#b5651d",
+    "attention_backward_04_wgmma": "#7570b3",
     "attention_10_wgmma": "#d95f02",
     "attention_11_wgmma_tma": "#1b9e77",
     "attention_12_wgmma_overlap": "#e7298a",
