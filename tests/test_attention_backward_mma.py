@@ -176,6 +176,7 @@ WGMMA_MUTANTS = [   # (text, replacement, what it breaks, d)
      "        fence_proxy_async();   // this thread's dS stores, for the tensor cores\n", "dQ before dS is whole", 64),
     ("if (more) load_tile(buffer ^ 1, next_base, next_q0);", "if (more) load_tile(buffer, next_base, next_q0);",
      "the next tile copied over the one being computed", 64),
+    ("        dq_acc[row * d + i] = 0.0f;\n", "", "dq's fp32 buffer left as it was (poisoned)", 64),
 ]
 
 

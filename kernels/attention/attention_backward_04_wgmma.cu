@@ -16,10 +16,12 @@
 //               m64 n64 k16 instructions with K read MN-major. At D = 128 warpgroup w takes the
 //               D columns 64w .. 64w + 63 over all 128 keys; at D = 64 it takes all 64 columns
 //               over its own 64 keys (twice the atomics, one instruction shape).
-//   - dQ's fp32 atomics two columns at a time (atomicAdd of a float2, sm_90).
+//   - dQ's fp32 atomics two columns at a time (atomicAdd of a float2, sm_90); the step before the
+//               keys kernel zeroes dq's fp32 buffer as it computes D (8 rows a block).
 //   - Tiles in wgmma's layout (blocks of 64 columns, 16-byte chunks swizzled by the row,
 //               1024-byte aligned), copied by cp.async as attention_10_wgmma copies them.
-// Launch:       dot: grid = (rows), block = (32), rows = batch heads n_q (row_dot.cuh). keys: grid =
+// Launch:       dot (D, and dq's fp32 buffer zeroed): grid = (ceil(rows / 8)), block = (256), rows =
+//               batch heads n_q, a warp a row. keys: grid =
 //               (ceil(n_k / 128), kv_heads, batch), block = 256 (2 warpgroups x 64 keys); dynamic
 //               shared memory K and V tiles of 128 x D, two Q and two dO tiles of 64 x D, dS of
 //               64 x 128 (16-bit), two tiles' LSE (log2) and D, and 1 KiB to align the tiles:
@@ -30,11 +32,30 @@
 //               heads, lengths and causal alignment as attention_backward_02_mma. Compute
 //               capability 9.0 (H100, H200: the sm_90a build); elsewhere it traps.
 #include "wgmma_attention.cuh"
-#include "row_dot.cuh"
+#include "online_rows.cuh"
 
 #define BWD4_KEYS 128      // keys of a block: 2 warpgroups x 64
 #define BWD4_QUERIES 64    // query rows of a tile
 #define BWD4_LOG2E 1.4426950408889634f
+
+#define BWD4_DOT_ROWS 8     // rows of a dot block, a warp each
+
+// The step before the keys kernel, one warp per row and 8 rows a block: D[row] = dO[row] . O[row]
+// (fp32 sums, as row_dot.cuh's), and the row's fp32 dq buffer zeroed for the keys kernel's atomics.
+template <class Row>
+__device__ __forceinline__ void dot_and_clear(const typename Row::Elem* __restrict__ out,
+                                              const typename Row::Elem* __restrict__ dout, float* __restrict__ delta,
+                                              float* __restrict__ dq_acc, int rows, int d) {
+    const long long row = (long long)blockIdx.x * BWD4_DOT_ROWS + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float sum = 0.0f;
+    for (int i = threadIdx.x & 31; i < d; i += 32) {
+        sum = fmaf(Row::load1(out + row * d + i), Row::load1(dout + row * d + i), sum);
+        dq_acc[row * d + i] = 0.0f;
+    }
+    sum = warp_sum(sum);
+    if ((threadIdx.x & 31) == 0) delta[row] = sum;
+}
 
 // dst[0] += a, dst[1] += b in global memory, one instruction on sm_90.
 __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
@@ -256,10 +277,10 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
     }
 
 #define BACKWARD_04_DOT(TAG, ROW)                                                                              \
-    extern "C" __global__ void __launch_bounds__(32) attention_backward_04_wgmma_dot_##TAG(                   \
+    extern "C" __global__ void __launch_bounds__(BWD4_DOT_ROWS * 32) attention_backward_04_wgmma_dot_##TAG(   \
         const ROW::Elem* __restrict__ out, const ROW::Elem* __restrict__ dout, float* __restrict__ delta,      \
-        int d) {                                                                                                \
-        attention_backward_dot<ROW>(out, dout, delta, d);                                                       \
+        float* __restrict__ dq_acc, int rows, int d) {                                                          \
+        dot_and_clear<ROW>(out, dout, delta, dq_acc, rows, d);                                                  \
     }
 
 BACKWARD_04(bf16, Bf16Mma, 64) BACKWARD_04(bf16, Bf16Mma, 128) BACKWARD_04_DOT(bf16, BF16Row)

@@ -20,6 +20,7 @@ NAME = "attention_backward_04_wgmma"
 DTYPES, SUPPORTED_D = bm.DTYPES, bm.SUPPORTED_D
 KEYS, QUERIES = 128, 64
 THREADS = 256
+DOT_ROWS = 8   # rows of a dot block, a warp each
 simulate = bm.simulate
 
 
@@ -31,8 +32,8 @@ def shared_bytes(d: int) -> int:
 
 def plan(variant: Variant, dout, dq, q=None, k=None, v=None, out=None, lse=None, dk=None, dv=None, causal=False,
          scale=1.0, **_):
-    """runner(dout, dq, q=, k=, v=, out=, lse=, dk=, dv=): dot, then keys into an fp32 dq buffer the
-    runner owns (zeroed first), cast into dq."""
+    """runner(dout, dq, q=, k=, v=, out=, lse=, dk=, dv=): dot (D, and the fp32 dq buffer the runner owns
+    zeroed), then keys into that buffer, cast into dq."""
     import cupy
 
     from onlinesoftmax.runtime import driver
@@ -44,8 +45,9 @@ def plan(variant: Variant, dout, dq, q=None, k=None, v=None, out=None, lse=None,
     rows = batch * heads * n_q
     delta = cupy.empty(rows, cupy.float32)
     acc = cupy.empty(q.shape, cupy.float32)
-    dot = driver.prepare_launch(get_kernel(variant.path, f"{NAME}_dot_{tag}"), (rows,), (32,), 0, 1,
-                                (bm.POINTER,) * 3 + (bm.INT,), fixed={2: delta.data.ptr, 3: d})
+    dot = driver.prepare_launch(get_kernel(variant.path, f"{NAME}_dot_{tag}"), (math.ceil(rows / DOT_ROWS),),
+                                (32 * DOT_ROWS,), 0, 1, (bm.POINTER,) * 4 + (bm.INT,) * 2,
+                                fixed={2: delta.data.ptr, 3: acc.data.ptr, 4: rows, 5: d})
     keys = driver.prepare_launch(
         get_kernel(variant.path, f"{NAME}_keys_{tag}_d{d}"), (math.ceil(n_k / KEYS), kv_heads, batch), (THREADS,),
         shared_bytes(d), 1, (bm.POINTER,) * 9 + (bm.INT,) * 4 + (bm.FLOAT, bm.INT),
@@ -53,10 +55,9 @@ def plan(variant: Variant, dout, dq, q=None, k=None, v=None, out=None, lse=None,
                **dict(enumerate(bm.arguments(heads, kv_heads, n_q, n_k, scale, causal), start=9))})
 
     def run(dout, dq, q=None, k=None, v=None, out=None, lse=None, dk=None, dv=None, **_):
-        dot(out.data.ptr, dout.data.ptr)
-        acc.fill(0)
+        dot(out.data.ptr, dout.data.ptr)   # D, and acc zeroed
         keys(q.data.ptr, k.data.ptr, v.data.ptr, dout.data.ptr, lse.data.ptr, dk.data.ptr, dv.data.ptr)
-        dq[...] = acc.astype(dq.dtype)
+        cupy.copyto(dq, acc, casting="unsafe")   # one pass: fp32 to dq's dtype
     run.workspace = (delta, acc)
     return run
 
@@ -91,11 +92,12 @@ def emulate(dout, q, k, v, out, lse, causal: bool = False, *, schedule: str = "r
     words = lambda a: np.ascontiguousarray(a).view(np.uint16)   # noqa: E731
     dk, dv = (np.full(shape, 0x7FC1, np.uint16) for shape in (k.shape, v.shape))
     delta = np.full(batch * heads * n_q, np.nan, np.float32)
-    acc = np.zeros(q.shape, np.float32)
+    acc = np.full(q.shape, np.nan, np.float32)   # the dot entry zeroes it
     scale = np.float32(1 / math.sqrt(d))
     dims = bm.arguments(*map(np.int32, (heads, kv_heads, n_q, n_k)), scale, causal)
-    module.launch(entries[0], (batch * heads * n_q,), (32,), (words(out), words(dout), delta, np.int32(d)), 0,
-                  isolated=True)
+    rows = batch * heads * n_q
+    module.launch(entries[0], (math.ceil(rows / DOT_ROWS),), (32 * DOT_ROWS,),
+                  (words(out), words(dout), delta, acc, np.int32(rows), np.int32(d)), 0, isolated=True)
     module.launch(entries[1], (math.ceil(n_k / KEYS), kv_heads, batch), (THREADS,),
                   (words(q), words(k), words(v), words(dout), np.ascontiguousarray(lse, np.float32), delta, acc, dk, dv,
                    *dims[:4], dims[4], np.int32(dims[5])), shared_bytes(d), isolated=True)
