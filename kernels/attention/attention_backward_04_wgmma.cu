@@ -8,7 +8,9 @@
 //               64w .. 64w + 63, warp i of it 16 of them, as the instruction lays out its
 //               accumulator rows (the per-warp fragments of 03, so P and dS are computed as there).
 //   - S^T = K Q^T and dP^T = V dO^T: D / 16 instructions each of m64 n64 k16, both operands in
-//               shared memory (K-major), issued together and waited for once; no ldmatrix.
+//               shared memory (K-major); no ldmatrix. Each product is its own group, waited for
+//               when its result is needed: P's exponentials run while dP^T is on the tensor
+//               cores, dS while dV is.
 //   - dV += P^T dO and dK += dS^T Q: 4 instructions each of m64 n(D) k16, P^T and dS^T from
 //               registers (the accumulators rounded and paired), dO and Q read MN-major.
 //   - dS is stored (16-bit) as [query][key] blocks of 64 keys in wgmma's layout, each warpgroup
@@ -188,19 +190,20 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
         const float* lse2 = lse2_s + buffer * BWD4_QUERIES;
         const float* row_delta = delta_s + buffer * BWD4_QUERIES;
 
+        // Four groups of instructions, each waited for only when its result is needed, so that the
+        // exponentials run while dP^T is computed, and dS while dV is.
         float s[8][4], dp[8][4];
         wgmma_fence_operands(flat<32>(s));
         wgmma_fence_operands(flat<32>(dp));
         wgmma_fence();
         issue_keys_by_queries<T, D>(s, Ks + group * 64 * 64, q_tile);      // S^T = K Q^T
+        wgmma_commit();
         issue_keys_by_queries<T, D>(dp, Vs + group * 64 * 64, dout_tile);  // dP^T = V dO^T
         wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_wait<1>();   // S^T has landed (dP^T may not have)
         wgmma_fence_operands(flat<32>(s));
-        wgmma_fence_operands(flat<32>(dp));
 
         const bool masked = k0 + BWD4_KEYS > n_k || (causal && k0 + BWD4_KEYS - 1 > q0 + n_k - n_q);
-        Elem* ds_block = dSs + group * BWD4_QUERIES * 64;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -208,17 +211,29 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
                 const int column = 8 * j + 2 * t + (e & 1), key = key_lo + 8 * (e >> 1);
                 const float p = exp2_ftz(fmaf(s[j][e], scale_log2, -lse2[column]));
                 s[j][e] = masked && (key >= n_k || (causal && key > q0 + column + n_k - n_q)) ? 0.0f : p;
+            }
+        u32 p_regs[4][4], ds_regs[4][4];
+        pack_rows64<T>(p_regs, s);
+        wgmma_fence_operands(flat<D / 2>(dv_acc));
+        wgmma_fence();
+        issue_rows_by_tile<T, D>(dv_acc, p_regs, dout_tile);   // dV += P^T dO
+        wgmma_commit();
+        wgmma_wait<1>();   // dP^T has landed (dV may not have)
+        wgmma_fence_operands(flat<32>(dp));
+
+        Elem* ds_block = dSs + group * BWD4_QUERIES * 64;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int column = 8 * j + 2 * t + (e & 1);
                 dp[j][e] = s[j][e] * (dp[j][e] - row_delta[column]);   // dS^T
                 ds_block[swizzled<64>(column, row16 + g + 8 * (e >> 1))] =
                     static_cast<Elem>(T::pack(dp[j][e], 0.0f) & 0xFFFFu);
             }
-        u32 p_regs[4][4], ds_regs[4][4];
-        pack_rows64<T>(p_regs, s);
         pack_rows64<T>(ds_regs, dp);
-        wgmma_fence_operands(flat<D / 2>(dv_acc));
         wgmma_fence_operands(flat<D / 2>(dk_acc));
         wgmma_fence();
-        issue_rows_by_tile<T, D>(dv_acc, p_regs, dout_tile);   // dV += P^T dO
         issue_rows_by_tile<T, D>(dk_acc, ds_regs, q_tile);     // dK += dS^T Q (scaled at the end)
         wgmma_commit();
         if (more) store_row_terms(buffer ^ 1);   // the last tile read that buffer before the barrier above
