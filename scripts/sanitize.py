@@ -243,16 +243,19 @@ def varlen(cp, osm, checks):
                     osm.attention(q, k, k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=causal, return_lse=True)
 
 
-@family("attention_backward", "attention_backward_01_blocked, 02_mma and 03_pipelined: d 64 and 128, causal, grouped "
-        "heads, n_q != n_k, atomic and deterministic dq",
-        ("attention_backward_01_blocked", "attention_backward_02_mma", "attention_backward_03_pipelined"))
+@family("attention_backward", "attention_backward_01_blocked, 02_mma, 03_pipelined and 04_wgmma (on compute "
+        "capability 9.0): d 64 and 128, causal, grouped heads, n_q != n_k, atomic and deterministic dq",
+        ("attention_backward_01_blocked", "attention_backward_02_mma", "attention_backward_03_pipelined",
+         "attention_backward_04_wgmma"))
 def attention_backward(cp, osm, checks):
     kernels = {"blocked": "attention_backward_01_blocked", "mma": "attention_backward_02_mma",
-               "pipelined": "attention_backward_03_pipelined"}
+               "pipelined": "attention_backward_03_pipelined", "wgmma": "attention_backward_04_wgmma"}
+    hopper = cp.cuda.Device().compute_capability == "90"
     for dtype in checks.DTYPES:
         runs = [(variant, deterministic) for variant, deterministic in
-                (("blocked", False), ("blocked", True), ("mma", False), ("pipelined", False))
-                if wanted(kernels[variant]) and (variant == "blocked" or dtype != "float32")]
+                (("blocked", False), ("blocked", True), ("mma", False), ("pipelined", False), ("wgmma", False))
+                if wanted(kernels[variant]) and (variant == "blocked" or dtype != "float32")
+                and (variant != "wgmma" or hopper)]
         for d in (64, 128):
             for heads, kv, n_q, n_k, causal in ((4, 2, 70, 33, True), (2, 2, 1, 300, False), (2, 1, 129, 129, True)):
                 q = checks.random_rows(cp, 2 * heads * n_q, d, dtype, seed=1).reshape(2, heads, n_q, d)
