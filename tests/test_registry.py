@@ -72,16 +72,40 @@ def test_chapters_show_kernels_from_files_not_pasted_copies():
             assert (chapter.parent / included).resolve().is_file(), f"{chapter.name}: {included} missing"
 
 
-def test_every_excerpt_pattern_is_in_its_file():
-    """Each literalinclude's :start-at: / :start-after: / :end-before: / :end-at: names text its file
-    holds (a pattern left behind by an edit of the file fails the strict book build much later)."""
+def excerpt_problems(chapter_name: str, text: str, read) -> list[str]:
+    """What is wrong with the literalincludes of a chapter's text: a :start-at: / :start-after: /
+    :end-before: / :end-at: pattern its file does not hold, or an end that comes only before the start
+    (Sphinx searches for the end after the start: 'end-before pattern not found' in the strict build)."""
     block = re.compile(r"```\{literalinclude\}\s+(\S+)\n((?::[\w-]+:.*\n)*)")
+    found = []
+    for included, options in block.findall(text):
+        source = read(included)
+        patterns = dict((name, value.strip().strip('"')) for name, value in
+                        re.findall(r":(start-at|start-after|end-before|end-at):\s*(.*)", options))
+        for name, pattern in patterns.items():
+            if pattern not in source:
+                found.append(f"{chapter_name}: {name} {pattern!r} not in {included}")
+        start = next((patterns[n] for n in ("start-at", "start-after") if n in patterns), None)
+        end = next((patterns[n] for n in ("end-before", "end-at") if n in patterns), None)
+        if start and end and start in source and end in source and end not in source[source.index(start):]:
+            found.append(f"{chapter_name}: {end!r} comes only before {start!r} in {included}")
+    return found
+
+
+def test_every_excerpt_pattern_is_in_its_file():
+    """Each literalinclude's patterns are in its file, the end after the start (a pattern left behind
+    by an edit of the file fails the strict book build much later)."""
     missing = []
     for chapter in sorted((REPO_ROOT / "chapters").glob("*.md")):
-        for included, options in block.findall(chapter.read_text()):
-            source = (chapter.parent / included).resolve().read_text()
-            for name, value in re.findall(r":(start-at|start-after|end-before|end-at):\s*(.*)", options):
-                pattern = value.strip().strip('"')
-                if pattern not in source:
-                    missing.append(f"{chapter.name}: {name} {pattern!r} not in {included}")
+        missing += excerpt_problems(chapter.name, chapter.read_text(),
+                                    lambda included, chapter=chapter: (chapter.parent / included).resolve().read_text())
     assert not missing, "\n".join(missing)
+
+
+def test_the_excerpt_check_can_fail():
+    source = "a();\nb();\nc();\n"
+    page = lambda start, end: f"```{{literalinclude}} f.cu\n:start-at: \"{start}\"\n:end-before: \"{end}\"\n```\n"  # noqa: E731
+    read = lambda included: source  # noqa: E731
+    assert excerpt_problems("p", page("a();", "c();"), read) == []
+    assert excerpt_problems("p", page("c();", "a();"), read)   # the end only before the start
+    assert excerpt_problems("p", page("a();", "d();"), read)   # a pattern the file does not hold
