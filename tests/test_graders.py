@@ -294,7 +294,8 @@ GRADED_ELSEWHERE = {"check_overflow_logit", "check_stream_state", "check_stream_
                     "check_combine_picks",   # tests/test_sampling_split.py
                     "check_gather_keys",   # tests/test_attention_paged.py
                     "check_row_backward", "check_causal_backward",   # tests/test_attention_backward.py
-                    "check_k_step_descriptor", "check_stage_parities"}   # tests/test_exercises_wgmma.py
+                    "check_k_step_descriptor", "check_stage_parities",   # tests/test_exercises_wgmma.py
+                    "check_ds_offset"}   # tests/test_exercises_backward_wgmma.py
 
 
 @pytest.mark.parametrize("exercise", GRADERS)
