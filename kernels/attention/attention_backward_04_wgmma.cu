@@ -190,8 +190,8 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
         const float* lse2 = lse2_s + buffer * BWD4_QUERIES;
         const float* row_delta = delta_s + buffer * BWD4_QUERIES;
 
-        // Four groups of instructions, each waited for only when its result is needed, so that the
-        // exponentials run while dP^T is computed, and dS while dV is.
+        // Each product is a group of instructions of its own, waited for only when its result is
+        // needed, so that the exponentials run while dP^T is computed, and dS while dV is.
         float s[8][4], dp[8][4];
         wgmma_fence_operands(flat<32>(s));
         wgmma_fence_operands(flat<32>(dp));
