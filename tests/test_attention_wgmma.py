@@ -146,7 +146,8 @@ BROKEN_OVERLAP = {   # name: (old, new) in attention_12's source
 @pytest.mark.parametrize("name", list(BROKEN_OVERLAP))
 def test_a_broken_overlap_is_rejected(name):
     shape = (1, 1, 1, 70, 400, 64, False, "bfloat16", 1.0)     # 4 key tiles
-    assert rejected(OVERLAP_SOURCE.read_text(), *BROKEN_OVERLAP[name], shape, aw.OVERLAP_NAME, ("never waited",))
+    assert rejected(OVERLAP_SOURCE.read_text(), *BROKEN_OVERLAP[name], shape, aw.OVERLAP_NAME,
+                    ("never waited", "changed between its issue and its wait"))
 
 
 def test_the_api_names_the_variant_and_its_limits():

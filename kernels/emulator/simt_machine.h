@@ -45,6 +45,7 @@ struct Wgmma {
     uint64_t a_desc, b_desc;
     int group;               // -1 until committed
     int line;
+    uint64_t issued = 0;     // a hash of the operands this thread's rows read, taken at the issue
 };
 
 struct Fiber {

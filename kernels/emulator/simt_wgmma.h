@@ -9,7 +9,10 @@
 //     as on the GPU. The wait is a warp collective, so every lane's registers are read while all 32
 //     wait (an A register array must live until the wait, as the kernels' do).
 //   - Every element it reads goes through the shared-memory checks (bounds, races) as this thread's
-//     read at the wait.
+//     read at the wait, and at the issue too: the hardware may read the operands at any moment in
+//     between, so they must be complete when it is issued (a barrier after the writes of other
+//     warps) and unchanged until the wait. The operands a thread's rows read (shared memory and its
+//     A registers) are hashed at both moments; a difference is an error.
 //   - The warp must be whole and inside a whole warpgroup of the block. A thread that ends with an
 //     instruction it never waited for is an error.
 //   - A warp's 16 rows depend only on its own A rows and B, so each warp retires its instructions
@@ -29,10 +32,10 @@ inline u32 simt_shared_address(const void* p, int line = __builtin_LINE()) {
 
 namespace simt {
 
-// The element (mn, k) of the operand a descriptor names: mn a row of A or a column of B, k within
-// the instruction's 16; MN-major: 64 consecutive mn per 128-byte row.
-__attribute__((no_sanitize_address)) inline float operand_element(const Wgmma& op, uint64_t desc, int mn, int k,
-                                                                   bool mn_major) {
+// The 16 bits of element (mn, k) of the operand a descriptor names: mn a row of A or a column of B,
+// k within the instruction's 16; MN-major: 64 consecutive mn per 128-byte row.
+__attribute__((no_sanitize_address)) inline unsigned short operand_bits(const Wgmma& op, uint64_t desc, int mn, int k,
+                                                                         bool mn_major) {
     const u32 start = static_cast<u32>(desc & 0x3FFFu) << 4, leading = static_cast<u32>((desc >> 16) & 0x3FFFu) << 4;
     const u32 stride = static_cast<u32>((desc >> 32) & 0x3FFFu) << 4;
     if ((desc >> 62) != 1 || ((desc >> 49) & 7u))
@@ -44,13 +47,36 @@ __attribute__((no_sanitize_address)) inline float operand_element(const Wgmma& o
     if (address + 2 > state.shared_bytes) {
         fail("line %d: wgmma reads byte %u of shared memory, past the dynamic size (%zu bytes)", op.line, address,
              state.shared_bytes);
-        return 0.0f;
+        return 0;
     }
     const unsigned char* p = simt_dynamic_shared + address;
     access(reinterpret_cast<uintptr_t>(p), 2, false, false, 0);
     unsigned short h;
     std::memcpy(&h, p, 2);
+    return h;
+}
+
+inline float operand_element(const Wgmma& op, uint64_t desc, int mn, int k, bool mn_major) {
+    const unsigned short h = operand_bits(op, desc, mn, k, mn_major);
     return op.bf16 ? simt_bf16_to_float(h) : simt_f16_to_float(h);
+}
+
+// A hash (FNV-1a) of what the rows of `thread` read: its two A rows from shared memory or its four
+// A registers, and its N / 4 columns of B.
+inline uint64_t operand_hash(const Wgmma& op, int thread) {
+    const int lane = thread & 31, warp_row = 16 * ((thread >> 5) & 3), g = lane >> 2, t = lane & 3;
+    uint64_t hash = 1469598103934665603ull;
+    auto mix = [&](uint64_t word) { hash = (hash ^ word) * 1099511628211ull; };
+    if (op.a_in_registers) {
+        for (int r = 0; r < 4; ++r) mix(op.a[r]);
+    } else {
+        for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < 16; ++k) mix(operand_bits(op, op.a_desc, warp_row + g + 8 * h, k, false));
+    }
+    for (int j = 0; j < op.n / 8 && !state.error[0]; ++j)
+        for (int c = 0; c < 2; ++c)
+            for (int k = 0; k < 16; ++k) mix(operand_bits(op, op.b_desc, 8 * j + 2 * t + c, k, op.transpose_b));
+    return hash;
 }
 
 // D = A B (+ D) for the accumulators of the thread that issued `op`, whose two A rows (g and g + 8
@@ -113,6 +139,12 @@ inline void retire_wgmma(Post* const* posts) {
                         }
                 }
             }
+            if (operand_hash(op, posts[lane]->thread) != op.issued) {
+                fail("line %d: the operands of a wgmma (shared memory, or its A registers) changed between its "
+                     "issue and its wait (thread %d): the tensor cores may read them at any moment in between",
+                     op.line, posts[lane]->thread);
+                return;
+            }
             compute_wgmma(op, posts[lane]->thread, a_rows);
         }
     for (int lane = 0; lane < 32; ++lane) lists[lane]->erase(lists[lane]->begin(), lists[lane]->begin() + retire);
@@ -128,8 +160,9 @@ inline void simt_wgmma(bool bf16, float* d, int n, const u32* a, uint64_t a_desc
     if ((warp / 4 + 1) * 128 > simt::state.n_threads)
         simt::fail("line %d: wgmma by warp %d, whose warpgroup (warps %d-%d) is not whole in a block of %d threads",
                    line, warp, warp / 4 * 4, warp / 4 * 4 + 3, simt::state.n_threads);
-    simt::state.fibers[thread].wgmma.push_back(
-        simt::Wgmma{d, n, bf16, a != nullptr, transpose_b != 0, accumulate != 0, a, a_desc, b_desc, -1, line});
+    simt::Wgmma op{d, n, bf16, a != nullptr, transpose_b != 0, accumulate != 0, a, a_desc, b_desc, -1, line};
+    op.issued = simt::operand_hash(op, thread);   // what the hardware may read from this moment on
+    simt::state.fibers[thread].wgmma.push_back(op);
 }
 
 inline void simt_wgmma_commit() {
