@@ -20,16 +20,14 @@
 //               over its own 64 keys (twice the atomics, one instruction shape).
 //   - dQ's fp32 atomics two columns at a time (atomicAdd of a float2, sm_90); the step before the
 //               keys kernel zeroes dq's fp32 buffer as it computes D (8 rows a block).
-//   - dQ of a tile is waited for and added into dq during the next tile's S^T (dS has two
-//               buffers, a tile's and the last tile's), so a tile ends without waiting for it.
 //   - Tiles in wgmma's layout (blocks of 64 columns, 16-byte chunks swizzled by the row,
 //               1024-byte aligned), copied by cp.async as attention_10_wgmma copies them.
 // Launch:       dot (D, and dq's fp32 buffer zeroed): grid = (ceil(rows / 8)), block = (256), rows =
 //               batch heads n_q, a warp a row. keys: grid =
 //               (ceil(n_k / 128), kv_heads, batch), block = 256 (2 warpgroups x 64 keys); dynamic
-//               shared memory K and V tiles of 128 x D, two Q and two dO tiles of 64 x D, two dS
-//               tiles of 64 x 128 (16-bit), two tiles' LSE (log2) and D, and 1 KiB to align the
-//               tiles: 98 KiB at D = 64, 162 KiB at D = 128.
+//               shared memory K and V tiles of 128 x D, two Q and two dO tiles of 64 x D, dS of
+//               64 x 128 (16-bit), two tiles' LSE (log2) and D, and 1 KiB to align the tiles:
+//               82 KiB at D = 64, 146 KiB at D = 128.
 // Traffic:      as attention_backward_03_pipelined.
 // Limits:       float16 or bfloat16, D = 64 or 128 (entries attention_backward_04_wgmma_keys_<f16|bf16>_d<64|128>
 //               and attention_backward_04_wgmma_dot_<f16|bf16>), layouts, LSE, dq_acc, grouped
@@ -119,8 +117,8 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
     Elem* Vs = Ks + KEY_TILE;
     Elem* Qs = Vs + KEY_TILE;                     // [2][D / 64][64][64]: this tile and the next
     Elem* dOs = Qs + 2 * QUERY_TILE;
-    Elem* ds_tiles = dOs + 2 * QUERY_TILE;        // [2 tiles][2 key blocks][64 queries][64 keys]
-    float* lse2_s = reinterpret_cast<float*>(ds_tiles + 2 * BWD4_QUERIES * BWD4_KEYS);   // [2][64]
+    Elem* dSs = dOs + 2 * QUERY_TILE;             // [2 key blocks][64 queries][64 keys]
+    float* lse2_s = reinterpret_cast<float*>(dSs + BWD4_QUERIES * BWD4_KEYS);   // [2][64]
     float* delta_s = lse2_s + 2 * BWD4_QUERIES;                                  // [2][64]
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -176,22 +174,6 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
 
-    // dQ of a tile is added into dq_acc during the next tile's S^T and dP^T (its own dS buffer).
-    float dq[8][4];
-    int dq_head_row = 0, dq_q0 = 0;   // that tile's first row from the group's first head's, and its q0
-    bool dq_pending = false;
-    auto flush_dq = [&]() {
-        wgmma_fence_operands(flat<32>(dq));
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int row = dq_q0 + row16 + g + 8 * half;
-            if (row >= n_q) continue;
-            float* dst = dq_acc + (q_head0 + dq_head_row + row) * D + 64 * dq_block + 2 * t;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) atomic_add_pair(dst + 8 * j, dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);
-        }
-    };
-
     long long q_base = q_head0;   // this tile's head (its first row) and first query row
     int q0 = first_q, buffer = 0;
     while (any_tile && q_base < q_end) {
@@ -216,11 +198,6 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
         wgmma_fence();
         issue_keys_by_queries<T, D>(s, Ks + group * 64 * 64, q_tile);      // S^T = K Q^T
         wgmma_commit();
-        if (dq_pending) {
-            wgmma_wait<1>();   // the last tile's dQ has landed (S^T may not have)
-            flush_dq();
-            wgmma_fence();
-        }
         issue_keys_by_queries<T, D>(dp, Vs + group * 64 * 64, dout_tile);  // dP^T = V dO^T
         wgmma_commit();
         wgmma_wait<1>();   // S^T has landed (dP^T may not have)
@@ -244,7 +221,6 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
         wgmma_wait<1>();   // dP^T has landed (dV may not have)
         wgmma_fence_operands(flat<32>(dp));
 
-        Elem* dSs = ds_tiles + buffer * BWD4_QUERIES * BWD4_KEYS;   // this tile's dS (the last tile's dQ reads the other)
         Elem* ds_block = dSs + group * BWD4_QUERIES * 64;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -264,6 +240,7 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
         fence_proxy_async();   // this thread's dS stores, for the tensor cores
         __syncthreads();       // dS is whole
 
+        float dq[8][4];
         wgmma_fence_operands(flat<32>(dq));
         wgmma_fence();
 #pragma unroll
@@ -274,15 +251,19 @@ __device__ __forceinline__ void attention_backward_keys_wgmma(
                                i > 0);
         }
         wgmma_commit();
-        wgmma_wait<1>();   // dV and dK have landed (the next barrier lets a copy reuse their tiles); dQ may not have
+        wgmma_wait<0>();   // dV, dK and dQ
+        wgmma_fence_operands(flat<32>(dq));
         wgmma_fence_operands(flat<D / 2>(dv_acc));
         wgmma_fence_operands(flat<D / 2>(dk_acc));
-        dq_pending = true, dq_head_row = static_cast<int>(q_base - q_head0), dq_q0 = q0;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = q0 + row16 + g + 8 * half;
+            if (row >= n_q) continue;
+            float* dst = dq_acc + (q_base + row) * D + 64 * dq_block + 2 * t;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) atomic_add_pair(dst + 8 * j, dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);
+        }
         q0 = next_q0, q_base = next_base, buffer ^= 1;
-    }
-    if (dq_pending) {
-        wgmma_wait<0>();   // the last tile's dQ
-        flush_dq();
     }
     cp_async_wait_all_groups();   // with no tile, K and V's copies still land before the block ends
 #pragma unroll

@@ -25,9 +25,9 @@ simulate = bm.simulate
 
 
 def shared_bytes(d: int) -> int:
-    """K and V tiles of 128 x d, two Q and two dO tiles of 64 x d, two dS tiles of 64 x 128 (16-bit), two
-    tiles' LSE and D (floats), and 1 KiB to align the tiles to the swizzle's 1024 bytes."""
-    return 2 * (2 * KEYS * d + 4 * QUERIES * d + 2 * KEYS * QUERIES) + 4 * 4 * QUERIES + 1024
+    """K and V tiles of 128 x d, two Q and two dO tiles of 64 x d, dS of 64 x 128 (16-bit), two tiles'
+    LSE and D (floats), and 1 KiB to align the tiles to the swizzle's 1024 bytes."""
+    return 2 * (2 * KEYS * d + 4 * QUERIES * d + KEYS * QUERIES) + 4 * 4 * QUERIES + 1024
 
 
 def plan(variant: Variant, dout, dq, q=None, k=None, v=None, out=None, lse=None, dk=None, dv=None, causal=False,
