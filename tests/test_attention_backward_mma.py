@@ -110,13 +110,6 @@ PIPELINED_SHAPES = SHAPES[:2] + [(1, 2, 1, 130, 140, 64, "bfloat16", True),   # 
                                  (1, 1, 1, 70, 130, 128, "float16", False)]
 
 
-@pytest.mark.parametrize("shape", PIPELINED_SHAPES, ids=str)
-def test_the_pipelined_kernel_on_the_emulator(shape, needs_emulator):
-    *dims, dtype, causal = shape
-    args = make(*dims, dtype, causal, seed=sum(dims))
-    assert problems(bp.emulate(*args, causal, seed=4), *args, causal) == []
-
-
 PIPELINED_MUTANTS = [
     ("if (more) load_tile(buffer ^ 1, next_base, next_q0);", "if (more) load_tile(buffer, next_base, next_q0);",
      "the next tile copied over the one being computed"),
@@ -157,11 +150,13 @@ WGMMA_SHAPES = PIPELINED_SHAPES + [(1, 2, 1, 130, 140, 128, "bfloat16", True),  
                                    (2, 4, 2, 1, 1, 128, "float16", False)]
 
 
-@pytest.mark.parametrize("shape", WGMMA_SHAPES, ids=str)
-def test_the_wgmma_kernel_on_the_emulator(shape, needs_emulator):
+@pytest.mark.parametrize("module, shape", [(bp, s) for s in PIPELINED_SHAPES] + [(bw, s) for s in WGMMA_SHAPES],
+                         ids=lambda x: x.NAME if hasattr(x, "NAME") else str(x))
+def test_the_128_key_kernels_on_the_emulator(module, shape, needs_emulator):
+    """attention_backward_03_pipelined and 04_wgmma, each from its own source."""
     *dims, dtype, causal = shape
     args = make(*dims, dtype, causal, seed=sum(dims))
-    assert problems(bw.emulate(*args, causal, seed=4), *args, causal) == []
+    assert problems(module.emulate(*args, causal, seed=4), *args, causal) == []
 
 
 WGMMA_MUTANTS = [   # (text, replacement, what it breaks, d)

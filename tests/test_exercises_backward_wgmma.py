@@ -33,6 +33,9 @@ WRONG = {
     "one block for both warpgroups": (store(lambda k, q: swizzled(q, k % 64)), "was already taken"),
     "past the tile": (store(lambda k, q: (k // 64) * 8192 + swizzled(q, k % 64)), "outside the 64 x 128 tile"),
     "a float": (lambda *thread: float(x.ds_offset(*thread)), "an offset is an integer"),
+    "all zeros": (lambda *thread: 0, "was already taken"),
+    "right for the first warpgroup only": (store(lambda k, q: swizzled(q, k % 64) + (k // 64) * 64),
+                                           "was already taken"),
 }
 
 
