@@ -35,3 +35,33 @@ def test_what_the_compiler_made():
         pytest.skip("needs cuobjdump")
     assert "LDG" in sass and "STG" in sass and "EXIT" in sass and "NOP" not in sass
     assert 4 <= first_kernel.registers(ADD, "vector_add") <= 32
+
+
+def test_the_bank_conflict_kernel_reads_the_words_the_suite_checks():
+    """shared_reads (the first-kernel suite's bank-conflict probe) writes reps x the index of the word
+    each lane reads, for a row, a column and a padded column; a kernel that ignores the stride (every
+    lane its own bank: no conflict to measure) gives other sums, which the suite's check rejects."""
+    from onlinesoftmax.bench.first_kernel import STRIDES, expected_sums
+
+    source = first_kernel.source("shared_reads")
+    for stride in STRIDES:
+        out = np.full(2 * 64, np.nan, np.float32)
+        first_kernel.run(source, "shared_reads", (2,), (64,), (out, np.int32(stride), np.int32(3)), on="emulator")
+        assert np.array_equal(out, np.tile(expected_sums(stride, 3, 64), 2)), stride
+    blind = source.replace("(threadIdx.x % 32) * stride", "(threadIdx.x % 32)")
+    out = np.full(64, np.nan, np.float32)
+    first_kernel.run(blind, "shared_reads", (1,), (64,), (out, np.int32(32), np.int32(3)), on="emulator")
+    assert not np.array_equal(out, expected_sums(32, 3, 64))
+
+
+@pytest.mark.skipif(not loader.nvcc_available(), reason="needs nvcc")
+def test_the_bank_conflict_kernel_loads_on_every_read():
+    """The probe times shared-memory loads only if the compiler keeps one per read: `volatile` makes it
+    (the loop unrolled, an LDS per read); without it the one load is hoisted out of the loop."""
+    source = first_kernel.source("shared_reads")
+    try:
+        loads = [sum("LDS" in line for line in first_kernel.sass(s, "shared_reads").splitlines())
+                 for s in (source, source.replace("const volatile float* t", "const float* t"))]
+    except disasm.ToolMissing:
+        pytest.skip("needs cuobjdump")
+    assert loads[0] >= 8 and loads[1] <= 1, loads

@@ -24,6 +24,8 @@ class Suite:
 
 
 SUITES = {
+    "first-kernel": Suite("first_kernel", "the first page's vector_add against the copy, and shared-memory reads "
+                          "by stride (bank conflicts)", quick=False),
     "softmax-teaching": Suite("softmax_teaching", "softmax_00..02 vs N at batch 4000 and 10, with cupy and torch", quick=False),
     "online-variants": Suite("online_variants", "the online kernel's variants (chapter 03)", quick=False),
     "paper-figures": Suite("paper_figures", "the shapes of Milakov and Gimelshein's figures", quick=False),
