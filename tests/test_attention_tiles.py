@@ -57,3 +57,41 @@ def test_the_figure_keeps_the_books_figure_rule(causal):
     fig.axes[0].legend(handles=[Rectangle((0, 0), 1, 1, label="a swatch of no tile")])
     assert figures.check_legends(fig)
     plt.close("all")
+
+
+def test_the_tensor_core_figure_is_the_header_and_the_launcher():
+    """The tensor-core block figure (chapter 09) reads attention_mma.cuh's geometry, which equals the
+    launcher's (onlinesoftmax/kernels/attention/mma.py), and draws one strip per warp with BLOCK_K / 8
+    score and d / 8 output accumulators in a warp's strip, as the header's s[8][4] and o[D/8][4] say."""
+    import matplotlib.pyplot as plt
+
+    from onlinesoftmax.book.readings import figures
+    from onlinesoftmax.kernels.attention import mma as am
+
+    tiles = at.mma_tiles()
+    assert tiles == {"MMA_BLOCK_Q": am.BLOCK_Q, "MMA_BLOCK_K": am.BLOCK_K, "MMA_WARPS": am.THREADS // 32,
+                     "MMA_WARP_ROWS": am.WARP_ROWS}
+    header = at.MMA_HEADER.read_text()
+    assert f"s[{am.BLOCK_K // at.MMA_N}][4]" in header and "o[D/8][4]" in header
+    for d in (64, 128):
+        fig, drawn = at.mma_tile_figure(d=d)
+        assert (drawn["strips"], drawn["s_accumulators"], drawn["o_accumulators"]) == \
+            (am.BLOCK_Q // am.WARP_ROWS, am.BLOCK_K // 8, d // 8)
+        assert figures.check_legends(fig) == []
+        plt.close(fig)
+
+
+def test_a_changed_tensor_core_define_is_seen(tmp_path):
+    """The wrong answers: a header whose block or warp count changed reads differently from the
+    launcher, and a figure drawn from it has other strips (rows past the warps drawn as such)."""
+    import matplotlib.pyplot as plt
+
+    from onlinesoftmax.kernels.attention import mma as am
+
+    header = tmp_path / "attention_mma.cuh"
+    header.write_text(at.MMA_HEADER.read_text().replace("#define MMA_WARPS 8", "#define MMA_WARPS 4"))
+    tiles = at.mma_tiles(header)
+    assert tiles["MMA_WARPS"] == 4 != am.THREADS // 32
+    fig, drawn = at.mma_tile_figure(tiles=tiles)
+    assert drawn["strips"] == 4 and "rows past the block's warps" in fig.legends[0].get_texts()[-1].get_text()
+    plt.close(fig)

@@ -78,3 +78,66 @@ def tile_figure(n_q: int = 256, n_k: int = 384, causal: bool = True, owner: int 
                  f"{sum(visited)} of {len(visited) * math.ceil(n_k / bk)} tiles loaded", fontsize=9)
     fig.tight_layout()
     return fig, {"BLOCK_Q": bq, "BLOCK_K": bk, "visited": visited}
+
+
+# ---- the tensor-core kernels (attention_03 .. 07): one block's warps and their fragments ---------------
+
+MMA_HEADER = KERNELS_DIR / "common" / "attention_mma.cuh"
+MMA_NAMES = ("MMA_BLOCK_Q", "MMA_BLOCK_K", "MMA_WARPS", "MMA_WARP_ROWS")
+MMA_N = 8   # keys (or output columns) of one m16n8 accumulator
+
+
+def mma_tiles(source=MMA_HEADER) -> dict:
+    """The block and warp geometry the tensor-core kernels share, read from attention_mma.cuh's #defines."""
+    text = source.read_text()
+    return {name: int(re.search(rf"^#define {name} (\d+)", text, re.M).group(1)) for name in MMA_NAMES}
+
+
+def mma_tile_figure(d: int = 128, owner: int = 2, tiles: dict | None = None):
+    """One block of the tensor-core kernels at one key tile: its query rows cut into the warps' strips,
+    each strip's scores S (BLOCK_K keys) and output O (d columns) cut into the m16n8 accumulators the
+    warp holds in registers; warp `owner`'s accumulators numbered. Returns (figure, what was drawn)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    tiles = tiles or mma_tiles()
+    bq, bk, warps, rows = (tiles[n] for n in MMA_NAMES)
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 4.6), gridspec_kw={"width_ratios": [bk, d]})
+    kinds = ("a warp's strip: its rows for the whole loop", f"warp {owner}'s accumulators, one mma result each",
+             "rows past the block's warps")
+    labelled, drawn = set(), {"strips": 0, "s_accumulators": 0, "o_accumulators": 0}
+    for ax, width, what in ((axes[0], bk, "s"), (axes[1], d, "o")):
+        for w in range(warps):
+            y0 = w * rows
+            mine = w == owner
+            for c in range(0, width, MMA_N):
+                kind = kinds[1] if mine else kinds[0]
+                ax.add_patch(Rectangle((c, y0), MMA_N, rows, facecolor="#3182bd" if mine else ("#c6dbef", "#9ecae1")[w % 2],
+                                       edgecolor="white" if mine else "none", lw=0.8,
+                                       label=kind if kind not in labelled else "_nolegend_"))
+                labelled.add(kind)
+                drawn[f"{what}_accumulators"] += mine
+                if mine and what == "s":
+                    ax.text(c + MMA_N / 2, y0 + rows / 2, str(c // MMA_N), ha="center", va="center", fontsize=6.5,
+                            color="white")
+            if what == "s":
+                ax.text(-1, y0 + rows / 2, f"warp {w}: rows {y0}-{y0 + rows - 1}", ha="right", va="center", fontsize=7)
+            drawn["strips"] += what == "s"
+        if warps * rows < bq:
+            ax.add_patch(Rectangle((0, warps * rows), width, bq - warps * rows, facecolor="white", hatch="////",
+                                   edgecolor="#636363", label=kinds[2] if kinds[2] not in labelled else "_nolegend_"))
+            labelled.add(kinds[2])
+        ax.set_xlim(0, width)
+        ax.set_ylim(bq, 0)
+        ax.set_aspect("equal")
+        ax.set_yticks([])
+        ax.tick_params(labelsize=7)
+    axes[0].set_title(f"S = Q K_j^T of key tile j: {bq} x {bk}\n(registers, recomputed each tile)", fontsize=8.5)
+    axes[0].set_xlabel(f"keys of the tile (K_j, V_j: {bk} x d in shared memory)", fontsize=8)
+    axes[1].set_title(f"O, unnormalized: {bq} x d = {d}\n(registers, the whole loop; m and l beside it)", fontsize=8.5)
+    axes[1].set_xlabel("output columns", fontsize=8)
+    fig.legend(loc="lower center", ncol=2, fontsize=7.5, frameon=False)
+    fig.suptitle(f"one block of the tensor-core kernels: {bq} query rows, {warps} warps of {rows} (each warp's Q "
+                 f"fragments in its registers);\nan accumulator is {rows} rows x {MMA_N} columns", fontsize=9)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig, {**tiles, "d": d, **drawn}
