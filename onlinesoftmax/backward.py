@@ -63,7 +63,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     """(dq, dk, dv) of attention(q, k, v, causal=, scale=) = out with LSE lse (its return_lse), for the
     upstream gradient dout: P recomputed from lse, never stored. Shapes as attention's: q, out, dout
     (batch, heads, n_q, d); k, v (batch, kv_heads, n_k, d), d = 64 or 128; lse float32 (batch, heads,
-    n_q). Gradients in q's dtype. variant "auto" runs, for float16 and bfloat16,
+    n_q). Gradients in q's dtype. float64 (lse float64, any d) and empty arrays are computed exactly
+    (onlinesoftmax.exact, the array's own module). variant "auto" runs, for float16 and bfloat16,
     attention_backward_04_wgmma (Hopper's warpgroup instruction) on compute capability 9.0 and
     attention_backward_02_mma (tensor cores) on 8.0 or newer, else attention_backward_01_blocked (fp32 on
     CUDA cores); "mma", "pipelined" (attention_backward_03_pipelined: 128 keys a block, the next query
@@ -81,17 +82,25 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False, scale=N
     if any(map(torch_bridge.is_tensor, arrays)):
         return torch_bridge.call(attention_backward, *arrays, causal=causal, scale=scale, deterministic=deterministic,
                                  variant=variant)
-    batch, heads, kv_heads, n_q, n_k, d, scale = attention_api.check_inputs(q, k, v, scale)
+    batch, heads, kv_heads, n_q, n_k, d, scale = attention_api.check_inputs(q, k, v, scale, exact_ok=True)
+    exactly = q.dtype == np.float64 or min(batch, heads, n_q, n_k) == 0   # no kernel: computed in float64
+    lse_dtype = np.dtype(np.float64 if q.dtype == np.float64 else np.float32)   # attention's return_lse
     for name, a, shape, dtype in (("dout", dout, q.shape, q.dtype), ("out", out, q.shape, q.dtype),
-                                  ("lse", lse, q.shape[:3], np.dtype(np.float32))):
+                                  ("lse", lse, q.shape[:3], lse_dtype)):
         if type(a) is not type(q) or tuple(a.shape) != tuple(shape) or a.dtype != dtype:
             raise ValueError(f"attention_backward: {name} must be an array of q's kind with shape {tuple(shape)} and "
                              f"dtype {dtype}, got {describe(a)}")
-    if d not in kab.SUPPORTED_D:
-        raise ValueError(f"attention_backward: head dimension d = {d} is not supported; supported: {kab.SUPPORTED_D}")
+    if d not in kab.SUPPORTED_D and not exactly:
+        raise ValueError(f"attention_backward: head dimension d = {d} is not supported; supported: {kab.SUPPORTED_D} "
+                         f"(and any d > 0 in float64)")
     for name, flag in (("causal", causal), ("deterministic", deterministic)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"attention_backward: {name} must be True or False, got {flag!r}")
+    if exactly:
+        if variant != "auto":
+            raise ValueError(f"attention_backward: variant {variant!r} has no kernel for {q.dtype.name} or empty "
+                             f"arrays; variant 'auto' computes them exactly")
+        return exact.attention_backward(dout, q, k, v, out, lse, causal=bool(causal), scale=scale)
     on_gpu = not isinstance(q, np.ndarray)
     tensor_cores = q.dtype.name in kbm.DTYPES and not deterministic and \
         (not on_gpu or device.compute_capability() >= kbm.BACKWARD_MMA.min_cc)

@@ -105,3 +105,29 @@ def attention(q, k, v, *, causal: bool, scale: float):
 
     out, lse = blocked.reference(q, k, v, causal=causal, scale=scale)
     return out.astype(q.dtype), lse.astype(lse_dtype)
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float):
+    """(dq, dk, dv) of attention for float64 or empty arrays, with the array's own module: the formulas
+    of the backward kernels in float64 (P = e^(s - LSE) with the causal mask, bottom-right;
+    D = rowsum(dout * out); dS = P (dP - D)); dk and dv summed over each kv head's group. A row whose
+    LSE is -inf (it saw no key) has P = 0, so no gradient. Each gradient in its input's dtype."""
+    xp = reference.array_module(q)
+    batch, heads, n_q, d = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    if q.size == 0 or k.size == 0:
+        return xp.zeros(q.shape, q.dtype), xp.zeros(k.shape, k.dtype), xp.zeros(v.shape, v.dtype)
+    group = heads // kv_heads
+    kk, vv = xp.repeat(k, group, axis=1), xp.repeat(v, group, axis=1)
+    with np.errstate(all="ignore"):
+        s = q @ kk.swapaxes(-1, -2) * scale
+        row_lse = lse.astype(np.float64)[..., None]
+        seen = xp.isfinite(row_lse) | xp.isnan(row_lse)   # (a NaN LSE passes its NaN on)
+        if causal:   # query i sees keys j < i + 1 + n_k - n_q
+            seen = seen & (xp.arange(n_k)[None, :] < (xp.arange(n_q) + 1 + n_k - n_q)[:, None])
+        p = xp.where(seen, xp.exp(s - row_lse), 0.0)
+        ds = p * (dout @ vv.swapaxes(-1, -2) - (dout * out).sum(axis=-1, keepdims=True))
+        dq = ds @ kk * scale
+        dk = (ds.swapaxes(-1, -2) @ q * scale).reshape(batch, kv_heads, group, n_k, d).sum(axis=2)
+        dv = (p.swapaxes(-1, -2) @ dout).reshape(batch, kv_heads, group, n_k, d).sum(axis=2)
+    return dq.astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False), dv.astype(v.dtype, copy=False)

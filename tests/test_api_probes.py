@@ -1,5 +1,7 @@
 """Calls a probe of the public API sent, each of which once gave a silently wrong answer, a raw
 internal error or a refusal torch does not make; each test names what used to happen."""
+import re
+
 import numpy as np
 import pytest
 
@@ -343,3 +345,18 @@ def test_masked_softmax_of_an_empty_array_is_empty(shape, dtype):
     if shape[-1]:   # (rows of no column have nothing to mask: their options are not looked at)
         with pytest.raises(ValueError, match="valid_lengths must have one entry per row"):
             osm.softmax(x, valid_lengths=np.zeros(7, np.int64))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda q, x: osm.attention(q, q, q, return_lse="yes"), "attention: return_lse must be True or False, got 'yes'"),
+    (lambda q, x: osm.attention(q, q, q, causal=1), "attention: causal must be True or False, got 1"),
+    (lambda q, x: osm.softmax(x, causal="yes"), "softmax: causal must be True or False, got 'yes'"),
+    (lambda q, x: osm.logsumexp(x, keepdims="yes"), "logsumexp: keepdims must be True or False, got 'yes'"),
+    (lambda q, x: osm.softmax_topk(x, 2, return_lse="yes"), "softmax_topk: return_lse must be True or False, got 'yes'"),
+])
+def test_a_flag_that_is_not_a_bool_is_a_type_error(call, message):
+    """A truthy string or an int where a flag goes is refused by name, never read as True ("yes") or
+    as a number."""
+    q, x = np.zeros((1, 1, 3, 64), np.float32), np.zeros((2, 8), np.float32)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        call(q, x)

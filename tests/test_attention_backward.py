@@ -228,3 +228,38 @@ def test_the_causal_backward_grader_passes_the_answer_and_rejects_wrong_ones():
     for name, fn in wrong.items():
         assert not eb.check_causal_backward(fn, quiet=True), name
     assert eb.check_causal_backward(lambda *a: _top_left_tile_skip(*a, tile=10**6), quiet=True)   # one tile: right
+
+
+def test_float64_and_empty_arrays_are_computed_exactly():
+    """float64 q, k, v (with attention's float64 LSE, any d) give float64 gradients equal to torch's
+    float64 autograd of its attention at 1e-12; the float32 model of the kernels, off by ~1e-7, is the
+    wrong answer the tolerance rejects. Empty arrays give empty gradients; a kernel variant is refused."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    for n_q, n_k, causal, heads, kv_heads, d in ((7, 11, False, 4, 2, 24), (9, 9, True, 2, 1, 64), (6, 13, True, 2, 2, 3)):
+        q = rng.standard_normal((2, heads, n_q, d))
+        k, v = (rng.standard_normal((2, kv_heads, n_k, d)) for _ in range(2))
+        out, lse = osm.attention(q, k, v, causal=causal, return_lse=True)
+        assert out.dtype == lse.dtype == np.float64
+        dout = rng.standard_normal(out.shape)
+        got = osm.attention_backward(dout, q, k, v, out, lse, causal=causal)
+        group = heads // kv_heads
+        tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+        mask = None if not causal else torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + (n_k - n_q)
+        ref = torch.nn.functional.scaled_dot_product_attention(tq, tk.repeat_interleave(group, 1),
+                                                               tv.repeat_interleave(group, 1), attn_mask=mask)
+        want = [t.numpy() for t in torch.autograd.grad(ref, (tq, tk, tv), torch.tensor(dout))]
+        for g, w in zip(got, want):
+            assert g.dtype == np.float64 and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * float(np.abs(w).max()))
+        model = bb.simulate(*(a.astype(np.float32) for a in (dout, q, k, v, out, lse)), causal=causal)
+        assert max(float(np.abs(m - w).max() / np.abs(w).max()) for m, w in zip(model, want)) > 1e-9
+    empty = [np.zeros((1, 2, 0, 64), np.float32), np.zeros((1, 2, 0, 64), np.float32),
+             np.zeros((1, 1, 5, 64), np.float32), np.zeros((1, 1, 5, 64), np.float32),
+             np.zeros((1, 2, 0, 64), np.float32), np.zeros((1, 2, 0), np.float32)]
+    dq, dk, dv = osm.attention_backward(*empty)
+    assert dq.shape == (1, 2, 0, 64) and dk.shape == dv.shape == (1, 1, 5, 64) and not dk.any()
+    with pytest.raises(ValueError, match="variant 'auto' computes them exactly"):
+        osm.attention_backward(dout, q, k, v, out, lse, causal=True, variant="mma")
+    with pytest.raises(ValueError, match="lse must be an array of q's kind"):
+        osm.attention_backward(dout, q, k, v, out, lse.astype(np.float32), causal=True)
