@@ -203,8 +203,9 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
             raise TypeError("attention: q, k and v must be all torch tensors or all arrays, got "
                             + ", ".join(f"{n}: {_describe(a)}" for n, a in zip("qkv", (q, k, v))))
         if any(map(torch_bridge.wants_operator, (q, k, v))) and not return_lse and variant == "auto":   # the operator
-            if str(q.dtype) not in ("torch.float32", "torch.float16", "torch.bfloat16") or 0 in (*q.shape, *k.shape):
-                raise TypeError(f"attention: the gradient takes non-empty float32, float16 and bfloat16 tensors, got "
+            if str(q.dtype) not in ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64") or \
+                    0 in (*q.shape, *k.shape):
+                raise TypeError(f"attention: the gradient takes non-empty float32, float16, bfloat16 and float64 tensors, got "
                                 f"{_describe(q)}: pass x.detach() for the exact forward alone")
             return torch_bridge.autograd("attention", q, (k, v), causal=causal, scale=scale, causal_align=causal_align)
         return torch_bridge.call(attention, q, k, v, causal=causal, scale=scale, return_lse=return_lse, variant=variant,

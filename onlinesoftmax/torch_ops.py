@@ -256,7 +256,7 @@ _LogSoftmaxBackward = _second_derivative(_ops.log_softmax_backward, _log_softmax
 
 class _Attention(torch.autograd.Function):
     """The forward keeps the LSE beside the output (a second output, never returned by the operator); the
-    backward recomputes P from it (onlinesoftmax.attention_backward, head dimensions 64 and 128).
+    backward recomputes P from it (onlinesoftmax.attention_backward, head dimensions 64 and 128; any in float64).
     causal_align="top_left" with n_q != n_k is the bottom-right mask on the parts attention_api's
     _top_left cuts the problem into, and so is its gradient."""
 
@@ -273,7 +273,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _):
         q, k, v, out, lse = ctx.saved_tensors
-        if q.shape[-1] not in (64, 128):
+        if q.shape[-1] not in (64, 128) and q.dtype != torch.float64:   # (float64: exactly, any d)
             raise NotImplementedError(f"onlinesoftmax::attention's backward takes head dimensions 64 and 128, got "
                                       f"{q.shape[-1]}: use torch.nn.functional.scaled_dot_product_attention to train")
         parts = _attention_parts(q.shape[2], k.shape[2], ctx.causal, ctx.align)

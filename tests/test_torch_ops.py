@@ -1,12 +1,14 @@
 """CPU tier: the kernels as PyTorch operators and torch tensors through the public functions, on CPU
 tensors (the NumPy models; float64 exactly), with torch's CPU wheel (.venv/torch-cpu, as the gloo test).
 
-- torch.autograd.gradcheck in float64 through every differentiable operator, and torch.library.opcheck
+- torch.autograd.gradcheck in float64 through every differentiable operator (softmax, log_softmax,
+  logsumexp, attention, cross_entropy), and torch.library.opcheck
   (schema, fake implementation, autograd registration) on each;
 - torch.compile(fullgraph=True) traces a small model that calls them (no graph break);
 - output type and dtype follow the input; an out= tensor comes back as itself;
 - conventions against torch: float64, empty tensors, keepdim, rows of -inf, bfloat16;
-- the wrong answers: a gradient that skips the sum term must fail gradcheck (the check can fail).
+- the wrong answers: a gradient that skips the sum term, and an attention backward without its D term,
+  must fail gradcheck (the check can fail).
 """
 import os
 import sys
@@ -44,6 +46,43 @@ def test_gradcheck_in_float64_through_every_operator(dim):
     assert torch.autograd.gradcheck(lambda t: OPS.log_softmax(t, dim), (x,))
     assert torch.autograd.gradcheck(lambda t: OPS.logsumexp(t, dim, False), (x,))
     assert torch.autograd.gradcheck(lambda t: OPS.logsumexp(t, dim, True), (x,))
+
+
+@pytest.mark.parametrize("causal, align, n_q, n_k", [(False, "bottom_right", 5, 7), (True, "bottom_right", 5, 7),
+                                                     (True, "top_left", 7, 5), (True, "top_left", 4, 9)])
+def test_gradcheck_in_float64_through_attention(causal, align, n_q, n_k):
+    """attention's operator in float64 (any head dimension: exactly), grouped heads, both causal alignments
+    (top-left with n_q > n_k is made of two bottom-right parts): gradcheck of q, k and v."""
+    g = torch.Generator().manual_seed(n_q * 10 + n_k)
+    q = torch.randn(1, 2, n_q, 8, dtype=torch.float64, generator=g).requires_grad_()
+    k, v = (torch.randn(1, 1, n_k, 8, dtype=torch.float64, generator=g).requires_grad_() for _ in range(2))
+    assert torch.autograd.gradcheck(lambda a, b, c: OPS.attention(a, b, c, causal, None, align), (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: osm.attention(a, b, c, causal=causal, causal_align=align), (q, k, v))
+
+
+def test_gradcheck_rejects_an_attention_backward_without_the_d_term(monkeypatch):
+    """The check can fail: dS = P dP, without the row term D = rowsum(dO * O), must not pass."""
+    from onlinesoftmax import exact
+
+    right = exact.attention_backward
+
+    def wrong(dout, q, k, v, out, lse, **options):
+        return right(dout, q, k, v, out * 0, lse, **options)   # D = 0
+    monkeypatch.setattr(exact, "attention_backward", wrong)
+    q = grad_input(1, 1, 4, 8, seed=3)
+    k, v = grad_input(1, 1, 6, 8, seed=4), grad_input(1, 1, 6, 8, seed=5)
+    assert not torch.autograd.gradcheck(lambda a, b, c: OPS.attention(a, b, c, False, None, "bottom_right"), (q, k, v),
+                                        raise_exception=False)
+
+
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "z_loss": 1e-3}, {"softcap": 5.0, "reduction": "sum"},
+                                     {"reduction": "none", "ignore_index": 7}])
+def test_gradcheck_in_float64_through_cross_entropy(options):
+    """cross_entropy's operator in float64, with an ignored row, label smoothing, z-loss, soft-capping and
+    every reduction."""
+    x = grad_input(6, 9, seed=11)
+    t = torch.tensor([0, 3, 8, options.get("ignore_index", -100), 2, 5])
+    assert torch.autograd.gradcheck(lambda a: osm.cross_entropy(a, t, **options), (x,))
 
 
 def test_the_public_functions_on_a_tensor_that_requires_grad_use_the_operators():
