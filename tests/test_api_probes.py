@@ -253,10 +253,13 @@ def test_what_a_review_of_these_paths_found():
     osm.linear_cross_entropy(hidden, head.weight, targets).backward()
     assert head.weight.grad.shape == (5, 8)
     assert torch.isfinite(osm.cross_entropy(torch.nn.Parameter(torch.randn(4, 5)), targets))
-    # a gradient of float64 or empty attention is refused up front, not in backward
+    # a gradient of float64 attention is computed exactly; of empty attention, refused up front, not in backward
     q = torch.randn(1, 2, 3, 64, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(TypeError, match="the gradient takes non-empty float32"):
-        osm.attention(q, q, q)
+    osm.attention(q, q, q).sum().backward()
+    assert q.grad.dtype == torch.float64 and bool(torch.isfinite(q.grad).all())
+    empty = torch.zeros(1, 2, 0, 64, requires_grad=True)
+    with pytest.raises(TypeError, match="the gradient takes non-empty float32, float16, bfloat16 and float64"):
+        osm.attention(empty, empty, empty)
     # the exact path's LSE is NaN for a row holding NaN (it was -inf)
     x = np.random.default_rng(7).standard_normal((1, 1, 3, 8))
     x[0, 0, 1, 0] = np.nan
