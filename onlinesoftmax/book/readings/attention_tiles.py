@@ -18,10 +18,15 @@ from onlinesoftmax.runtime.loader import KERNELS_DIR
 SOURCE = KERNELS_DIR / "attention" / "attention_01_blocked.cu"
 
 
+def defines(source, names) -> dict:
+    """{name: value} of the integer #defines `names` in the file `source` (so a figure reads the kernel)."""
+    text = source.read_text()
+    return {name: int(re.search(rf"^#define {name} (\d+)", text, re.M).group(1)) for name in names}
+
+
 def kernel_tiles(source=SOURCE) -> dict:
     """{"BLOCK_Q": rows of a query tile, "BLOCK_K": keys of a key/value tile}, from the kernel source."""
-    text = source.read_text()
-    return {name: int(re.search(rf"^#define {name} (\d+)", text, re.M).group(1)) for name in ("BLOCK_Q", "BLOCK_K")}
+    return defines(source, ("BLOCK_Q", "BLOCK_K"))
 
 
 def visited_tiles(n_q: int, n_k: int, causal: bool, block_q: int, block_k: int) -> list[int]:
@@ -89,8 +94,7 @@ MMA_N = 8   # keys (or output columns) of one m16n8 accumulator
 
 def mma_tiles(source=MMA_HEADER) -> dict:
     """The block and warp geometry the tensor-core kernels share, read from attention_mma.cuh's #defines."""
-    text = source.read_text()
-    return {name: int(re.search(rf"^#define {name} (\d+)", text, re.M).group(1)) for name in MMA_NAMES}
+    return defines(source, MMA_NAMES)
 
 
 def mma_tile_figure(d: int = 128, owner: int = 2, tiles: dict | None = None):
