@@ -36,3 +36,17 @@ def test_a_lucky_starter_that_nothing_rejects_fails_the_chapter(lucky_gpu, monke
     monkeypatch.setattr(ke, "run", lambda *a, **k: {"passed": True})
     with pytest.raises(AssertionError, match="starters/split_merge.cu"):
         ke.verify_chapter("04")
+
+
+def test_on_a_gpu_starters_keep_the_emulator_and_solutions_skip_it(monkeypatch):
+    """Solutions are judged by their GPU values (the emulator's pass over them is a CPU-tier test and
+    takes tens of seconds for chapter 08's); a starter keeps the emulator's checks after lucky values.
+    The wrong answers: a starter run without them, or every solution emulated again in the page."""
+    jobs_seen = []
+    monkeypatch.setattr(ke, "_backend_here", lambda: "gpu")
+    monkeypatch.setattr(ke, "run_many", lambda jobs, workers=8: jobs_seen.extend(jobs) or
+                        [{"passed": job["path"].parent == ke.SOLUTIONS} for job in jobs])
+    assert ke.verify_chapter("08") == ["fix_attention_barrier", "fix_attention_tail"]
+    assert {(job["path"].parent.name, job["emulate"]) for job in jobs_seen} == {("solutions", False), ("starters", True)}
+    assert '"emulate": false' in ke._command("grade", [("fix_tail", ke.SOLUTIONS / "fix_tail.cu")], "gpu", False,
+                                             emulate=False)[-1]

@@ -53,7 +53,6 @@ STARTERS, SOLUTIONS = EXERCISES_DIR / "starters", EXERCISES_DIR / "solutions"
 TIMEOUT_S = 180                 # the GPU run, then the emulator (its first build of a kernel takes a while)
 RACECHECK_TIMEOUT_S, STARTER_GPU_TIMEOUT_S = 120, 12   # the latter: a GPU starter that hangs (a skipped shuffle) fails
 
-
 DIFFICULTIES = ("warm-up", "core", "challenge")
 
 
@@ -103,7 +102,6 @@ EXERCISES = {e.name: e for e in (
     KernelExercise("fix_attention_tail", "08", "attention: wrong unless the keys fill whole tiles", _ATTENTION),
 )}
 ABOVE_COPY = 1.10   # a measured speed above 1.10 of the copy is no speed a right kernel reaches: a failure
-
 
 def _exercise(name: str) -> KernelExercise:
     if name not in EXERCISES:
@@ -193,21 +191,21 @@ def _subprocess(command, timeout_s: float) -> dict:
     return {"passed": False, "fault": f"the run reported a pass, then ended with exit {done.returncode}"}
 
 
-def _command(mode: str, items, backend: str, measure: bool, seed: int | None = None) -> list[str]:
+def _command(mode: str, items, backend: str, measure: bool, seed: int | None = None, emulate: bool = True) -> list[str]:
     """The subprocess's command line; the hidden cases are drawn from `seed` (a fresh one by default)."""
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     spec = {"mode": mode, "backend": backend, "items": [[n, str(p)] for n, p in items], "measure": measure,
-            "seed": seed}
+            "seed": seed, "emulate": emulate}
     return [sys.executable, "-m", "onlinesoftmax.book.exercises.kernel_runner", json.dumps(spec)]
 
 
 def run(path: Path, name: str, timeout_s: float = TIMEOUT_S, measure: bool = True, backend: str | None = None,
-        seed: int | None = None) -> dict:
-    """Check (and on a GPU time) the kernel in a subprocess; never raises for the kernel's faults.
-    backend: "gpu" or "cpu" (the emulator); by default the GPU when there is one. seed: the hidden
-    cases' (a fresh one each run by default)."""
+        seed: int | None = None, emulate: bool = True) -> dict:
+    """Check (and on a GPU time) the kernel in a subprocess; never raises for the kernel's faults. backend:
+    "gpu" or "cpu" (the emulator); by default the GPU when there is one. seed: the hidden cases' (a fresh
+    one each run by default). emulate=False: no emulator checks after a GPU run's values pass."""
     backend = backend or _backend_here()
-    return _subprocess(_command("grade", [(name, path)], backend, measure, seed), timeout_s) | {"backend": backend}
+    return _subprocess(_command("grade", [(name, path)], backend, measure, seed, emulate), timeout_s) | {"backend": backend}
 
 
 def run_many(jobs, workers: int = 8) -> list[dict]:
@@ -340,7 +338,6 @@ def verify_chapter(chapter: str) -> list[str]:
     exercise is rejected; one right by luck on a GPU (a missing barrier) goes to the emulator's race check
     (compute-sanitizer's racecheck where g++ is missing). AssertionError names the first that does not."""
     from onlinesoftmax.runtime import emulator
-
     names = [n for n, e in EXERCISES.items() if e.chapter == chapter]
     for name in names:
         ok, log = build(SOLUTIONS / f"{name}.cu", name)
@@ -349,9 +346,12 @@ def verify_chapter(chapter: str) -> list[str]:
         return names
     jobs = [(folder / f"{n}.cu", n, folder is SOLUTIONS or bool(EXERCISES[n].min_fraction_of_copy))
             for n in names for folder in (SOLUTIONS, STARTERS)]
-    gpu = _backend_here() == "gpu"   # 8 subprocesses at once there, and a starter cut at STARTER_GPU_TIMEOUT_S
-    results = run_many([{"path": path, "name": n, "measure": False, "timeout_s": STARTER_GPU_TIMEOUT_S if gpu and
-                         path.parent == STARTERS and not ok else TIMEOUT_S} for path, n, ok in jobs], workers=8 if gpu else 4)
+    # on a GPU: 8 subprocesses at once, a starter cut at STARTER_GPU_TIMEOUT_S, a solution judged by its
+    # values there (the emulator's slow pass over a solution is a CPU-tier test)
+    gpu = _backend_here() == "gpu"
+    results = run_many([{"path": p, "name": n, "measure": False, "emulate": p.parent == STARTERS, "timeout_s":
+                         STARTER_GPU_TIMEOUT_S if gpu and p.parent == STARTERS and not ok else TIMEOUT_S}
+                        for p, n, ok in jobs], workers=8 if gpu else 4)
     for (path, n, should_pass), result in zip(jobs, results):
         passed = bool(result["passed"])
         if passed and not should_pass and uses_shared_memory(path) and gpu:

@@ -160,16 +160,17 @@ def running_max_figure(scores: np.ndarray, blocks=range(16, 513, 16), value: int
 
 
 def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", "float16", "bfloat16"),
-                seed: int = 0, shown: int = 60) -> Figure:
+                seed: int = 0, shown: int = 60, k_options=(1, 2, 5, 8, 10, 16, 20, 32)) -> Figure:
     """Chapter 07: one row of random logits (normal, scale 2, as the widget draws), the k probabilities
-    softmax_topk's NumPy model returns, over the row's whole softmax in float64, sorted."""
+    softmax_topk's NumPy model returns, over the row's whole softmax in float64, sorted. The model runs
+    once per choice offered (N x dtype x k x renormalize), so k takes a few values, not all 32."""
     import onlinesoftmax
     from onlinesoftmax import checks
     from onlinesoftmax.kernels.topk import softmax_topk as kt
     from onlinesoftmax.topk import choose
 
     fig = Figure("topk-choice", "The k probabilities softmax_topk returns, over the whole row",
-                 [select("N", "N", list(n_options), 1000), slider("k", "k", 1, kt.MAX_K, value=5),
+                 [select("N", "N", list(n_options), 1000), select("k", "k", list(k_options), 5),
                   select("dtype", "dtype", list(dtypes), "float32"), checkbox("renormalize", "renormalize")],
                  digits=3, caption=f"{MODEL_NOTE} of softmax_topk on one row; the row's softmax in float64 (its largest {shown})")
     panel = fig.panel("probabilities", x="rank (largest probability first)", y="probability", x_scale="ordinal",
@@ -184,7 +185,7 @@ def topk_figure(n_options=(8, 64, 256, 1000, 32000, 128256), dtypes=("float32", 
                        mark="bar", color=color("numpy"), source="reference", when={"N": n_cols, "dtype": dtype})
             fig.note(f"N = {n_cols}, {dtype}: the row's largest {len(ranked)} probabilities sum to {ranked.sum():.4f}",
                      when={"N": n_cols, "dtype": dtype})
-            for k_asked in range(1, kt.MAX_K + 1):
+            for k_asked in k_options:
                 k = min(k_asked, n_cols)
                 name = choose(1, n_cols, k, dtype).variant.name   # the kernel variant="auto" picks for one row
                 for renormalize in (False, True):
