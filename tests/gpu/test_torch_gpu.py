@@ -7,6 +7,8 @@
 - gradients through the operators against torch's for every operator and dtype, with the book's rule;
 - torch.compile(fullgraph=True) of a small model using the operators (inductor);
 - a decode loop with a growing KV length: the plan cache's bytes stay within their bound;
+- beside each, the wrong answer it rejects: launches on the legacy stream, arguments traded between
+  threads, a plan cache bounded by entries only;
 - the torch fast path: a repeated plain call is one lookup, and its result stays right.
 """
 import threading
@@ -116,24 +118,47 @@ def test_two_threads_share_one_plan_without_trading_arguments():
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert not errors
+    # the wrong answer: arguments traded between callers (one thread's x under another's launch) fail the check
+    assert not any(torch.allclose(osm.softmax(xs[(i + 1) % 8]), wants[i], rtol=1e-5, atol=1e-7) for i in range(8))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_a_side_stream_producer_and_consumer(dtype):
+def side_stream_failures(dtype, sleep_cycles: int = 20000) -> list[int]:
+    """120 iterations of a producer and our consumer on one non-default torch stream, behind a long
+    kernel each time: the iterations whose output is wrong (a launch on another stream reads x before
+    the producer has written it)."""
     stream = torch.cuda.Stream()
     source = torch.randn(512, 8192, device="cuda").to(dtype)
     results = []
     with torch.cuda.stream(stream):
         for i in range(120):
             x = torch.empty_like(source)
-            torch.cuda._sleep(20000)                      # a long kernel ahead of the producer on this stream
+            torch.cuda._sleep(sleep_cycles)               # a long kernel ahead of the producer on this stream
             x.copy_(source * (1 + i % 7))                 # produced on the side stream
             y = osm.softmax(x) if i % 3 else osm.log_softmax(x) if i % 2 else osm.logsumexp(x)
             results.append((i, x, y))
     stream.synchronize()
+    failures = []
     for i, x, y in results:
         want = (torch.softmax if i % 3 else torch.log_softmax if i % 2 else torch.logsumexp)(x.double(), -1)
-        assert torch.allclose(y.double(), want, rtol=2e-2, atol=1e-2 if dtype != torch.float32 else 1e-5), i
+        if not torch.allclose(y.double(), want, rtol=2e-2, atol=1e-2 if dtype != torch.float32 else 1e-5):
+            failures.append(i)
+    return failures
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_side_stream_producer_and_consumer(dtype):
+    assert side_stream_failures(dtype) == []
+
+
+def test_launching_on_the_legacy_stream_instead_of_torchs_is_caught(monkeypatch):
+    """The wrong answer the stream test exists for: the kernels on the legacy default stream (CuPy's
+    own, what a plain cupy.asarray call would use), not torch's current one, race the producer."""
+    from onlinesoftmax.runtime import torch_bridge
+
+    monkeypatch.setattr(torch_bridge, "stream_address_function", lambda: (lambda index: 0))
+    monkeypatch.setattr(api, "_tensor_stream", None)    # restored afterwards, with the type below
+    monkeypatch.setattr(api, "_tensor_type", None)      # the fast path re-reads the (patched) stream call
+    assert len(side_stream_failures(torch.float32, sleep_cycles=2_000_000)) > 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -190,18 +215,36 @@ def test_torch_compile_fullgraph_under_no_grad():
         torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-3)
 
 
-def test_a_decode_loop_with_a_growing_cache_keeps_the_plan_bytes_bounded(monkeypatch):
-    monkeypatch.setattr(plan._runners, "max_bytes", 8 * 2**20)
+def decode_loop_plan_bytes() -> int:
+    """A decode loop whose KV length grows by 7 each step (a plan per length): the most bytes the plan
+    cache held, each step's output checked against torch's SDPA."""
     q = torch.randn(1, 32, 1, 128, device="cuda")       # float32: the split decode kernel, partials per plan
     cache_k = torch.randn(1, 8, 4096, 128, device="cuda")
     cache_v = torch.randn_like(cache_k)
     seen = 0
     for length in range(1024, 4096, 7):
-        out = osm.attention(q, cache_k[:, :, :length].contiguous(), cache_v[:, :, :length].contiguous())
+        k, v = cache_k[:, :, :length].contiguous(), cache_v[:, :, :length].contiguous()
+        out = osm.attention(q, k, v)
         seen = max(seen, plan._runners.bytes)
-        assert plan._runners.bytes <= plan._runners.max_bytes
-    assert out.shape == q.shape and bool(out.isfinite().all())
-    assert seen > 0, "the decode plans hold partial states: the bound was exercised"
+        if length % 301 == 0:
+            want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
+            torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
+    return seen
+
+
+def test_a_decode_loop_with_a_growing_cache_keeps_the_plan_bytes_bounded(monkeypatch):
+    plan._runners.clear()
+    monkeypatch.setattr(plan._runners, "max_bytes", 8 * 2**20)
+    seen = decode_loop_plan_bytes()
+    assert 0 < seen <= 8 * 2**20, "the decode plans hold partial states, within the bound"
+
+
+def test_the_same_loop_without_the_byte_bound_goes_past_it(monkeypatch):
+    """The wrong answer: a cache bounded by entries only (4096 plans) holds every length's partials."""
+    plan._runners.clear()
+    monkeypatch.setattr(plan._runners, "max_bytes", None)
+    assert decode_loop_plan_bytes() > 8 * 2**20
+    plan._runners.clear()
 
 
 def test_a_repeated_plain_call_on_a_tensor_is_one_lookup_and_stays_right():
