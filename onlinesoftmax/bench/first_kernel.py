@@ -57,8 +57,8 @@ def measure() -> dict:
         want = np.tile(expected_sums(stride), blocks)
         assert np.array_equal(out.get(), want), f"shared_reads stride {stride}: wrong sums"
         timing = timer.time_gpu(lambda: reads((blocks,), (BLOCK,), (out, np.int32(stride), np.int32(REPS))), [()])
-        rows.append({"kernel": "shared_reads", "stride": stride, "blocks": blocks, "threads": BLOCK, "reps": REPS,
-                     **timing, "modules": MODULES})
+        rows.append({"kernel": "shared_reads", "stride": stride, "blocks": blocks, "threads": BLOCK, **timing,
+                     "reads_per_lane": REPS, "modules": MODULES})   # (timing's "reps": the timer's launches)
     row_ms = next(r["ms"] for r in rows if r.get("stride") == 1)
     for r in rows:
         if "stride" in r:
