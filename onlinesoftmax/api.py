@@ -20,8 +20,7 @@ from onlinesoftmax.inputs import (as_rows, check_array, check_length, check_out,
 from onlinesoftmax.registry import REGISTRY, Variant
 from onlinesoftmax.runtime import device
 from onlinesoftmax.runtime import driver, torch_bridge
-from onlinesoftmax.runtime.cache import Cache
-from onlinesoftmax.runtime.plan import extent, get_runner
+from onlinesoftmax.runtime.plan import extent, fast_path_cache, get_runner
 
 try:  # cupy imports without a GPU; the hot path compares types, so it needs the class itself
     import cupy as _cupy
@@ -32,10 +31,9 @@ except Exception:  # pragma: no cover - cupy is a requirement
     _cupy = CUPY_ARRAY = None
 
 AUTO = ("auto", "fast")   # "fast": the earlier name of "auto", still accepted
-FAST_PATH_LIMIT = 4096
 NEG_INF = -np.inf
-_fast_path = Cache("softmax fast path", FAST_PATH_LIMIT, order="fifo",   # _call_key(...) -> (runner, shape, dtype,
-                   about="softmax, log_softmax, logsumexp: a repeated call's plan")   # x/out extents, masked, pointers)
+_fast_path = fast_path_cache("softmax fast path",   # _call_key(...) -> (runner, shape, dtype, x/out extents, masked, pointers)
+                             "softmax, log_softmax, logsumexp: a repeated call's plan")
 
 
 # ---- running a variant -----------------------------------------------------------------------

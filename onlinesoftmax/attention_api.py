@@ -54,14 +54,11 @@ from onlinesoftmax.kernels.attention import wgmma as attention_wgmma
 from onlinesoftmax.kernels.attention import fp32_pipelined as attention_fp32
 from onlinesoftmax.registry import DTYPES, Variant, resolve, variants
 from onlinesoftmax.runtime import device, torch_bridge
-from onlinesoftmax.runtime.cache import Cache
-from onlinesoftmax.runtime.plan import get_runner
+from onlinesoftmax.runtime.plan import fast_path_cache, get_runner
 
 SUPPORTED_D = kernels.SUPPORTED_D
 DECODE_MAX_QUERIES = 8     # auto: up to this many queries per head take the split decode kernel
-FAST_PATH_LIMIT = 4096
-_fast_path = Cache("attention fast path", FAST_PATH_LIMIT, order="fifo",   # _call_key(...) -> (runner, LSE shape)
-                   about="attention: a repeated call's plan")
+_fast_path = fast_path_cache("attention fast path", "attention: a repeated call's plan")   # key -> (runner, LSE shape)
 
 
 def _describe(a) -> str:

@@ -37,8 +37,7 @@ from onlinesoftmax.kernels.topk import moe
 from onlinesoftmax.kernels.topk import split
 from onlinesoftmax.runtime import device, torch_bridge
 from onlinesoftmax.registry import DTYPE_ITEMSIZE
-from onlinesoftmax.runtime.cache import Cache
-from onlinesoftmax.runtime.plan import get_runner
+from onlinesoftmax.runtime.plan import fast_path_cache, get_runner
 
 AUTO = ("auto",)
 MAX_K = split.MAX_K
@@ -60,9 +59,8 @@ SPLIT_K1_MIN_ROW_BYTES = 196608
 SPLIT_MIN_ROW_BYTES = 32768
 SPLIT_FROM_K = 9
 AUTO_LIST_MAX_K = 16
-FAST_PATH_LIMIT = 4096
-_fast_path = Cache("softmax_topk fast path", FAST_PATH_LIMIT, order="fifo",   # _call_key(...) -> (runner, rows,
-                   about="softmax_topk, topk_logits: a repeated call's plan")    # outputs' leading shape or None)
+_fast_path = fast_path_cache("softmax_topk fast path",   # _call_key(...) -> (runner, rows, outputs' leading shape or None)
+                             "softmax_topk, topk_logits: a repeated call's plan")
 
 
 def check_k(k, n_cols: int, function: str = "softmax_topk", exact: bool = False) -> int:

@@ -76,3 +76,32 @@ def test_bad_order_and_a_second_name_are_refused(scratch):
     scratch(1)
     with pytest.raises(ValueError, match="exists already"):
         cache.Cache("test cache 0", 1)
+
+
+def test_the_fast_paths_count_the_bytes_their_runners_hold(monkeypatch):
+    """A fast path's entry keeps its runner (and the runner's partial-state buffers) alive after the plan
+    cache let it go: each fast path is bounded by PLAN_BYTES of runner buffers as well. The wrong answer
+    (a fast path bounded by entries only) holds every entry's buffers, here 5 x 400 bytes past a 1000 bound."""
+    class Runner:
+        def __init__(self, nbytes):
+            self.nbytes = nbytes
+
+    for fast in (api._fast_path, topk._fast_path, attention_api._fast_path):
+        assert fast.max_bytes == plan.PLAN_BYTES and fast.order == "fifo"
+    monkeypatch.setattr(plan, "PLAN_BYTES", 1000)
+    bounded = plan.fast_path_cache("test fast path", "bounded by bytes")
+    try:
+        for i in range(5):
+            bounded.put(i, (Runner(400), (1, 2)))
+        assert bounded.bytes <= 1000 and len(bounded) == 2 and 4 in bounded
+        bounded.put("no runner", None)                  # entries without a runner count nothing
+        assert bounded.bytes == 800
+        unbounded = cache.Cache("test fast path by entries", plan.FAST_PATH_LIMIT, order="fifo")
+        try:
+            for i in range(5):
+                unbounded.put(i, (Runner(400), (1, 2)))
+            assert sum(entry[0].nbytes for entry in unbounded._data.values()) == 2000 > 1000
+        finally:
+            cache.CACHES.pop(unbounded.name)
+    finally:
+        cache.CACHES.pop(bounded.name)

@@ -34,6 +34,15 @@ PER_THREAD_STREAM = 2      # cudaStreamPerThread: one address, a different strea
 PLAN_BYTES = 2**30         # device memory the runners' own buffers (scratch, partial states) may hold
 _runners = Cache("plans", PLAN_LIMIT, max_bytes=PLAN_BYTES, nbytes=lambda runner: getattr(runner, "nbytes", 0),
                  about="one runner per (variant, layouts, options, device, stream)")
+FAST_PATH_LIMIT = 4096     # repeated calls remembered by a public function (its key -> (runner, ...))
+
+
+def fast_path_cache(name: str, about: str) -> Cache:
+    """A public function's cache of repeated calls: entries (runner, ...), oldest out first. Its runners'
+    buffers count against PLAN_BYTES too: a runner the plan cache let go stays alive while an entry here
+    holds it, so without this bound a decode loop's growing lengths would keep every length's partials."""
+    return Cache(name, FAST_PATH_LIMIT, order="fifo", max_bytes=PLAN_BYTES,
+                 nbytes=lambda entry: getattr(entry[0], "nbytes", 0) if isinstance(entry, tuple) else 0, about=about)
 
 
 def layout(a) -> tuple:

@@ -6,9 +6,9 @@
   iterations, every output checked (a launch on another stream would read x before it is written);
 - gradients through the operators against torch's for every operator and dtype, with the book's rule;
 - torch.compile(fullgraph=True) of a small model using the operators (inductor);
-- a decode loop with a growing KV length: the plan cache's bytes stay within their bound;
+- a decode loop with a growing KV length: the device memory held stays within the caches' byte bounds;
 - beside each, the wrong answer it rejects: launches on the legacy stream, arguments traded between
-  threads, a plan cache bounded by entries only;
+  threads, a fast path that keeps every plan's buffers (bounded by entries only);
 - the torch fast path: a repeated plain call is one lookup, and its result stays right.
 """
 import threading
@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 
 import onlinesoftmax as osm  # noqa: E402
 import onlinesoftmax.torch_ops  # noqa: E402,F401
-from onlinesoftmax import api  # noqa: E402
-from onlinesoftmax.runtime import plan  # noqa: E402
+from onlinesoftmax import api, attention_api  # noqa: E402
+from onlinesoftmax.runtime import cache, plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -215,36 +215,47 @@ def test_torch_compile_fullgraph_under_no_grad():
         torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-3)
 
 
-def decode_loop_plan_bytes() -> int:
-    """A decode loop whose KV length grows by 7 each step (a plan per length): the most bytes the plan
-    cache held, each step's output checked against torch's SDPA."""
+def decode_loop_held_bytes() -> int:
+    """A decode loop whose KV length grows by 7 each step (a plan per length, the split kernel's partial
+    states in each): the most device memory the library held between steps (CuPy's pool; the tensors
+    are torch's), each few steps' output checked against torch's SDPA in float64."""
     q = torch.randn(1, 32, 1, 128, device="cuda")       # float32: the split decode kernel, partials per plan
     cache_k = torch.randn(1, 8, 4096, 128, device="cuda")
     cache_v = torch.randn_like(cache_k)
-    seen = 0
+    pool = cp.get_default_memory_pool()
+    base, held = pool.used_bytes(), 0
     for length in range(1024, 4096, 7):
         k, v = cache_k[:, :, :length].contiguous(), cache_v[:, :, :length].contiguous()
         out = osm.attention(q, k, v)
-        seen = max(seen, plan._runners.bytes)
         if length % 301 == 0:
             want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
             torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
-    return seen
+        held = max(held, pool.used_bytes() - base)
+    return held
 
 
-def test_a_decode_loop_with_a_growing_cache_keeps_the_plan_bytes_bounded(monkeypatch):
-    plan._runners.clear()
-    monkeypatch.setattr(plan._runners, "max_bytes", 8 * 2**20)
-    seen = decode_loop_plan_bytes()
-    assert 0 < seen <= 8 * 2**20, "the decode plans hold partial states, within the bound"
+BOUND = 8 * 2**20
 
 
-def test_the_same_loop_without_the_byte_bound_goes_past_it(monkeypatch):
-    """The wrong answer: a cache bounded by entries only (4096 plans) holds every length's partials."""
-    plan._runners.clear()
-    monkeypatch.setattr(plan._runners, "max_bytes", None)
-    assert decode_loop_plan_bytes() > 8 * 2**20
-    plan._runners.clear()
+def test_a_decode_loop_with_a_growing_cache_keeps_the_memory_held_bounded(monkeypatch):
+    """The plan cache and the attention fast path each keep at most BOUND bytes of runner buffers."""
+    cache.clear()                                       # every cache, so that every length builds its plan
+    monkeypatch.setattr(plan._runners, "max_bytes", BOUND)
+    monkeypatch.setattr(attention_api._fast_path, "max_bytes", BOUND)
+    held = decode_loop_held_bytes()
+    assert 0 < plan._runners.bytes <= BOUND and attention_api._fast_path.bytes <= BOUND
+    assert held <= 2 * BOUND + 2**20, held
+
+
+def test_a_fast_path_bounded_by_entries_only_holds_every_lengths_partials(monkeypatch):
+    """The wrong answer: the plan cache bounded, the fast path not (each entry keeps its runner alive)."""
+    cache.clear()
+    monkeypatch.setattr(plan._runners, "max_bytes", BOUND)
+    monkeypatch.setattr(attention_api._fast_path, "max_bytes", None)
+    try:
+        assert decode_loop_held_bytes() > 2 * BOUND + 2**20
+    finally:
+        cache.clear()
 
 
 def test_a_repeated_plain_call_on_a_tensor_is_one_lookup_and_stays_right():
