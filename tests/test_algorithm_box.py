@@ -1,4 +1,5 @@
-"""Chapter 08's algorithm box (the FlashAttention-2 forward) read against the kernel it describes.
+"""Chapter 08's algorithm boxes read against the kernels they describe: the FlashAttention-2 forward
+(attention_01_blocked.cu) and split-K decoding (attention_02_decode_split.cu with decode_merge.cuh).
 
 Each step of the box is paired with the line of kernels/attention/attention_01_blocked.cu that does
 it: the box's words must be on the page and the kernel's code in the source, so a step dropped from
@@ -17,7 +18,10 @@ import pytest
 from onlinesoftmax.book.readings import attention_tiles
 from onlinesoftmax.kernels.attention import blocked as ab
 
-PAGE = Path(__file__).resolve().parents[1] / "chapters" / "08_blocked_attention.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "chapters" / "08_blocked_attention.md"
+DECODE_PAGE = ROOT / "chapters" / "08_decode_split.md"
+DECODE_SOURCES = [ROOT / "kernels" / "attention" / "attention_02_decode_split.cu", ROOT / "kernels" / "common" / "decode_merge.cuh"]
 
 # (step, words of the box, the kernel's code for it: a regular expression over its source)
 STEPS = [
@@ -47,16 +51,53 @@ STEPS = [
 ]
 
 
-def box_text(page: str) -> str:
-    """The algorithm box of the page, whitespace collapsed."""
-    found = re.search(r"```\{admonition\} Algorithm: the blocked attention forward.*?\n```", page, re.S)
-    assert found, "chapter 08 has no algorithm box for the blocked forward"
+# The decode page: its merge formulas (displayed just above the box) and the box's two steps.
+DECODE_STEPS = [
+    ("a block per range", r"In parallel, one block per range $s$: run the loop of the blocked forward over the keys "
+     r"of its range only", r"const int split = blockIdx\.x, splits = gridDim\.x;"),
+    ("O_s and LSE_s written", r"write its normalized output $O_s$ and its $\operatorname{LSE}_s$",
+     r"o_part\[\(\(long long\)split \* n_rows \+ out_index\) \* D \+ d\] = value;\s*"
+     r"if \(d == 0\) lse_part\[\(long long\)split \* n_rows \+ out_index\] = row_lse;"),
+    ("M, the largest LSE_s", r"M = \max_s \operatorname{LSE}_s", r"batch_max = fmaxf\(batch_max, part_lse\[i\]\);"),
+    ("each range weighed", r"\sum_s e^{\operatorname{LSE}_s - M} O_s",
+     r"weight = exp2f\(part_lse\[i\] - base\);\s*//[^\n]*\s*total \+= weight;\s*acc = fmaf\(weight, part_o\[i\], acc\);"),
+    ("O and LSE written", r"\operatorname{LSE} = M + \ln \sum_s e^{\operatorname{LSE}_s - M}",
+     r"acc / total.*?\(mm \+ log2f\(total\)\) \* 0\.69314718056f"),
+    ("a second kernel, a block per query row", r"a second, small kernel merges the ranges with the formulas above, "
+     r"one block per query row", r"const long long row = blockIdx\.x, n_rows = gridDim\.x;"),
+    ("one range: no merge", r"With a single range, step 1 writes the output itself and no merge runs",
+     r"if \(splits == 1\) \{\s*out\[out_index \* D \+ d\] = Row::from_float\(value\);"),
+]
+
+
+def box_text(page: str, title: str = "the blocked attention forward") -> str:
+    """The algorithm box of the page with that title, whitespace collapsed."""
+    found = re.search(r"```\{admonition\} Algorithm: " + re.escape(title) + r".*?\n```", page, re.S)
+    assert found, f"no algorithm box for {title}"
     return " ".join(found.group(0).split())
 
 
-def missing_steps(box: str, source: str) -> list[str]:
-    return [f"{step}: {'box' if words not in box else 'kernel'}" for step, words, code in STEPS
+def missing_steps(box: str, source: str, steps=STEPS) -> list[str]:
+    return [f"{step}: {'box' if words not in box else 'kernel'}" for step, words, code in steps
             if words not in box or not re.search(code, source, re.S)]
+
+
+def decode_box() -> str:
+    """The decode page's box with the merge formulas displayed above it, whitespace collapsed."""
+    page = DECODE_PAGE.read_text()
+    formulas = re.search(r"\$\$\s*M = \\max_s.*?\$\$", page, re.S)
+    assert formulas, "the decode page lost its merge formulas"
+    return " ".join(formulas.group(0).split()) + " " + box_text(page, "split-K decoding")
+
+
+def test_every_step_of_the_decode_box_is_a_line_of_its_kernels():
+    source = "\n".join(path.read_text() for path in DECODE_SOURCES)
+    assert missing_steps(decode_box(), source, DECODE_STEPS) == []
+    # wrong answers: the merge weighing every range alike, the box without its one-range rule
+    assert missing_steps(decode_box(), source.replace("exp2f(part_lse[i] - base)", "1.0f"), DECODE_STEPS) == \
+        ["each range weighed: kernel"]
+    assert missing_steps(decode_box().replace("With a single range", "With one range"), source, DECODE_STEPS) == \
+        ["one range: no merge: box"]
 
 
 def test_every_step_of_the_box_is_a_line_of_the_kernel():
