@@ -105,3 +105,14 @@ def test_the_fast_paths_count_the_bytes_their_runners_hold(monkeypatch):
             cache.CACHES.pop(unbounded.name)
     finally:
         cache.CACHES.pop(bounded.name)
+
+
+def test_the_readme_states_the_bounds_the_code_has():
+    """README's paragraph on what the library keeps between calls quotes these constants."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert plan.PLAN_LIMIT == plan.FAST_PATH_LIMIT == 4096 and plan.PLAN_BYTES == 2**30
+    assert "the plans (at most 4,096, least recently used out first)" in readme
+    assert "(4,096, oldest out first) each hold at most 1 GiB" in readme
+    assert plan._runners.order == "lru" and api._fast_path.order == "fifo"
