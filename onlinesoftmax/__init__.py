@@ -45,6 +45,7 @@ from onlinesoftmax.kernels.attention import backward_pipelined as attention_back
 from onlinesoftmax.kernels.attention import backward_wgmma as attention_backward_wgmma_kernels  # noqa: F401  (attention_backward_04_wgmma: Hopper)
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)
+from onlinesoftmax.kernels.cross_entropy import cluster as cross_entropy_cluster  # noqa: F401  (cross_entropy_02_cluster)
 from onlinesoftmax.kernels.sampling import rows as sampling_kernels  # noqa: F401  (sampling_01_rows)
 from onlinesoftmax.kernels.sampling import split as sampling_split  # noqa: F401  (sampling_02_split)
 from onlinesoftmax import reference

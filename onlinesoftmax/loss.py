@@ -16,7 +16,8 @@ check_targets=False skips the host's check of the targets (below): a target outs
 counts as ignore_index, and a caller in a loop (linear_cross_entropy's chunks: it checks all its
 targets once) never waits for the GPU.
 
-NumPy arrays run the kernel's NumPy model, CuPy arrays the kernel cross_entropy_01_rows, torch
+NumPy arrays run the kernel's NumPy model, CuPy arrays the kernels (cross_entropy_02_cluster for a gradient
+on a GPU with thread-block clusters, else cross_entropy_01_rows), torch
 tensors either on torch's current stream (a tensor that needs a gradient goes to the autograd
 operator torch.ops.onlinesoftmax.cross_entropy). Targets are checked on the host (one
 synchronization on the GPU): an out-of-range target is a ValueError naming it, not a device fault.
@@ -146,6 +147,18 @@ def check_target_range(targets, n_classes: int, ignore_index: int, function: str
                          f"and is not ignore_index ({ignore_index})")
 
 
+def _kernel(x, grad: bool):
+    """cross_entropy_02_cluster for a gradient on a GPU with clusters (it reads the logits once where 01
+    reads them twice) when a row fits its 16 chunks; else cross_entropy_01_rows (one read without a
+    gradient)."""
+    from onlinesoftmax.kernels.cross_entropy import cluster
+    from onlinesoftmax.runtime import device
+
+    if grad and device.compute_capability() >= 90 and cluster.fits(x.shape[1], x.dtype.name):
+        return REGISTRY["cross_entropy_02_cluster"]
+    return REGISTRY["cross_entropy_01_rows"]
+
+
 def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place,
          check_targets, outside=None):
     on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
@@ -182,7 +195,7 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
         dx = (x if in_place else xp.empty(x.shape, x.dtype)) if grad else None
         launch = {"targets": t, "lse": lse, "dx": dx,
                   "grad_scale": xp.asarray(scale, dtype=np.float32).reshape(1) if grad else None}
-        get_runner(REGISTRY["cross_entropy_01_rows"], x, rows, {**options, **launch})(x, rows, **launch)
+        get_runner(_kernel(x, grad), x, rows, {**options, **launch})(x, rows, **launch)
     shape = logits.shape[:-1]
     if outside is not None:   # the deferred check's rows: NaN, where the unchecked call counts them as ignored
         rows = xp.where(outside.reshape(-1), rows.dtype.type(np.nan), rows)

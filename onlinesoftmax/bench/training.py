@@ -2,10 +2,13 @@
 backward of attention: bench/training_attention.py).
 
 At SHAPES (tokens x vocabulary, bf16, and fp32 at 32000), each call computes the loss and the gradient
-of the mean loss with respect to the logits, on the same memory:
-  cross_entropy_01_rows             onlinesoftmax.cross_entropy_with_grad(x, t): a fresh gradient buffer
-  cross_entropy_01_rows (in place)  the same with in_place=True: the gradient over the logits
-  cross_entropy_01_rows (autograd)  torch.autograd.grad(onlinesoftmax.cross_entropy(x, t), x): the operator
+of the mean loss with respect to the logits, on the same memory; KERNEL is the kernel the public
+functions run for a gradient on this GPU (cross_entropy_02_cluster where clusters are, loss._kernel):
+  KERNEL                            onlinesoftmax.cross_entropy_with_grad(x, t): a fresh gradient buffer
+  KERNEL (in place)                 the same with in_place=True: the gradient over the logits
+  KERNEL (autograd)                 torch.autograd.grad(onlinesoftmax.cross_entropy(x, t), x): the operator
+  cross_entropy_0N_... (launch)     each of our kernels launched alone into allocated outputs (no target
+                                    check, no allocation): the kernels side by side
   torch.nn.functional.cross_entropy torch.autograd.grad(F.cross_entropy(x, t), x)
   liger                             Liger-Kernel's cross-entropy (its Triton kernel; where it imports)
 `method` "device" (timer.time_gpu). Ours include what a caller pays: one host synchronization per
@@ -45,21 +48,63 @@ def liger_function():
     return liger_cross_entropy, None
 
 
+KERNELS = ("cross_entropy_01_rows", "cross_entropy_02_cluster")
+
+
+def launcher(name, x, t):
+    """The kernel `name` launched alone on (x, t) into outputs allocated once, the gradient of the mean."""
+    import cupy
+
+    from onlinesoftmax.runtime.plan import get_runner
+
+    n_rows = x.shape[0]
+    given = {"targets": t, "lse": cupy.empty(n_rows, cupy.float32), "dx": cupy.empty_like(x),
+             "grad_scale": cupy.full(1, 1.0 / max(1, int((t != -100).sum())), cupy.float32)}
+    rows = cupy.empty(n_rows, cupy.float32)
+    options = {"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": 0.0}
+    runner = get_runner(osm.REGISTRY[name], x, rows, {**options, **given})
+    return lambda: runner(x, rows, **given), (rows, given["lse"], given["dx"])
+
+
 def calls(x, t, xt, tt):
     import torch
 
     import onlinesoftmax.torch_ops  # noqa: F401  (registers the operator)
+    from onlinesoftmax import loss
+    from onlinesoftmax.kernels.cross_entropy import cluster
 
     def autograd(loss_fn):
         return lambda: torch.autograd.grad(loss_fn(xt, tt), xt)
-    found = {"cross_entropy_01_rows": lambda: osm.cross_entropy_with_grad(x, t),
-             "cross_entropy_01_rows (in place)": lambda: osm.cross_entropy_with_grad(x, t, in_place=True),
-             "cross_entropy_01_rows (autograd)": autograd(osm.cross_entropy),
-             "torch.nn.functional.cross_entropy": autograd(torch.nn.functional.cross_entropy)}
+    chosen = loss._kernel(x, True).name
+    found = {chosen: lambda: osm.cross_entropy_with_grad(x, t),
+             f"{chosen} (in place)": lambda: osm.cross_entropy_with_grad(x, t, in_place=True),
+             f"{chosen} (autograd)": autograd(osm.cross_entropy)}
+    found = {**{f"{name} (launch)": launcher(name, x, t)[0] for name in KERNELS
+                if name != "cross_entropy_02_cluster" or cluster.fits(x.shape[1], x.dtype.name)},
+             "torch.nn.functional.cross_entropy": autograd(torch.nn.functional.cross_entropy), **found}
     liger, why = liger_function()
     if liger is not None:
         found["liger"] = autograd(liger)
     return found, why
+
+
+def checked(x, t, block) -> tuple[bool, str]:
+    """The public call and each kernel launched alone, on a block of rows, against the float64 truth."""
+    from onlinesoftmax.kernels.cross_entropy import cluster
+
+    loss, lse, dx = osm.cross_entropy_with_grad(x[block], t[block], reduction="sum")
+    rows_loss = osm.cross_entropy(x[block], t[block], reduction="none")
+    ok, message = compare_cross_entropy(rows_loss, lse, dx, x[block], t[block], ignore_index=-100)
+    for name in KERNELS:
+        if not ok or (name == "cross_entropy_02_cluster" and not cluster.fits(x.shape[1], x.dtype.name)):
+            break
+        xb, tb = x[block], t[block]
+        launch, (rows, lse, dx) = launcher(name, xb, tb)
+        launch()
+        ok, message = compare_cross_entropy(rows, lse, dx, xb, tb, ignore_index=-100,
+                                            scale=1.0 / max(1, int((tb != -100).sum())))
+        message = f"{name}: {message}"
+    return ok, message
 
 
 def rows_for(shapes, copy_GBps: float) -> list[dict]:
@@ -72,12 +117,11 @@ def rows_for(shapes, copy_GBps: float) -> list[dict]:
         t = cupy.asarray(np.random.default_rng(n_rows).integers(0, n_cols, n_rows))
         t[::17] = -100
         block = slice(0, 64)
-        loss, lse, dx = osm.cross_entropy_with_grad(x[block], t[block], reduction="sum")
-        rows_loss = osm.cross_entropy(x[block], t[block], reduction="none")
-        ok, message = compare_cross_entropy(rows_loss, lse, dx, x[block], t[block], ignore_index=-100)
+        ok, message = checked(x, t, block)
         fields = {"n_rows": n_rows, "n_cols": n_cols, "dtype": dtype, "bytes": 2 * x.nbytes, "op": "cross_entropy"}
         if not ok:
-            rows.append({"kernel": "cross_entropy_01_rows", "correct": False, "error": message, **fields})
+            rows.append({"kernel": "cross_entropy (checked before timing)", "correct": False, "error": message,
+                         **fields})
             continue
         keep = x.copy()   # the in-place calls overwrite x: time them last, on a copy
         xt = bench.torch_view(x.copy()).requires_grad_()
@@ -92,7 +136,7 @@ def rows_for(shapes, copy_GBps: float) -> list[dict]:
                 continue
             GBps = fields["bytes"] / timing["ms"] / 1e6
             timed[name] = timing["ms"]
-            rows.append({"kernel": name, "method": "device", "correct": True if "cross_entropy_01" in name else None,
+            rows.append({"kernel": name, "method": "device", "correct": True if name.startswith("cross_entropy_0") else None,
                          **timing, **fields, "GBps": GBps, "fraction_of_copy": GBps / copy_GBps})
         if why is not None:
             rows.append({"kernel": "liger", "correct": None, "error": why, **fields})

@@ -1,4 +1,4 @@
-"""GPU tier for cross_entropy_01_rows: the loss, the LSE and the gradient of every dtype against the
+"""GPU tier for cross_entropy_01_rows and cross_entropy_02_cluster: the loss, the LSE and the gradient of every dtype against the
 float64 truth (gradient_checks.compare_cross_entropy: twice the same-dtype baseline's error plus a
 floor relative to each row), at edge and vocabulary sizes, every option, extreme rows, rows off 16
 bytes, in place and not, poisoned outputs; against torch's F.cross_entropy and its autograd; bad
@@ -27,12 +27,15 @@ def inputs(n_rows, n_cols, dtype, seed=0, scale=4.0, ignore_index=-100):
     return checks.from_float32(cp.asarray(x), dtype), cp.asarray(t)
 
 
-def launch(x, t, options, grad=True, scale=0.5, in_place=False):
+KERNELS = ("cross_entropy_01_rows", "cross_entropy_02_cluster")
+
+
+def launch(x, t, options, grad=True, scale=0.5, in_place=False, kernel="cross_entropy_01_rows"):
     """One launch through the plan the public function uses, into poisoned loss, lse and dx."""
     rows, lse = checks.poisoned_like(x, "float32", (x.shape[0],)), checks.poisoned_like(x, "float32", (x.shape[0],))
     dx = (x if in_place else checks.poisoned_like(x)) if grad else None
     given = {"targets": t, "lse": lse, "dx": dx, "grad_scale": cp.full(1, scale, cp.float32) if grad else None}
-    get_runner(osm.REGISTRY["cross_entropy_01_rows"], x, rows, {**options, **given})(x, rows, **given)
+    get_runner(osm.REGISTRY[kernel], x, rows, {**options, **given})(x, rows, **given)
     cp.cuda.Device().synchronize()
     return rows, lse, dx
 
@@ -41,47 +44,53 @@ def full(options):
     return {"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": 0.0} | options
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("n_cols", SIZES)
-def test_edge_and_vocabulary_sizes(dtype, n_cols):
+def test_edge_and_vocabulary_sizes(dtype, n_cols, kernel):
     n_rows = 5 if n_cols > 100000 else 37
     x, t = inputs(n_rows, n_cols, dtype, seed=n_cols)
     for options in (OPTIONS[0], OPTIONS[-1]):
-        rows, lse, dx = launch(x, t, full(options))
+        rows, lse, dx = launch(x, t, full(options), kernel=kernel)
         assert checks.unwritten(rows) == 0 and checks.unwritten(dx) == 0
         passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.5, **full(options))
         assert passed, f"{options}: {message}"
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "plain")
-def test_every_option_in_place_and_not(dtype, options):
-    x, t = inputs(64, 5003, dtype, seed=len(options))
-    rows, lse, dx = launch(x, t, full(options))
+def test_every_option_in_place_and_not(dtype, options, kernel):
+    n_cols = 5003 if kernel.endswith("rows") else 100003   # several chunks a row for the cluster
+    x, t = inputs(64, n_cols, dtype, seed=len(options))
+    rows, lse, dx = launch(x, t, full(options), kernel=kernel)
     passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.5, **full(options))
     assert passed, message
     y = x.copy()
-    rows2, lse2, same = launch(y, t, full(options), in_place=True)
+    rows2, lse2, same = launch(y, t, full(options), in_place=True, kernel=kernel)
     assert same is y
     cp.testing.assert_array_equal(rows2, rows)
     cp.testing.assert_array_equal(y.view(cp.uint8), dx.view(cp.uint8))
-    only_loss, only_lse, none = launch(x, t, full(options), grad=False)
+    only_loss, only_lse, none = launch(x, t, full(options), grad=False, kernel=kernel)
     assert none is None
     cp.testing.assert_array_equal(only_loss, rows)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", checks.DTYPES)
-def test_rows_off_16_bytes_and_strided(dtype):
-    x, t = inputs(20, 1001, dtype, seed=3)
-    for view in (x[:, 1:], x[:, :1000], x[::2, 3:]):
+@pytest.mark.parametrize("n_cols", (1001, 70001))
+def test_rows_off_16_bytes_and_strided(dtype, n_cols, kernel):
+    x, t = inputs(20, n_cols, dtype, seed=3)
+    for view in (x[:, 1:], x[:, :n_cols - 1], x[::2, 3:]):
         tt = t[: view.shape[0]]
-        rows, lse, dx = launch(view, tt, full({}))
+        rows, lse, dx = launch(view, tt, full({}), kernel=kernel)
         passed, message = compare_cross_entropy(rows, lse, dx, view, tt, scale=0.5, **full({}))
         assert passed, message
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", checks.DTYPES)
-def test_extreme_rows(dtype):
+def test_extreme_rows(dtype, kernel):
     """The largest finite logit of the dtype, -inf entries, a row of -inf but the target, a NaN row,
     an ignored NaN row (loss 0, dx 0), one-hot rows."""
     big = float(np.finfo(np.float16).max) if dtype == "float16" else 3e38
@@ -96,7 +105,7 @@ def test_extreme_rows(dtype):
     x[6, 200] = 30.0
     t = cp.asarray([5, 150, 7, 0, -100, 299, 200])
     xd = checks.from_float32(cp.asarray(x), dtype)
-    rows, lse, dx = launch(xd, t, full({}), scale=1.0)
+    rows, lse, dx = launch(xd, t, full({}), scale=1.0, kernel=kernel)
     passed, message = compare_cross_entropy(rows, lse, dx, xd, t, scale=1.0, **full({}))
     assert passed, message
     assert bool(cp.isnan(rows[3])) and float(rows[4]) == 0 and (checks.as_float64(dx[4]) == 0).all()
@@ -140,3 +149,30 @@ def test_a_side_stream_of_torch():
             xt = torch.as_tensor(x.view(cp.uint16)).view(torch.bfloat16) * 1   # written on the side stream
             got = osm.cross_entropy(xt, torch.as_tensor(t), reduction="none")
             assert torch.equal(got, torch.as_tensor(expected)), "read before torch wrote it"
+
+
+def test_the_cluster_takes_a_gradient_and_a_chunk_normalized_alone_is_rejected():
+    """cross_entropy_02_cluster is what a gradient call runs on a GPU with clusters (01 without one); its
+    wrong answer kept: each chunk normalized by its own (m, l), the cluster's combine left out."""
+    from onlinesoftmax import loss
+    from onlinesoftmax.kernels.cross_entropy import cluster
+
+    x, t = inputs(6, 128256, "bfloat16", seed=5)
+    assert loss._kernel(x, True).name == "cross_entropy_02_cluster"
+    assert loss._kernel(x, False).name == "cross_entropy_01_rows"
+    n_chunks, per_chunk, _ = cluster.chunks(128256, "bfloat16", 8)
+    assert n_chunks == 4
+    rows, lse, dx = launch(x, t, full({}), scale=1.0, kernel="cross_entropy_02_cluster")
+    assert compare_cross_entropy(rows, lse, dx, x, t, scale=1.0, **full({}))[0]
+    xs, width = checks.as_float64(x), per_chunk * 8
+    wrong = cp.zeros_like(xs)
+    for c in range(n_chunks):
+        part = xs[:, c * width:(c + 1) * width]
+        e = cp.exp(part - part.max(axis=1, keepdims=True))
+        wrong[:, c * width:(c + 1) * width] = e / e.sum(axis=1, keepdims=True)
+    counted = cp.nonzero(t != -100)[0]
+    wrong[counted, t[counted]] -= 1.0
+    wrong[t == -100] = 0.0
+    wrong_dx = checks.from_float32(wrong.astype(cp.float32), "bfloat16")
+    passed, message = compare_cross_entropy(rows, lse, wrong_dx, x, t, scale=1.0, **full({}))
+    assert not passed, message
