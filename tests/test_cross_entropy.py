@@ -363,3 +363,48 @@ def test_the_operator_checks_targets_without_waiting_and_raises_in_backward(redu
     g, = torch.autograd.grad(osm.cross_entropy(x, good, reduction=reduction).sum(), x)
     want, = torch.autograd.grad(torch.nn.functional.cross_entropy(x, good, reduction=reduction).sum(), x)
     torch.testing.assert_close(g, want)
+
+
+# ---- cross_entropy_02_cluster's plan (the kernel itself runs in the GPU tier: the emulator has no clusters) --
+
+def covers(n_cols, dtype, piece, plan) -> bool:
+    """Whether C chunks of `per_chunk` pieces hold the row's whole pieces, each within 64 KB, C <= 16."""
+    from onlinesoftmax.kernels.cross_entropy import cluster
+
+    n_chunks, per_chunk, threads = plan
+    itemsize = cluster.ITEMSIZE[dtype]
+    return (n_chunks & (n_chunks - 1) == 0 and 1 <= n_chunks <= 16 and n_chunks * per_chunk >= n_cols // piece
+            and per_chunk * piece * itemsize <= cluster.CHUNK_BYTES and 32 <= threads <= 512)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_the_cluster_plan_holds_every_row_it_takes(dtype):
+    from onlinesoftmax.kernels.cross_entropy import cluster
+
+    vec = kce.VEC[dtype]
+    floor_plan_misses = 0
+    for n_cols in [1, 2, 7, 8, 9, 4097, 32000, 65537, 100003, 128256, 151936, 200001, 262144, 262147, 524288,
+                   1048576]:
+        for piece in (1, vec):
+            plan = cluster.chunks(n_cols, dtype, piece)
+            if plan[0] == 0:   # beyond 16 chunks: cross_entropy_01_rows takes the row
+                assert n_cols * cluster.ITEMSIZE[dtype] > 16 * cluster.CHUNK_BYTES - 16 and not cluster.fits(n_cols, dtype)
+                continue
+            assert covers(n_cols, dtype, piece, plan), (n_cols, piece, plan)
+            # the wrong answer kept: chunks of floor(pieces / C) leave the last pieces to nobody
+            floor_plan = (plan[0], (n_cols // piece) // plan[0], plan[2])
+            floor_plan_misses += not covers(n_cols, dtype, piece, floor_plan)
+    assert floor_plan_misses > 0
+
+
+def test_a_gradient_on_a_gpu_with_clusters_takes_the_cluster(monkeypatch):
+    from onlinesoftmax import loss
+    from onlinesoftmax.runtime import device
+
+    x = np.zeros((4, 128256), np.float32)
+    monkeypatch.setattr(device, "compute_capability", lambda: 90)
+    assert loss._kernel(x, True).name == "cross_entropy_02_cluster"
+    assert loss._kernel(x, False).name == "cross_entropy_01_rows"
+    assert loss._kernel(np.zeros((1, 2**20), np.float32), True).name == "cross_entropy_01_rows"   # > 16 chunks
+    monkeypatch.setattr(device, "compute_capability", lambda: 80)
+    assert loss._kernel(x, True).name == "cross_entropy_01_rows"
