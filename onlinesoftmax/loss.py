@@ -147,7 +147,7 @@ def check_target_range(targets, n_classes: int, ignore_index: int, function: str
                          f"and is not ignore_index ({ignore_index})")
 
 
-def _kernel(x, grad: bool):
+def kernel_for(x, grad: bool):
     """cross_entropy_02_cluster for a gradient on a GPU with clusters (it reads the logits once where 01
     reads them twice) when a row fits its 16 chunks; else cross_entropy_01_rows (one read without a
     gradient)."""
@@ -195,7 +195,7 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
         dx = (x if in_place else xp.empty(x.shape, x.dtype)) if grad else None
         launch = {"targets": t, "lse": lse, "dx": dx,
                   "grad_scale": xp.asarray(scale, dtype=np.float32).reshape(1) if grad else None}
-        get_runner(_kernel(x, grad), x, rows, {**options, **launch})(x, rows, **launch)
+        get_runner(kernel_for(x, grad), x, rows, {**options, **launch})(x, rows, **launch)
     shape = logits.shape[:-1]
     if outside is not None:   # the deferred check's rows: NaN, where the unchecked call counts them as ignored
         rows = xp.where(outside.reshape(-1), rows.dtype.type(np.nan), rows)

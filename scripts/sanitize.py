@@ -347,20 +347,30 @@ def backward(cp, osm, checks):
                 function(y[:, 1:], dy[:, 1:])       # rows off 16 bytes: element by element
 
 
-@family("cross_entropy", "cross_entropy_01_rows: every option, in place and not, rows aligned and not, no gradient",
-        ("cross_entropy_01_rows",))
+@family("cross_entropy", "cross_entropy_01_rows and cross_entropy_02_cluster: every option, in place and not, rows "
+        "aligned and not, no gradient, rows of one to eight chunks", ("cross_entropy_01_rows", "cross_entropy_02_cluster"))
 def cross_entropy(cp, osm, checks):
-    if not wanted("cross_entropy_01_rows"):
-        return
-    for dtype in checks.DTYPES:
-        for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000)):
-            x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
-            t = cp.arange(n_rows, dtype=cp.int64) % n_cols
-            t[::3] = -100
-            for rows in (x[:, :n_cols], x[:, 1:]):   # the second off 16 bytes: element by element
-                osm.cross_entropy(rows, t)
-                osm.cross_entropy_with_grad(rows, t, label_smoothing=0.1, z_loss=1e-4, softcap=30.0)
-            osm.cross_entropy_with_grad(cp.ascontiguousarray(x[:, :n_cols]), t, in_place=True)
+    from onlinesoftmax.runtime import device
+    from onlinesoftmax.runtime.plan import get_runner
+
+    for name in ("cross_entropy_01_rows", "cross_entropy_02_cluster"):
+        if not wanted(name) or device.compute_capability() < osm.REGISTRY[name].min_cc:
+            continue
+        variant = osm.REGISTRY[name]
+        for dtype in checks.DTYPES:
+            for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000), (2, 262143)):
+                x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
+                t = cp.arange(n_rows, dtype=cp.int64) % n_cols
+                t[::3] = -100
+                for rows in (x[:, :n_cols], x[:, 1:]):   # the second off 16 bytes: element by element
+                    for options, grad, in_place in (({}, False, False), ({"label_smoothing": 0.1, "z_loss": 1e-4,
+                                                     "softcap": 30.0}, True, False), ({}, True, True)):
+                        rows = cp.ascontiguousarray(rows) if in_place else rows
+                        loss, lse = cp.empty(n_rows, cp.float32), cp.empty(n_rows, cp.float32)
+                        given = {"targets": t, "lse": lse, "dx": (rows if in_place else cp.empty_like(rows))
+                                 if grad else None, "grad_scale": cp.ones(1, cp.float32) if grad else None}
+                        full = {"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": 0.0}
+                        get_runner(variant, rows, loss, {**full, **options, **given})(rows, loss, **given)
 
 
 @family("sampling", "sampling_01_rows and sampling_02_split: no filter, every filter, per-row parameters, greedy "

@@ -75,7 +75,7 @@ def calls(x, t, xt, tt):
 
     def autograd(loss_fn):
         return lambda: torch.autograd.grad(loss_fn(xt, tt), xt)
-    chosen = loss._kernel(x, True).name
+    chosen = loss.kernel_for(x, True).name
     found = {chosen: lambda: osm.cross_entropy_with_grad(x, t),
              f"{chosen} (in place)": lambda: osm.cross_entropy_with_grad(x, t, in_place=True),
              f"{chosen} (autograd)": autograd(osm.cross_entropy)}

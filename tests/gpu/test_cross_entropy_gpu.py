@@ -158,8 +158,8 @@ def test_the_cluster_takes_a_gradient_and_a_chunk_normalized_alone_is_rejected()
     from onlinesoftmax.kernels.cross_entropy import cluster
 
     x, t = inputs(6, 128256, "bfloat16", seed=5)
-    assert loss._kernel(x, True).name == "cross_entropy_02_cluster"
-    assert loss._kernel(x, False).name == "cross_entropy_01_rows"
+    assert loss.kernel_for(x, True).name == "cross_entropy_02_cluster"
+    assert loss.kernel_for(x, False).name == "cross_entropy_01_rows"
     n_chunks, per_chunk, _ = cluster.chunks(128256, "bfloat16", 8)
     assert n_chunks == 4
     rows, lse, dx = launch(x, t, full({}), scale=1.0, kernel="cross_entropy_02_cluster")

@@ -57,6 +57,7 @@ PALETTE = {
     "attention_06_decode_mma": "#e6550d",
     "attention_07_fragment_reuse": "#00a087",
     "cross_entropy_01_rows": "#3182bd",
+    "cross_entropy_02_cluster": "#08519c",
     "sampling_01_rows": "#ad494a",
     "sampling_02_split": "#5254a3",
     "attention_08_paged_decode": "#9c9ede",
