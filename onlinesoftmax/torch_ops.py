@@ -10,7 +10,7 @@
 | log_softmax(x, dim)                              | the log-softmax kernels      | log_softmax_backward(y, dy, dim)|
 | logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel       | softmax(x, dim) * dlse          |
 | attention(q, k, v, causal, scale, causal_align)  | the attention kernels        | attention_backward (auto)       |
-| cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction) -> (loss, lse) | cross_entropy_01_rows, the gradient written in the same launch | that gradient, scaled by the upstream one |
+| cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction) -> (loss, lse) | cross_entropy_02_cluster (cross_entropy_01_rows without clusters or for rows over 16 chunks), the gradient written in the same launch | that gradient, scaled by the upstream one |
 | softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | torch's ops (double backward) |
 
 Outputs are contiguous (along a dim other than the last, the kernels' result is copied into place).
