@@ -3,7 +3,8 @@ backward of attention: bench/training_attention.py).
 
 At SHAPES (tokens x vocabulary, bf16, and fp32 at 32000), each call computes the loss and the gradient
 of the mean loss with respect to the logits, on the same memory; KERNEL is the kernel the public
-functions run for a gradient on this GPU (cross_entropy_02_cluster where clusters are, loss._kernel):
+functions run for a gradient on this GPU (loss.kernel_for: cross_entropy_02_cluster for float32 logits where
+clusters are, else cross_entropy_01_rows):
   KERNEL                            onlinesoftmax.cross_entropy_with_grad(x, t): a fresh gradient buffer
   KERNEL (in place)                 the same with in_place=True: the gradient over the logits
   KERNEL (autograd)                 torch.autograd.grad(onlinesoftmax.cross_entropy(x, t), x): the operator

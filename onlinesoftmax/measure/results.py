@@ -107,11 +107,12 @@ def recorded_files(suite: str, gpu: str = "h200") -> list[Path]:
     return sorted((DATA_DIR / gpu).glob(f"*-{suite}.json"))
 
 
-def load_recorded(suite: str, gpu: str = "h200") -> dict:
-    """The newest recorded result of `suite` for `gpu`."""
-    files = recorded_files(suite, gpu)
+def load_recorded(suite: str, gpu: str = "h200", date: str | None = None) -> dict:
+    """The newest recorded result of `suite` for `gpu`, or the one recorded on `date` ("2026-12-06")."""
+    files = [f for f in recorded_files(suite, gpu) if date is None or f.name.startswith(f"{date}-")]
     if not files:
-        raise FileNotFoundError(f"no recorded results for suite {suite!r} under {DATA_DIR / gpu}")
+        raise FileNotFoundError(f"no recorded results for suite {suite!r} under {DATA_DIR / gpu}"
+                                f"{f' recorded on {date}' if date else ''}")
     data = json.loads(files[-1].read_text())
     data["path"] = str(files[-1].relative_to(REPO_ROOT))
     return data
