@@ -409,3 +409,43 @@ def test_a_float32_gradient_on_a_gpu_with_clusters_takes_the_cluster(monkeypatch
     assert loss.kernel_for(np.zeros((1, 2**20), np.float32), True).name == "cross_entropy_01_rows"   # > 16 chunks
     monkeypatch.setattr(device, "compute_capability", lambda: 80)
     assert loss.kernel_for(x, True).name == "cross_entropy_01_rows"
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "plain")
+def test_the_cluster_model_chunk_by_chunk_meets_the_float64_truth(dtype, options):
+    """cross_entropy_02_cluster's model: each chunk's (m, l) and sum, combined across the cluster, gives
+    01's loss, LSE and gradient; with extreme rows spread over the chunks (a chunk all -inf, a NaN in one
+    chunk, the largest logit in the last). The wrong answer kept: chunks normalized alone."""
+    from onlinesoftmax.kernels.cross_entropy import cluster
+
+    x, t = logits_and_targets(12, 2003, dtype, seed=len(options))
+    x32 = checks.as_float64(x).astype(np.float32)
+    x32[1, :1000] = -np.inf                       # the first chunks all -inf
+    x32[2, 1500] = np.nan                         # a NaN in one chunk: the row's loss and gradient NaN
+    x32[3, -1] = 3e4                              # the largest logit in the tail of the last chunk
+    x32[4, :] = -np.inf
+    x32[4, 7] = 0.0                               # one finite logit in a row of -inf
+    x = checks.to_dtype(x32, dtype)
+    t[4] = 7
+    full = kernel_options(options)
+    for n_chunks in (1, 2, 4, 16):
+        rows, lse, dx = cluster.simulate(x, t, 0.5, n_chunks=n_chunks, **full)
+        passed, message = compare_cross_entropy(rows, lse, dx, x, t, scale=0.5, **full)
+        assert passed, (n_chunks, message)
+    # the wrong answer: each chunk's probabilities from its own (m, l), the cluster's combine left out
+    width = -(-(2003 // kce.VEC[dtype]) // 4) * kce.VEC[dtype]
+    s64 = checks.as_float64(x)
+    with np.errstate(all="ignore"):
+        if full["softcap"]:
+            s64 = full["softcap"] * np.tanh(s64 / full["softcap"])
+        parts = [s64[:, c * width:(c + 1) * width if c < 3 else None] for c in range(4)]
+        p = np.concatenate([np.exp(q - np.nanmax(q, axis=1, keepdims=True)) /
+                            np.exp(q - np.nanmax(q, axis=1, keepdims=True)).sum(axis=1, keepdims=True) for q in parts], 1)
+    counted = np.flatnonzero(t != full["ignore_index"])
+    p[counted, t[counted]] -= 1.0
+    p[t == full["ignore_index"]] = 0.0
+    alone = checks.to_dtype((0.5 * p).astype(np.float32), dtype)
+    rows, lse, right = cluster.simulate(x, t, 0.5, n_chunks=4, **full)
+    assert compare_cross_entropy(rows, lse, right, x, t, scale=0.5, **full)[0]
+    assert not compare_cross_entropy(rows, lse, alone, x, t, scale=0.5, **full)[0]
