@@ -417,7 +417,7 @@ def test_the_cluster_model_chunk_by_chunk_meets_the_float64_truth(dtype, options
     """cross_entropy_02_cluster's model: each chunk's (m, l) and sum, combined across the cluster, gives
     01's loss, LSE and gradient; with extreme rows spread over the chunks (a chunk all -inf, a NaN in one
     chunk, the largest logit in the last). The wrong answer kept: chunks normalized alone."""
-    from onlinesoftmax.kernels.cross_entropy import cluster
+    from onlinesoftmax.kernels.cross_entropy import cluster_model as cluster
 
     x, t = logits_and_targets(12, 2003, dtype, seed=len(options))
     x32 = checks.as_float64(x).astype(np.float32)

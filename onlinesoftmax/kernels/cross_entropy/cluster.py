@@ -1,8 +1,7 @@
 """Launcher module of cross_entropy_02_cluster: cross_entropy_01_rows' loss, LSE and gradient with the
 row held on chip by a thread-block cluster (kernels/cross_entropy/cross_entropy_02_cluster.cu), so the
 logits are read once where 01 reads them twice. Options and outputs as cross_entropy_01_rows'
-(rows.py). Its NumPy model, `simulate`, splits each row into the kernel's chunks: each chunk's (m, l) and
-sum in float32, combined as warp 0 of every block combines the cluster's states, then 01's formulas.
+(rows.py); its NumPy model is 01's (the same arithmetic, summed in another order).
 
 `chunks(n_cols, dtype, piece)` is the plan: C blocks per row, a power of two from 1 to 16, each
 caching at most CHUNK_BYTES of the row; a row longer than 16 such chunks is not for this kernel
@@ -11,8 +10,6 @@ caching at most CHUNK_BYTES of the row; a row longer than 16 such chunks is not 
 from __future__ import annotations
 
 import functools
-
-import numpy as np
 
 from onlinesoftmax.kernels.cross_entropy import rows
 from onlinesoftmax.registry import DTYPES, Launch, Variant, register
@@ -50,54 +47,6 @@ def piece_for(x, dx) -> int:
 def fits(n_cols: int, dtype: str) -> bool:
     """Whether a row of n_cols elements fits 16 chunks (at the scalar build's pieces, the larger count)."""
     return chunks(n_cols, dtype, 1)[0] > 0
-
-
-def simulate(x, targets, grad_scale=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0,
-             n_chunks: int | None = None):
-    """The kernel's results for NumPy logits (loss per row, lse per row, dx or None), the row split into
-    chunks as the cluster splits it (n_chunks: the plan's for an aligned row, or as given) and every
-    chunk's state and sum combined in float32; dx in x's dtype, scaled by grad_scale."""
-    from onlinesoftmax.simulate import NEG_INF, online_base, online_combine
-
-    x = np.asarray(x)
-    f32 = np.float32
-    s = x.astype(f32)
-    t = np.asarray(targets).reshape(-1)
-    n_rows, n_cols = s.shape
-    piece = rows.VEC[x.dtype.name]
-    if n_chunks is None:
-        n_chunks = max(1, chunks(n_cols, x.dtype.name, piece)[0])
-    width = -(-(n_cols // piece) // n_chunks) * piece   # elements per chunk; the last also takes the tail
-    with np.errstate(all="ignore"):
-        if softcap:
-            s = (f32(softcap) * np.tanh(s / f32(softcap))).astype(f32)
-        state, total = (np.full(n_rows, NEG_INF, f32), np.zeros(n_rows, f32)), np.zeros(n_rows, f32)
-        for c in range(n_chunks):
-            part = s[:, c * width:(c + 1) * width if c < n_chunks - 1 else n_cols]
-            m = np.fmax.reduce(part, axis=1, initial=NEG_INF).astype(f32)   # fmaxf: a NaN is passed over
-            base = online_base(m, True)
-            chunk_state = (m, np.exp(part - base[:, None]).sum(axis=1, dtype=f32).astype(f32))
-            state = online_combine(state, chunk_state)
-            total = (total + part.sum(axis=1, dtype=f32)).astype(f32)
-        m, l = state
-        lse = (m + np.log(l)).astype(f32)
-        ignored = t == ignore_index
-        at = np.where(ignored, 0, t)
-        s_t = np.where(ignored, f32(0), s[np.arange(n_rows), at])
-        eps = f32(label_smoothing)
-        value = np.log(l) + (1 - eps) * (m - s_t) + (eps * (m - total / f32(n_cols)) if eps else 0) + \
-            f32(z_loss) * lse * lse
-        loss = np.where(ignored, f32(0), value).astype(f32)
-        if grad_scale is None:
-            return loss, lse, None
-        scale = np.where(ignored, f32(0), f32(grad_scale))
-        p_scale = scale * (1 + 2 * f32(z_loss) * lse) / l
-        g = p_scale[:, None] * np.exp(s - m[:, None]) - (scale * eps / f32(n_cols))[:, None]
-        g[np.arange(n_rows), at] -= scale * (1 - eps)
-        if softcap:
-            g = g * (1 - (s / f32(softcap)) ** 2)
-        g[ignored] = 0
-    return loss, lse, g.astype(f32).astype(x.dtype)
 
 
 def geometry(n_rows: int, n_cols: int) -> Launch:
@@ -149,5 +98,5 @@ def plan(variant: Variant, x, loss, targets=None, lse=None, dx=None, grad_scale=
 CROSS_ENTROPY_CLUSTER = register(Variant(
     name="cross_entropy_02_cluster", family="cross_entropy", file="cross_entropy/cross_entropy_02_cluster.cu",
     short="cluster", story="the row held on chip by a cluster of blocks: the logits read once, the gradient "
-    "written from shared memory", geometry=geometry, simulate=simulate, plan=plan, reads_per_element=1,
+    "written from shared memory", geometry=geometry, simulate=rows.simulate, plan=plan, reads_per_element=1,
     writes_per_element=1, dtypes=DTYPES, entry="cross_entropy_02_cluster_f32_v4", entries=entry_names, min_cc=90))
