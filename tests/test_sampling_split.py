@@ -213,13 +213,16 @@ def test_auto_takes_the_split_kernel_for_a_few_long_rows_and_fewer_when_a_select
     assert name(32, 262144, 132) == "sampling_02_split"    # plain or min-p at 32 rows: still split
 
 
-def test_the_split_source_through_each_path_of_its_filters(module):
+@pytest.mark.parametrize("index", range(6))
+def test_the_split_source_through_each_path_of_its_filters(module, index):
     """The row's histogram summed over chunks, top-k's bin gathered from every chunk, top-p's pending
     bin gathered by the sampling pass, and the last block's radix selects over the whole row where a
-    bin holds more than 2048 tokens: rows built to take each path draw the model's tokens."""
+    bin holds more than 2048 tokens: rows built to take each path draw the model's tokens (a test per
+    filter case, so that the cases run side by side)."""
     from onlinesoftmax.sampling_checks import FILTER_PATH_CASES as cases, filter_path_rows
 
+    assert len(cases) == 6, "a filter case without its chunk and schedule here"
     x = filter_path_rows()
-    for case, chunk, schedule in zip(cases, (1024, 768, 4096, 512, 1280, 2048), (None, 1, 2, None, 3, 4)):
-        tokens, _ = emulate(module, x, chunk, schedule=schedule, **case)
-        assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
+    case, chunk, schedule = cases[index], (1024, 768, 4096, 512, 1280, 2048)[index], (None, 1, 2, None, 3, 4)[index]
+    tokens, _ = emulate(module, x, chunk, schedule=schedule, **case)
+    assert np.array_equal(tokens, ks.simulate(x, SEED, 0, **case)), case
