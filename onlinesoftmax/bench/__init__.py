@@ -44,6 +44,8 @@ SUITES = {
                                env={"BENCH_ATTENTION": "prefill"}),
     "attention-prefill-mma": Suite("attention_prefill_mma", "the tensor-core ladder against torch SDPA's backends"),
     "ncu-attention-mma": Suite("ncu_attention_mma", "Nsight Compute's counters of the tensor-core ladder", quick=False),
+    "ncu-cross-entropy": Suite("ncu_cross_entropy", "Nsight Compute's counters of the cross-entropy kernels and a copy",
+                               quick=False),
     "ncu-dram": Suite("ncu_dram", "DRAM bytes the fast kernels move, from Nsight Compute", quick=False),
     "kernel-exercises": Suite("kernel_exercises", "the CUDA exercises' official solutions, timed"),
     "torch-ops": Suite("torch_ops", "the kernels through PyTorch (operator, public call, direct) and the backward kernels"),
