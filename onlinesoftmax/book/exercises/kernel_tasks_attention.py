@@ -50,7 +50,11 @@ class Attention:
         rng = np.random.default_rng(seed)
         n_k = int(rng.integers(34, 200 if small else 700))
         n_k += n_k % 32 == 0
-        shapes = self.shapes + ((f"hidden case: 5 queries, {n_k} keys, scores of order 1e4", 1, 5, n_k, 1e4),
+        # small (the CPU emulator, which runs every thread one after another): the long row of 4097 keys
+        # becomes 1025 (33 tiles, the last partial; 4097 took three quarters of an emulated grading)
+        shapes = tuple((label.replace("4097", "1025"), heads, n_q, 1025, s) if small and keys > 1025 else
+                       (label, heads, n_q, keys, s) for label, heads, n_q, keys, s in self.shapes)
+        shapes += ((f"hidden case: 5 queries, {n_k} keys, scores of order 1e4", 1, 5, n_k, 1e4),
                                 (f"hidden case: 2 heads, 3 queries, {n_k} keys, scores of order 1e3", 2, 3, n_k, 1e3))
         found = []
         for number, (label, heads, n_q, n_k, q_scale) in enumerate(shapes):
