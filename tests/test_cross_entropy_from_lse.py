@@ -157,3 +157,14 @@ def test_the_plan_writes_over_x_only():
                                   "data": type("Memory", (), {"ptr": address})})()
     with pytest.raises(ValueError, match="y must be x"):
         from_lse.plan(variant, fake(0), fake(64))
+
+
+def test_row_statistics_of_the_wrong_kind_are_a_clear_error():
+    x = np.zeros((3, 8), np.float32)
+    m, log_l, t = np.zeros(3, np.float32), np.zeros(3, np.float32), np.zeros(3, np.int64)
+    with pytest.raises(TypeError, match="m a contiguous float32 array of one value per row, got x of shape"):
+        from_lse.gradient_from_lse(x, m.astype(np.float64), log_l, t)
+    with pytest.raises(TypeError, match="targets a contiguous int64"):
+        from_lse.gradient_from_lse(x, m, log_l, t[:2])
+    with pytest.raises(TypeError, match="log_l"):
+        from_lse.gradient_from_lse(x, m, np.zeros(6, np.float32)[::2], t)

@@ -88,6 +88,12 @@ def gradient_from_lse(x, m, log_l, targets, *, first: int = 0, scale: float = 1.
     """Writes the gradient of the block x (rows x n_cols, columns first .. of rows of logits) over x and
     returns x: m and log_l float32 per row, targets int64 per row (see the kernel's formula). NumPy
     arrays: the model; CuPy arrays: the kernel on the current stream."""
+    n_rows = x.shape[0] if x.ndim == 2 else -1
+    for name, a, dtype in (("m", m, np.float32), ("log_l", log_l, np.float32), ("targets", targets, np.int64)):
+        if a.shape != (n_rows,) or a.dtype != dtype or (a.size > 1 and a.strides[0] != a.itemsize):
+            raise TypeError(f"gradient_from_lse: x must be 2-D and {name} a contiguous {np.dtype(dtype).name} "
+                            f"array of one value per row, got x of shape {x.shape} and {name} of shape "
+                            f"{a.shape}, dtype {a.dtype}")
     options = {"ignore_index": int(ignore_index), "uniform": float(uniform), "hit": float(hit),
                "z_loss": float(z_loss), "softcap": float(softcap or 0.0)}
     if isinstance(x, np.ndarray):
