@@ -46,6 +46,7 @@ from onlinesoftmax.kernels.attention import backward_wgmma as attention_backward
 from onlinesoftmax.kernels.softmax import backward as softmax_backward_kernels  # noqa: F401  (softmax_backward_01, log_softmax_backward_01)
 from onlinesoftmax.kernels.cross_entropy import rows as cross_entropy_kernels  # noqa: F401  (cross_entropy_01_rows)
 from onlinesoftmax.kernels.cross_entropy import cluster as cross_entropy_cluster  # noqa: F401  (cross_entropy_02_cluster)
+from onlinesoftmax.kernels.cross_entropy import from_lse as cross_entropy_from_lse  # noqa: F401  (cross_entropy_03_from_lse)
 from onlinesoftmax.kernels.sampling import rows as sampling_kernels  # noqa: F401  (sampling_01_rows)
 from onlinesoftmax.kernels.sampling import split as sampling_split  # noqa: F401  (sampling_02_split)
 from onlinesoftmax import reference

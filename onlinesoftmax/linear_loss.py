@@ -20,12 +20,12 @@ d weight, two ways (`weight_grad`):
   "recompute"      the token chunks give the loss, d hidden and each row's max m and log l (l the sum
                    of e^(s - m), from the loss kernel run with each row's largest logit as its
                    target); then the vocabulary is taken `vocab_chunk` entries at a time: that
-                   block's logits of every token are made again, their gradient is e^(s - m - log l)
-                   and the other terms of the loss (float32), and the block's rows of d weight are one
-                   product over all the tokens, written once in the weight's dtype. No running sum, at
-                   the price of a fourth matrix product and a second read of each chunk's logits; the call
-                   holds one token chunk's logits or one vocabulary block's (6 bytes an element, 10
-                   under a soft cap), never both.
+                   block's logits of every token are made again, cross_entropy_03_from_lse writes
+                   their gradient (p = e^((s - m) - log l) and the other terms of the loss, in float32)
+                   over them in one pass, and the block's rows of d weight are one product over all the
+                   tokens, written once in the weight's dtype. No running sum, at the price of a fourth
+                   matrix product and a second read of each chunk's logits; the call holds one token
+                   chunk's logits or one vocabulary block's, never both.
 
 float64 inputs take the "sum" path with float64 sums and the loss's exact float64 path (as torch
 computes them), whichever `weight_grad` is asked for.
@@ -40,6 +40,7 @@ import numpy as np
 
 from onlinesoftmax import loss as _loss_module
 from onlinesoftmax.inputs import describe
+from onlinesoftmax.kernels.cross_entropy.from_lse import gradient_from_lse
 from onlinesoftmax.runtime import torch_bridge
 
 REDUCTIONS = ("mean", "sum")
@@ -55,12 +56,11 @@ def default_chunk(tokens: int, weight_grad: str = "sum") -> int:
 WEIGHT_GRADS = ("sum", "recompute")
 
 
-def default_vocab_chunk(vocabulary: int, softcap=None) -> int:
-    """A multiple of 128 entries whose block of every token's logits, at the bytes an element the
-    vocabulary pass holds (6: the 16-bit logits and a float32 copy; 10 under a soft cap, which keeps
-    both and its derivative), is about 1.5 % of the 16-bit logits' size (tokens x V x 2 bytes)."""
-    per_element = 10 if softcap else 6
-    return max(128, min(vocabulary, int(0.015 * 2 * vocabulary / per_element) // 128 * 128))
+def default_vocab_chunk(vocabulary: int, itemsize: int = 2) -> int:
+    """A multiple of 128 entries whose block of every token's logits (`itemsize` bytes an element: the
+    vocabulary pass writes their gradient over them and holds nothing else of that size) is about 1.5 %
+    of the 16-bit logits' size (tokens x V x 2 bytes)."""
+    return max(128, min(vocabulary, int(0.015 * 2 * vocabulary / itemsize) // 128 * 128))
 
 
 def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore_index: int = -100,
@@ -195,9 +195,11 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
     return total, dh
 
 
-def _as_float32(a, tensor):
-    """A float32 copy of a (never a view of it: the callers work on it in place)."""
-    return a.to(dtype=_torch().float32, copy=True) if tensor else a.astype(np.float32)
+def _gradient(x, m, log_l, t, **options):
+    """The block's gradient over x (cross_entropy_03_from_lse; torch tensors on torch's stream)."""
+    if torch_bridge.is_tensor(x):
+        return torch_bridge.call(gradient_from_lse, x, m, log_l, t, **options)
+    return gradient_from_lse(x, m, log_l, t, **options)
 
 
 def _softcap_(s, softcap, tensor):
@@ -233,7 +235,6 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     pass (d weight and d bias a block at a time), as the module doc says."""
     n_tokens, vocabulary = h.shape[0], weight.shape[0]
     softcap, eps, z = options["softcap"], float(options["label_smoothing"]), float(options["z_loss"])
-    valid = t != options["ignore_index"]
     loss_scale, scale = _mean_scale(t, options["ignore_index"], reduction)
     on = {"device": h.device} if tensor else {}   # torch makes new tensors on the CPU unless told
     m, log_l = lib.empty(n_tokens, dtype=lib.float32, **on), lib.empty(n_tokens, dtype=lib.float32, **on)
@@ -243,16 +244,17 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     total, dh = _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=keep_row_terms)
     dh *= scale
     # The vocabulary pass: d loss / d s = p (1 + 2 z lse) - eps / V - (1 - eps) [target], times 1 - (s / c)^2
-    # under a soft cap, with p = e^(s - m - log l); 0 on ignored rows; the mean's scale folded in.
-    lse_factor = (1 + 2 * z * (m + log_l)) if z else None
-    valid_rows = valid[:, None]
+    # under a soft cap, with p = e^((s - m) - log l); 0 on ignored rows; the mean's scale folded in: one
+    # pass of cross_entropy_03_from_lse over each block's logits (its NumPy model for NumPy arrays)
     dw = lib.empty_like(weight)
     db = None if bias is None else lib.empty_like(bias)
-    block = default_vocab_chunk(vocabulary, softcap) if vocab_chunk is None else int(vocab_chunk)
-    # each row's target as (its block, its column there), found once: -1 blocks for ignored rows
-    t_long = t.long() if tensor else t.astype(np.int64)
-    t_block = lib.where(valid, t_long // block, -1)
-    t_col = t_long % block
+    block = default_vocab_chunk(vocabulary, h.element_size() if tensor else h.itemsize) if vocab_chunk is None \
+        else int(vocab_chunk)
+    t_long = t.long().contiguous() if tensor else np.ascontiguousarray(t, dtype=np.int64)
+    # fp16's smallest gradients would leave its range if scaled before rounding: the block's product is scaled instead
+    late = h.dtype == lib.float16
+    block_options = {"ignore_index": int(options["ignore_index"]), "uniform": eps / vocabulary, "hit": 1 - eps,
+                     "z_loss": z, "softcap": float(softcap or 0.0), "scale": 1.0 if late else scale}
     for first in range(0, vocabulary, block):
         cols = slice(first, min(vocabulary, first + block))
         x = _mm(h, weight[cols].T)
@@ -262,64 +264,17 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
             x = x.astype(h.dtype, copy=False)   # the logits in the inputs' dtype
         # (made by a product of another shape than the token pass's, a logit may differ from that pass's
         # by a rounding: the block's p then sums with the others to 1 within that rounding)
-        # p = e^((s - m) - log l): s - m first, near 0 for the large terms, as exact as it gets
-        if softcap:   # x is kept for the cap's derivative
-            p = _as_float32(x, tensor)
-            _softcap_(p, softcap, tensor)
-            p -= m[:, None]
-        else:   # (x widened exactly in the subtraction: no float32 copy of it first)
-            p = _torch().sub(x, m[:, None]) if tensor else np.subtract(x.astype(np.float32), m[:, None])
-            del x
-        p -= log_l[:, None]
-        if tensor:
-            p.exp_()
-        else:
-            np.exp(p, out=p)
-        if lse_factor is not None:
-            p *= lse_factor[:, None]
-        if eps:
-            p -= eps / vocabulary
-        # the target's -(1 - eps), for rows whose target falls in this block (no host synchronization)
-        inside = t_block == first // block
-        where = t_col if cols.stop - first == block else t_col.clip(0, cols.stop - first - 1)   # (the last block)
-        if tensor:
-            p.scatter_add_(1, where[:, None], inside.to(p.dtype).mul_(-(1 - eps))[:, None])
-        else:
-            np.add.at(p, (np.arange(n_tokens), where), np.where(inside, -(1 - eps), 0).astype(p.dtype))
-        if softcap:   # times the cap's derivative 1 - tanh(x / c)^2
-            slope = _as_float32(x, tensor)
-            del x
-            slope /= softcap
-            if tensor:
-                slope.tanh_()
-            else:
-                np.tanh(slope, out=slope)
-            slope *= slope
-            slope *= -1
-            slope += 1
-            p *= slope
-            del slope
-        if tensor:
-            p.masked_fill_(~valid_rows, 0)
-        else:
-            p[~valid] = 0
-        # the mean's scale (1 for a mean over no token: every p is 0 then): on p before it is
-        # rounded, except in float16, whose range it would push p's smallest values out of; there on
-        # the block's product instead
-        late = h.dtype == lib.float16
-        if not late:
-            p *= scale
-        g = p.to(h.dtype) if tensor else p.astype(h.dtype, copy=False)
+        g = _gradient(x, m, log_l, t_long, first=first, **block_options)   # over x, in x's dtype
         if tensor:
             lib.matmul(g.T, h, out=dw[cols])
         else:
             dw[cols] = _mm(g.T, h).astype(dw.dtype, copy=False)
         if db is not None:
-            db[cols] = (p.sum(0) * (scale if late else 1.0)).to(db.dtype) if tensor else \
-                (p.sum(0) * (scale if late else 1.0)).astype(db.dtype)
+            db[cols] = (g.float().sum(0) * (scale if late else 1.0)).to(db.dtype) if tensor else \
+                (g.astype(np.float32).sum(0) * (scale if late else 1.0)).astype(db.dtype)
         if late:
             dw[cols] *= scale
-        del p, g
+        del x, g
     loss = total * loss_scale
     return loss, dh, dw, db
 

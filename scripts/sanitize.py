@@ -348,7 +348,8 @@ def backward(cp, osm, checks):
 
 
 @family("cross_entropy", "cross_entropy_01_rows and cross_entropy_02_cluster: every option, in place and not, rows "
-        "aligned and not, no gradient, rows of one to eight chunks", ("cross_entropy_01_rows", "cross_entropy_02_cluster"))
+        "aligned and not, no gradient, rows of one to eight chunks; cross_entropy_03_from_lse: every option, blocks "
+        "at a row's start and past it", ("cross_entropy_01_rows", "cross_entropy_02_cluster", "cross_entropy_03_from_lse"))
 def cross_entropy(cp, osm, checks):
     from onlinesoftmax.runtime import device
     from onlinesoftmax.runtime.plan import get_runner
@@ -371,6 +372,27 @@ def cross_entropy(cp, osm, checks):
                                  if grad else None, "grad_scale": cp.ones(1, cp.float32) if grad else None}
                         full = {"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": 0.0}
                         get_runner(variant, rows, loss, {**full, **options, **given})(rows, loss, **given)
+    cross_entropy_from_lse(cp, osm, checks)
+
+
+def cross_entropy_from_lse(cp, osm, checks):
+    """cross_entropy_03_from_lse: every option, rows aligned and not, blocks at the row's start and past
+    it, ignored rows."""
+    from onlinesoftmax.kernels.cross_entropy.from_lse import gradient_from_lse
+
+    if not wanted("cross_entropy_03_from_lse"):
+        return
+    for dtype in checks.DTYPES:
+        for n_rows, n_cols in ((1, 1), (3, 37), (65, 512), (5, 4099), (2, 70000)):
+            x = checks.random_rows(cp, n_rows, n_cols + 1, dtype, seed=8)
+            m = cp.asarray(x.astype(cp.float32).max(axis=1))
+            log_l = cp.full(n_rows, 3.0, cp.float32)
+            t = cp.arange(n_rows, dtype=cp.int64) % n_cols
+            t[::3] = -100
+            for block in (x[:, :n_cols], x[:, 1:]):   # the second off 16 bytes: element by element
+                for first, options in ((0, {}), (n_cols // 2, {"uniform": 1e-5, "hit": 0.9, "z_loss": 1e-4,
+                                                                "softcap": 30.0})):
+                    gradient_from_lse(block, m, log_l, t, first=first, scale=0.5, **options)
 
 
 @family("sampling", "sampling_01_rows and sampling_02_split: no filter, every filter, per-row parameters, greedy "

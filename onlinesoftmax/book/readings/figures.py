@@ -58,6 +58,7 @@ PALETTE = {
     "attention_07_fragment_reuse": "#00a087",
     "cross_entropy_01_rows": "#3182bd",
     "cross_entropy_02_cluster": "#08519c",
+    "cross_entropy_03_from_lse": "#4292c6",
     "sampling_01_rows": "#ad494a",
     "sampling_02_split": "#5254a3",
     "attention_08_paged_decode": "#9c9ede",

@@ -22,12 +22,12 @@ def held_bytes(tokens: int, vocabulary: int, chunk: int | None, weight_grad: str
     it saved, their gradient and the logits' gradient; else the chunked path: one chunk's logits (bf16, their
     gradient written over them) and, with weight_grad "sum", the float32 sum of the weight's gradient;
     with "recompute" the larger of the token pass (a chunk's logits) and the vocabulary pass (every
-    token's logits of one block of default_vocab_chunk entries, 6 bytes an element)."""
+    token's logits of one block of default_vocab_chunk entries, their gradient written over them)."""
     if chunk is None:
         return 3.0 * tokens * vocabulary * 2
     token_pass = min(chunk, tokens) * vocabulary * 2
     if weight_grad == "recompute":
-        return max(token_pass, tokens * default_vocab_chunk(vocabulary) * 6.0)
+        return max(token_pass, tokens * default_vocab_chunk(vocabulary) * 2.0)
     return token_pass + vocabulary * HIDDEN * 4.0
 
 
