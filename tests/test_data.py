@@ -17,7 +17,7 @@ BASELINE = re.compile(r"^(copy|copy_\w+|read|cupy_\w+|torch_\w+|fast|(torch|cupy
 DEFINE_SUFFIXES = ("_unguarded",)
 
 
-QUALIFIED = re.compile(r"^(\w+) \([a-z ]+\)$")   # a kernel with the mode it ran in: "... (deterministic)"
+QUALIFIED = re.compile(r"^(\w+) \([a-z0-9 ]+\)$")   # a kernel with the mode it ran in: "... (deterministic)", "... (3)"
 # The first page's own kernels (exercises/primer/<name>.cu: vector_add, shared_reads), timed by the first-kernel suite.
 PRIMER_KERNELS = {path.stem for path in (DATA_DIR.parent / "exercises" / "primer").glob("*.cu")}
 
