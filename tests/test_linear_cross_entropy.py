@@ -242,7 +242,7 @@ def test_default_chunks_follow_the_memory_each_weight_grad_holds():
     chunk's logits: 1/64 (1.6 % of the logits); never fewer than 64 tokens."""
     from onlinesoftmax.linear_loss import default_chunk
 
-    assert default_chunk(8192, "sum") == 1024 and default_chunk(8192, "recompute") == 128
+    assert default_chunk(8192, "sum") == 2048 and default_chunk(8192, "recompute") == 128
     assert default_chunk(100, "sum") == default_chunk(100, "recompute") == 64
     assert default_chunk(8193, "recompute") == 129   # rounded up: at most 64 chunks
 
