@@ -19,14 +19,9 @@ Run on a GPU machine with ncu on PATH (under a minute):  python -m onlinesoftmax
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
+
+from onlinesoftmax.bench import ncu
 
 SUITE = "ncu-attention-mma"
 METRICS = ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
@@ -63,49 +58,19 @@ def child() -> None:
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def known_metrics(ncu: str) -> set[str]:
-    done = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True)
-    return {line.split()[0] for line in done.stdout.splitlines() if line.strip() and "__" in line.split()[0]}
-
-
-def parse_ncu_csv(text: str) -> list[dict]:
-    """Per profiled launch (in order): kernel name, and each metric's value and unit as ncu gives them."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]
-    launches: dict[str, dict] = {}
-    for record in csv.DictReader(io.StringIO("\n".join(lines))):
-        launch = launches.setdefault(record["ID"], {"kernel_name": record["Kernel Name"]})
-        launch[record["Metric Name"]] = (float(record["Metric Value"].replace(",", "")),
-                                         record.get("Metric Unit", "").strip())
-    return [launches[key] for key in sorted(launches, key=int)]
-
-
 def measure() -> dict:
     from onlinesoftmax.kernels.attention import mma_fragments as mf
     from onlinesoftmax.kernels.attention import mma as am
     from onlinesoftmax.measure import results
 
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise SystemExit("ncu (Nsight Compute) not found on PATH")
-    known = known_metrics(ncu)
+    known = ncu.known_metrics(ncu.find_ncu())
     metrics = [m for m in METRICS if m.split(".")[0] in known] if known else list(METRICS)
     missing = sorted(set(METRICS) - set(metrics))
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "ncu.csv")
-        cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics), "--kernel-name", "regex:^attention_0[3457]_",
-               "--csv", "--print-units", "base", "--log-file", log, sys.executable, "-m", "onlinesoftmax.bench.ncu_attention_mma", "--child"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        with open(log) as f:
-            launches = parse_ncu_csv(f.read() or done.stdout)
+    launches, cmd = ncu.profile("onlinesoftmax.bench.ncu_attention_mma", metrics, "regex:^attention_0[3457]_")
     planned = plan()
-    if len(launches) != len(planned):
-        raise SystemExit(f"expected {len(planned)} profiled launches, got {len(launches)}")
+    ncu.check_order(launches, [name for name, _, _ in planned])
     rows = []
     for (name, d, causal), launch in zip(planned, launches):
-        if not launch["kernel_name"].startswith(name):
-            raise SystemExit(f"launch order mismatch: planned {name}, profiled {launch['kernel_name']}")
         row = {"kernel": name, "dtype": "bfloat16", "batch": BATCH, "heads": HEADS, "n_q": N, "n_k": N, "d": d,
                "causal": causal}
         if name != am.REUSE:   # the wavefront model covers the 16-row steps; attention_07 is profiled only
@@ -127,11 +92,4 @@ def measure() -> dict:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        from onlinesoftmax.measure import results
-
-        data = measure()
-        path = results.write_results(SUITE, data["rows"], data["meta"])
-        print("wrote", path, file=sys.stderr)
+    ncu.main(SUITE, measure, child)

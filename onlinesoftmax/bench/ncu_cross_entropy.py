@@ -19,13 +19,7 @@ Run on a GPU machine with ncu on PATH (about a minute):  python -m onlinesoftmax
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-
-from onlinesoftmax.bench.ncu_attention_mma import known_metrics, parse_ncu_csv
+from onlinesoftmax.bench import ncu
 
 SUITE = "ncu-cross-entropy"
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
@@ -76,35 +70,19 @@ def child() -> None:
 def measure() -> dict:
     from onlinesoftmax.measure import results
 
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise SystemExit("ncu (Nsight Compute) not found on PATH")
-    known = known_metrics(ncu)
+    known = ncu.known_metrics(ncu.find_ncu())
     metrics = [m for m in METRICS if m.split(".")[0] in known] if known else list(METRICS)
     missing = sorted(set(METRICS) - set(metrics))
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "ncu.csv")
-        cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(metrics),
-               "--kernel-name", "regex:^(cross_entropy_0|copy_logits)", "--csv", "--print-units", "base",
-               "--log-file", log, sys.executable, "-m", "onlinesoftmax.bench.ncu_cross_entropy", "--child"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        with open(log) as f:
-            launches = parse_ncu_csv(f.read() or done.stdout)
+    launches, command = ncu.profile("onlinesoftmax.bench.ncu_cross_entropy", metrics,
+                                    "regex:^(cross_entropy_0|copy_logits)")
     # the copy's first launch compiles it and is profiled too: keep the second of each pair
     launches = [launch for i, launch in enumerate(launches) if not (
         launch["kernel_name"].startswith("copy_logits") and i + 1 < len(launches)
         and launches[i + 1]["kernel_name"].startswith("copy_logits"))]
     planned = plan()
-    if len(launches) != len(planned):
-        raise SystemExit(f"expected {len(planned)} profiled launches, got {len(launches)}: "
-                         + ", ".join(launch["kernel_name"] for launch in launches))
+    ncu.check_order(launches, ["copy_logits" if name == COPY else name for name, _, _ in planned])
     rows = []
     for (name, (n_rows, n_cols), dtype), launch in zip(planned, launches):
-        expected = "copy_logits" if name == COPY else name
-        if not launch["kernel_name"].startswith(expected):
-            raise SystemExit(f"launch order mismatch: planned {expected}, profiled {launch['kernel_name']}")
         row = {"kernel": name, "profiled": launch["kernel_name"], "rows": n_rows, "vocab": n_cols, "dtype": dtype}
         for metric in metrics:
             value, unit = launch.get(metric, (float("nan"), ""))
@@ -115,17 +93,11 @@ def measure() -> dict:
         rows.append(row)
         print(f"{name:<25} {n_rows}x{n_cols} {dtype}: "
               + ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics), flush=True)
-    method = ("Nsight Compute " + " ".join(cmd[1:9]) + ": one launch per kernel and shape (forward and backward, "
-              "the gradient into its own buffer), clocks left alone; the copy an elementwise kernel of 16-byte elements over the same logits")
+    method = ("Nsight Compute " + " ".join(command[1:9]) + ": one launch per kernel and shape (forward and backward, "
+              "the gradient into its own buffer), clocks left alone; the copy an elementwise kernel of 16-byte "
+              "elements over the same logits")
     return {"meta": {**results.gpu_meta(), "method": method, "metrics_unavailable": missing}, "rows": rows}
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        from onlinesoftmax.measure import results
-
-        data = measure()
-        path = results.write_results(SUITE, data["rows"], data["meta"])
-        print("wrote", path, file=sys.stderr)
+    ncu.main(SUITE, measure, child)

@@ -12,13 +12,7 @@ Run on a GPU machine with ncu on PATH (about a minute):  python -m onlinesoftmax
 """
 from __future__ import annotations
 
-import csv
-import io
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
+from onlinesoftmax.bench import ncu
 
 SUITE = "ncu-dram"
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -55,42 +49,22 @@ def child() -> None:
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def parse_ncu_csv(text: str) -> list[dict]:
-    """Per profiled launch (in order): kernel name and the metrics in bytes."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]
-    launches: dict[str, dict] = {}
-    for record in csv.DictReader(io.StringIO("\n".join(lines))):
-        launch = launches.setdefault(record["ID"], {"kernel_name": record["Kernel Name"]})
-        unit = record.get("Metric Unit", "byte").strip().lower() or "byte"
-        value = float(record["Metric Value"].replace(",", ""))
-        launch[record["Metric Name"]] = value * UNITS.get(unit, float("nan"))
-    return [launches[key] for key in sorted(launches, key=int)]
+def in_bytes(launch: dict) -> dict:
+    """A launch of ncu.parse_ncu_csv with its metrics in bytes (a value without a unit counted as bytes)."""
+    return {name: value if name == "kernel_name" else value[0] * UNITS.get(value[1].lower() or "byte", float("nan"))
+            for name, value in launch.items()}
 
 
 def measure() -> dict:
     import onlinesoftmax as osm
     from onlinesoftmax.measure import results
 
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise SystemExit("ncu (Nsight Compute) not found on PATH")
-    with tempfile.TemporaryDirectory() as tmp:
-        log = os.path.join(tmp, "ncu.csv")
-        cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--metrics", ",".join(METRICS),
-               "--kernel-name", "regex:^softmax_", "--csv", "--print-units", "base", "--log-file", log,
-               sys.executable, "-m", "onlinesoftmax.bench.ncu_dram", "--child"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        with open(log) as f:
-            launches = parse_ncu_csv(f.read() or done.stdout)
+    launches, cmd = ncu.profile("onlinesoftmax.bench.ncu_dram", METRICS, "regex:^softmax_", ("--cache-control", "all"))
+    launches = [in_bytes(launch) for launch in launches]
     planned = plan()
-    if len(launches) != len(planned):
-        raise SystemExit(f"expected {len(planned)} profiled launches, got {len(launches)}")
+    ncu.check_order(launches, [name for name, _, _, _, _ in planned])
     rows = []
     for (name, mask, dtype, n_rows, n_cols), launch in zip(planned, launches):
-        if not launch["kernel_name"].startswith(name):
-            raise SystemExit(f"launch order mismatch: planned {name}, profiled {launch['kernel_name']}")
         itemsize = 2 if dtype == "float16" else 4
         rows.append({"kernel": name, "mask": mask, "dtype": dtype, "n_rows": n_rows, "n_cols": n_cols,
                      "dram_read_bytes": launch[METRICS[0]], "dram_write_bytes": launch[METRICS[1]],
@@ -105,11 +79,4 @@ def measure() -> dict:
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv:
-        child()
-    else:
-        from onlinesoftmax.measure import results
-
-        data = measure()
-        path = results.write_results(SUITE, data["rows"], data["meta"])
-        print("wrote", path, file=sys.stderr)
+    ncu.main(SUITE, measure, child)
