@@ -374,7 +374,7 @@ def covers(n_cols, dtype, piece, plan) -> bool:
     n_chunks, per_chunk, threads = plan
     itemsize = cluster.ITEMSIZE[dtype]
     return (n_chunks & (n_chunks - 1) == 0 and 1 <= n_chunks <= 16 and n_chunks * per_chunk >= n_cols // piece
-            and per_chunk * piece * itemsize <= cluster.CHUNK_BYTES and 32 <= threads <= 512)
+            and per_chunk * piece * itemsize <= cluster.CHUNK_BYTES and 32 <= threads <= 1024)
 
 
 @pytest.mark.parametrize("dtype", checks.DTYPES)

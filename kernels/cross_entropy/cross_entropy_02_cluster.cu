@@ -30,10 +30,7 @@
 //          behaviour of cross_entropy_01_rows. sm_90 or newer (clusters).
 #include "cluster.cuh"
 #include "online_rows.cuh"
-
-__device__ __forceinline__ float softcapped(float x, float softcap) {
-    return softcap > 0.0f ? softcap * tanhf(x / softcap) : x;
-}
+#include "vec_io.cuh"
 
 // What a thread loads at a time: a 16-byte vector of the row policy's elements, or one element.
 template <class Row, bool Vector>
@@ -64,7 +61,12 @@ __device__ __forceinline__ float cluster_load_float(const float* local, unsigned
     return v;
 }
 
-template <class Row, bool Vector>
+// The per-element work is most of this kernel's time for 16-bit logits (at 2 bytes an element the
+// instructions, not the bytes, set the pace), so it is specialized: Capped and Smooth are compile-time
+// (the entry picks one of four bodies from softcap and label_smoothing), an ignored row skips both
+// passes' arithmetic, the target's element is found per piece rather than by a comparison per
+// element, and p_j is 2^((s_j - m) log2 e) as pass 1 summed it.
+template <class Row, bool Vector, bool Capped, bool Smooth>
 __device__ __forceinline__ void cross_entropy_cluster(
     const typename Row::Elem* x, typename Row::Elem* dx, const long long* __restrict__ targets,
     float* __restrict__ loss, float* __restrict__ lse_out, const float* __restrict__ grad_scale, int n_cols,
@@ -90,9 +92,9 @@ __device__ __forceinline__ void cross_entropy_cluster(
     const int first = static_cast<int>(chunk) * chunk_pieces;
     const int count = max(0, min(chunk_pieces, n_pieces - first));
     const bool last = chunk == n_chunks - 1;
-    const bool smoothing = label_smoothing != 0.0f;
     const int step = static_cast<int>(blockDim.x);
     const Raw* chunk_x = reinterpret_cast<const Raw*>(row_x) + first;
+    auto cap = [&](float v) { return Capped ? softcap * tanhf(v / softcap) : v; };
 
     // pass 1: U pieces a thread in flight, cached on the way, folded into (m, l) with one rescale
     OnlineState s = online_identity();
@@ -110,8 +112,8 @@ __device__ __forceinline__ void cross_entropy_cluster(
                 P::unpack(raw[u], v + u * N);
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
-                    v[u * N + k] = softcapped(v[u * N + k], softcap);
-                    sum += v[u * N + k];
+                    v[u * N + k] = cap(v[u * N + k]);
+                    if (Smooth) sum += v[u * N + k];
                 }
             } else {
 #pragma unroll
@@ -122,23 +124,22 @@ __device__ __forceinline__ void cross_entropy_cluster(
     }
     if (last)
         for (int j = n_pieces * N + threadIdx.x; j < n_cols; j += step) {
-            const float v = softcapped(Row::load1(row_x + j), softcap);
-            sum += v;
+            const float v = cap(Row::load1(row_x + j));
+            if (Smooth) sum += v;
             online_push_exp2(s, v);
         }
     const long long target = targets[row];
     const bool ignored = target == ignore_index;
-    const float s_t = chunk == 0 && threadIdx.x == 0 && !ignored ? softcapped(Row::load1(row_x + target), softcap)
-                                                                   : 0.0f;
+    const float s_t = chunk == 0 && threadIdx.x == 0 && !ignored ? cap(Row::load1(row_x + target)) : 0.0f;
     s = online_block_reduce(s, scratch);
-    const float chunk_total = smoothing ? block_reduce<false>(sum, sums) : 0.0f;
+    const float chunk_total = Smooth ? block_reduce<false>(sum, sums) : 0.0f;
     if (threadIdx.x == 0) {
         block_state = s;
         block_total = chunk_total;
     }
     cluster_sync();                                       // every block's state is visible
     const OnlineState whole = cluster_reduce_states(&block_state, &row_state);
-    if (smoothing) {
+    if (Smooth) {
         if (threadIdx.x < 32) {
             float t = threadIdx.x < n_chunks ? cluster_load_float(&block_total, threadIdx.x) : 0.0f;
             t = warp_sum(t);
@@ -147,43 +148,69 @@ __device__ __forceinline__ void cross_entropy_cluster(
         __syncthreads();
     }
     cluster_arrive();                                     // done reading the others' shared memory
-    const float total = smoothing ? row_total : 0.0f;
+    const float total = Smooth ? row_total : 0.0f;
     const float lse = whole.m + logf(whole.l);
 
     if (chunk == 0 && threadIdx.x == 0) {   // cross_entropy_01_rows' loss, written around m
         const float value = logf(whole.l) + (1.0f - label_smoothing) * (whole.m - s_t)
-                            + (smoothing ? label_smoothing * (whole.m - total / n_cols) : 0.0f) + z_loss * lse * lse;
+                            + (Smooth ? label_smoothing * (whole.m - total / n_cols) : 0.0f) + z_loss * lse * lse;
         loss[row] = ignored ? 0.0f : value;
         lse_out[row] = lse;
     }
 
     if (grad_scale != nullptr) {   // pass 2: the gradient from the cache
         typename Row::Elem* row_dx = dx + row * dx_stride;
-        const float scale = ignored ? 0.0f : *grad_scale;
-        const float p_scale = scale * (1.0f + 2.0f * z_loss * lse) / whole.l;
-        const float uniform = scale * label_smoothing / n_cols;
-        const float hit = scale * (1.0f - label_smoothing);
-        auto gradient = [&](float x_j, long long j) {
-            const float s_j = softcapped(x_j, softcap);
-            float g = p_scale * expf(s_j - whole.m) - uniform - (j == target ? hit : 0.0f);
-            if (softcap > 0.0f) g *= 1.0f - (s_j / softcap) * (s_j / softcap);
-            return ignored ? 0.0f : g;   // 0, never 0 * NaN, on an ignored row
-        };
         Raw* chunk_dx = reinterpret_cast<Raw*>(row_dx) + first;
+        if (ignored) {   // 0 everywhere, never 0 * NaN
+            float zeros[N] = {};
+            const Raw zero = P::pack(zeros);
+            for (int i = threadIdx.x; i < count; i += step) chunk_dx[i] = zero;
+            if (last)
+                for (int j = n_pieces * N + threadIdx.x; j < n_cols; j += step) row_dx[j] = Row::from_float(0.0f);
+        } else {
+            const float scale = *grad_scale;
+            const float p_scale = scale * (1.0f + 2.0f * z_loss * lse) / whole.l;
+            const float uniform = Smooth ? scale * label_smoothing / n_cols : 0.0f;
+            const float hit = scale * (1.0f - label_smoothing);
+            const float m = whole.m;
+            auto gradient = [&](float x_j) {
+                const float s_j = cap(x_j);
+                float g = p_scale * exp_sub(s_j, m);
+                if (Smooth) g -= uniform;
+                if (Capped) g *= 1.0f - (s_j / softcap) * (s_j / softcap);
+                return g;
+            };
+            // the target's piece and its place in it (a piece of another chunk is never met here)
+            const long long target_piece = target / N - first;
+            const int target_lane = static_cast<int>(target % N);
+            auto hit_at = [&](float x_t) {   // the one-hot's term, through the cap's slope at s_t
+                const float s_t = cap(x_t);
+                return Capped ? hit * (1.0f - (s_t / softcap) * (s_t / softcap)) : hit;
+            };
 #pragma unroll 4
-        for (int i = threadIdx.x; i < count; i += step) {
-            float v[N];
-            P::unpack(cache[i], v);
+            for (int i = threadIdx.x; i < count; i += step) {
+                float v[N];
+                P::unpack(cache[i], v);
+                const float one_hot = i == target_piece ? hit_at(v[target_lane]) : 0.0f;
 #pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = gradient(v[k], static_cast<long long>(first + i) * N + k);
-            chunk_dx[i] = P::pack(v);
+                for (int k = 0; k < N; ++k) v[k] = gradient(v[k]);
+                if (i == target_piece) v[target_lane] -= one_hot;
+                chunk_dx[i] = P::pack(v);
+            }
+            if (last)
+                for (int j = n_pieces * N + threadIdx.x; j < n_cols; j += step) {
+                    const float x_j = Row::load1(row_x + j);
+                    row_dx[j] = Row::from_float(gradient(x_j) - (j == target ? hit_at(x_j) : 0.0f));
+                }
         }
-        if (last)
-            for (int j = n_pieces * N + threadIdx.x; j < n_cols; j += step)
-                row_dx[j] = Row::from_float(gradient(Row::load1(row_x + j), j));
     }
     cluster_wait();                                       // nobody exits while its state may be read
 }
+
+#define CROSS_ENTROPY_02_BODY(ROW, VECTOR, CAPPED, SMOOTH)                                                    \
+    cross_entropy_cluster<ROW, VECTOR, CAPPED, SMOOTH>(x, dx, targets, loss, lse, grad_scale, n_cols, x_stride,   \
+                                                       dx_stride, chunk_pieces, ignore_index, label_smoothing,   \
+                                                       z_loss, softcap)
 
 #define CROSS_ENTROPY_02(TAG, ROW, VECTOR, V)                                                                  \
     extern "C" __global__ void __launch_bounds__(1024) cross_entropy_02_cluster_##TAG##_v##V(                  \
@@ -191,8 +218,13 @@ __device__ __forceinline__ void cross_entropy_cluster(
         float* __restrict__ lse, const float* __restrict__ grad_scale, int n_cols, long long x_stride,          \
         long long dx_stride, int chunk_pieces, long long ignore_index, float label_smoothing, float z_loss,     \
         float softcap) {                                                                                         \
-        cross_entropy_cluster<ROW, VECTOR>(x, dx, targets, loss, lse, grad_scale, n_cols, x_stride, dx_stride,  \
-                                           chunk_pieces, ignore_index, label_smoothing, z_loss, softcap);       \
+        if (softcap > 0.0f) {                                                                                    \
+            if (label_smoothing != 0.0f) CROSS_ENTROPY_02_BODY(ROW, VECTOR, true, true);                        \
+            else CROSS_ENTROPY_02_BODY(ROW, VECTOR, true, false);                                                \
+        } else {                                                                                                 \
+            if (label_smoothing != 0.0f) CROSS_ENTROPY_02_BODY(ROW, VECTOR, false, true);                       \
+            else CROSS_ENTROPY_02_BODY(ROW, VECTOR, false, false);                                               \
+        }                                                                                                        \
     }
 
 CROSS_ENTROPY_02(f32, F32Row, true, 4) CROSS_ENTROPY_02(f16, F16Row, true, 8) CROSS_ENTROPY_02(bf16, BF16Row, true, 8)

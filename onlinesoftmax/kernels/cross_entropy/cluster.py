@@ -17,24 +17,28 @@ from onlinesoftmax.runtime import driver
 from onlinesoftmax.runtime.loader import get_kernel
 
 CHUNK_BYTES = 64 * 1024    # a chunk's cache: three blocks' fit one SM's 228 KB of shared memory
+PIECES_PER_THREAD = 16
 MAX_CLUSTER = 16           # Hopper's non-portable maximum (8 portable)
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 TAGS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
 @functools.lru_cache(maxsize=None)
-def chunks(n_cols: int, dtype: str, piece: int) -> tuple[int, int, int]:
+def chunks(n_cols: int, dtype: str, piece: int, chunk_bytes: int = CHUNK_BYTES,
+           threads: int | None = None) -> tuple[int, int, int]:
     """(C, pieces per chunk, threads) for rows of n_cols elements loaded `piece` at a time (a 16-byte
-    vector or 1); C = 0 when the row needs more than MAX_CLUSTER chunks of CHUNK_BYTES."""
+    vector or 1), chunks of at most `chunk_bytes`; C = 0 when the row needs more than MAX_CLUSTER.
+    Threads: about PIECES_PER_THREAD pieces each (the work per element, not the bytes, sets the pace of
+    16-bit rows: measured on an H100, 16 pieces a thread beat 8 at every chunk size), or as given."""
     n_pieces = n_cols // piece
     piece_bytes = piece * ITEMSIZE[dtype]
-    wanted = max(1, -(-n_pieces * piece_bytes // CHUNK_BYTES))
+    wanted = max(1, -(-n_pieces * piece_bytes // chunk_bytes))
     n_chunks = 1 << (wanted - 1).bit_length()
     if n_chunks > MAX_CLUSTER:
         return 0, 0, 0
     per_chunk = max(1, -(-n_pieces // n_chunks))
-    # about eight pieces a thread (four for a 16-byte vector build's loads of U = 2 .. 4 in flight)
-    threads = int(min(512, max(32, 1 << (max(1, -(-per_chunk // 8)) - 1).bit_length())))
+    if threads is None:
+        threads = int(min(1024, max(32, 1 << (max(1, -(-per_chunk // PIECES_PER_THREAD)) - 1).bit_length())))
     return n_chunks, per_chunk, threads
 
 
@@ -59,9 +63,10 @@ def entry_names(variant: Variant) -> tuple[str, ...]:
 
 
 def plan(variant: Variant, x, loss, targets=None, lse=None, dx=None, grad_scale=None, ignore_index=-100,
-         label_smoothing=0.0, z_loss=0.0, softcap=0.0):
-    """runner(x, loss, targets=, lse=, dx=, grad_scale=): one cluster launch over the (rows, V) logits;
-    a ValueError when a row needs more than 16 chunks or no cluster of the plan can be resident."""
+         label_smoothing=0.0, z_loss=0.0, softcap=0.0, chunk_bytes: int = CHUNK_BYTES, threads: int | None = None):
+    """runner(x, loss, targets=, lse=, dx=, grad_scale=): one cluster launch over the (rows, V) logits,
+    chunks of at most chunk_bytes and `threads` a block (None: chunks' choice; a benchmark's sweep sets
+    them); a ValueError when a row needs more than 16 chunks or no cluster of the plan can be resident."""
     dtype = x.dtype.name
     if (dx is None) != (grad_scale is None):
         raise ValueError(f"{variant.name}: dx and grad_scale go together")
@@ -69,10 +74,10 @@ def plan(variant: Variant, x, loss, targets=None, lse=None, dx=None, grad_scale=
         raise TypeError(f"{variant.name}: dx must have x's shape and dtype")
     n_rows, n_cols = x.shape
     piece = piece_for(x, dx)
-    n_chunks, per_chunk, threads = chunks(n_cols, dtype, piece)
+    n_chunks, per_chunk, threads = chunks(n_cols, dtype, piece, chunk_bytes, threads)
     if n_chunks == 0:
         raise ValueError(f"{variant.name}: a row of {n_cols} {dtype} logits needs more than {MAX_CLUSTER} chunks "
-                         f"of {CHUNK_BYTES} bytes (cross_entropy_01_rows takes it)")
+                         f"of {chunk_bytes} bytes (cross_entropy_01_rows takes it)")
     name = f"{variant.name}_{TAGS[dtype]}_v{piece}"
     shared = per_chunk * piece * ITEMSIZE[dtype]
     if driver.max_active_clusters(variant.file, name, threads, shared, n_chunks) < 1:
