@@ -17,7 +17,7 @@ counts as ignore_index, and a caller in a loop (linear_cross_entropy's chunks: i
 targets once) never waits for the GPU.
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernels (cross_entropy_02_cluster for the gradient
-of float32 logits on a GPU with thread-block clusters, else cross_entropy_01_rows: kernel_for), torch
+on a GPU with thread-block clusters, else cross_entropy_01_rows: kernel_for), torch
 tensors either on torch's current stream (a tensor that needs a gradient goes to the autograd
 operator torch.ops.onlinesoftmax.cross_entropy). Targets are checked on the host (one
 synchronization on the GPU): an out-of-range target is a ValueError naming it, not a device fault.
@@ -148,17 +148,13 @@ def check_target_range(targets, n_classes: int, ignore_index: int, function: str
 
 
 def kernel_for(x, grad: bool):
-    """The kernel of a call: cross_entropy_02_cluster for the gradient of float32 logits on a GPU with
-    clusters, when a row fits its 16 chunks (it reads the logits once where 01 reads them twice;
-    recorded on an H100 at 4096 x 32000, it takes 0.78 of 01's time); else cross_entropy_01_rows. For
-    16-bit logits 01 stays, the faster at every recorded bf16 vocabulary: Nsight Compute shows 01 at the
-    memory's limit for its two reads, and 02 held back by its instructions, with half the warps resident
-    and 1.4 times 01's instructions per logit (chapter 12 has the recordings)."""
+    """The kernel of a call: cross_entropy_02_cluster for a gradient on a GPU with clusters, when a row
+    fits its 16 chunks (it reads the logits once where 01 reads them twice, and its per-element work is
+    specialized to the call's options); else cross_entropy_01_rows."""
     from onlinesoftmax.kernels.cross_entropy import cluster
     from onlinesoftmax.runtime import device
 
-    if grad and x.dtype == np.float32 and device.compute_capability() >= 90 and \
-            cluster.fits(x.shape[1], x.dtype.name):
+    if grad and device.compute_capability() >= 90 and cluster.fits(x.shape[1], x.dtype.name):
         return REGISTRY["cross_entropy_02_cluster"]
     return REGISTRY["cross_entropy_01_rows"]
 

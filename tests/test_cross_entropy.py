@@ -397,7 +397,7 @@ def test_the_cluster_plan_holds_every_row_it_takes(dtype):
     assert floor_plan_misses > 0
 
 
-def test_a_float32_gradient_on_a_gpu_with_clusters_takes_the_cluster(monkeypatch):
+def test_a_gradient_on_a_gpu_with_clusters_takes_the_cluster(monkeypatch):
     from onlinesoftmax import loss
     from onlinesoftmax.runtime import device
 
@@ -405,7 +405,7 @@ def test_a_float32_gradient_on_a_gpu_with_clusters_takes_the_cluster(monkeypatch
     monkeypatch.setattr(device, "compute_capability", lambda: 90)
     assert loss.kernel_for(x, True).name == "cross_entropy_02_cluster"
     assert loss.kernel_for(x, False).name == "cross_entropy_01_rows"
-    assert loss.kernel_for(checks.to_dtype(x, "bfloat16"), True).name == "cross_entropy_01_rows"   # 16-bit: 01
+    assert loss.kernel_for(checks.to_dtype(x, "bfloat16"), True).name == "cross_entropy_02_cluster"
     assert loss.kernel_for(np.zeros((1, 2**20), np.float32), True).name == "cross_entropy_01_rows"   # > 16 chunks
     monkeypatch.setattr(device, "compute_capability", lambda: 80)
     assert loss.kernel_for(x, True).name == "cross_entropy_01_rows"

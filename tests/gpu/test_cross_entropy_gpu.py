@@ -151,16 +151,16 @@ def test_a_side_stream_of_torch():
             assert torch.equal(got, torch.as_tensor(expected)), "read before torch wrote it"
 
 
-def test_the_cluster_takes_a_float32_gradient_and_a_chunk_normalized_alone_is_rejected():
-    """cross_entropy_02_cluster is what a gradient of float32 logits runs on a GPU with clusters (01 for
-    16-bit logits and without a gradient); its wrong answer kept: each chunk normalized by its own
-    (m, l), the cluster's combine left out."""
+def test_the_cluster_takes_a_gradient_and_a_chunk_normalized_alone_is_rejected():
+    """cross_entropy_02_cluster is what a gradient runs on a GPU with clusters (01 without a gradient);
+    its wrong answer kept: each chunk normalized by its own (m, l), the cluster's combine left out."""
     from onlinesoftmax import loss
     from onlinesoftmax.kernels.cross_entropy import cluster
 
     x, t = inputs(6, 128256, "bfloat16", seed=5)
     assert loss.kernel_for(cp.zeros(x.shape, cp.float32), True).name == "cross_entropy_02_cluster"
-    assert loss.kernel_for(x, True).name == loss.kernel_for(x, False).name == "cross_entropy_01_rows"
+    assert loss.kernel_for(x, True).name == "cross_entropy_02_cluster"
+    assert loss.kernel_for(x, False).name == "cross_entropy_01_rows"
     n_chunks, per_chunk, _ = cluster.chunks(128256, "bfloat16", 8)
     assert n_chunks == 4
     rows, lse, dx = launch(x, t, full({}), scale=1.0, kernel="cross_entropy_02_cluster")
