@@ -12,17 +12,18 @@ and z_loss (the weight of lse^2 added to each row's loss, PaLM's z-loss) and sof
 soft-capped as c tanh(x / c) first, Gemma 2's; None for none). The LSE per row (float32) is what the
 z-loss and a later backward need. The gradient is that of the reduced loss (of the sum of the rows
 for "none"), in logits' dtype; in_place=True writes it over the logits and returns them.
-check_targets=False skips the host's check of the targets (below): a target outside [0, V) then
-counts as ignore_index, and a caller in a loop (linear_cross_entropy's chunks: it checks all its
-targets once) never waits for the GPU.
+check_targets=False skips the check of the targets (below): a target outside [0, V) then counts
+as ignore_index, and a caller in a loop (linear_cross_entropy's chunks: it checks all its targets
+once) never waits for the GPU.
 
 NumPy arrays run the kernel's NumPy model, CuPy arrays the kernels (cross_entropy_02_cluster for the gradient
 on a GPU with thread-block clusters, else cross_entropy_01_rows: kernel_for), torch
 tensors either on torch's current stream (a tensor that needs a gradient goes to the autograd
-operator torch.ops.onlinesoftmax.cross_entropy). Targets are checked on the host (one
-synchronization on the GPU): an out-of-range target is a ValueError naming it, not a device fault.
-The operator checks them on the device instead and raises in its backward
-(cross_entropy_with_grad_deferred): its forward never waits for the GPU.
+operator torch.ops.onlinesoftmax.cross_entropy). On a GPU a call is three launches: the targets
+checked and counted on the device, the row kernel, the loss reduced on the device; the host reads
+one flag (one synchronization) and an out-of-range target is a ValueError naming it, not a device
+fault. The operator reads the flag in its backward instead (cross_entropy_with_grad_deferred): its
+forward never waits for the GPU.
 """
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing:
         return torch_bridge.call(cross_entropy, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
                                  reduction=reduction, return_lse=return_lse, check_targets=check_targets)
-    loss, lse, _ = _run("cross_entropy", logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                        grad=False, in_place=False, check_targets=check_targets)
+    loss, lse, _, _ = _run("cross_entropy", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
+                           reduction, grad=False, in_place=False, check_targets=check_targets)
     return (loss, lse) if return_lse else loss
 
 
@@ -71,25 +72,21 @@ def cross_entropy_with_grad(logits, targets, *, ignore_index: int = -100, label_
     if not isinstance(in_place, (bool, np.bool_)):
         raise TypeError(f"cross_entropy_with_grad: in_place must be True or False, got {in_place!r}")
     return _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
-                reduction, grad=True, in_place=bool(in_place), check_targets=check_targets)
+                reduction, grad=True, in_place=bool(in_place), check_targets=check_targets)[:3]
 
 
 def cross_entropy_with_grad_deferred(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0,
                                      z_loss: float = 0.0, softcap=None, reduction: str = "mean"):
     """(loss, lse, dlogits, bad) for the autograd operator, which must not wait for the GPU in its forward:
     a target outside [0, V) that is not ignore_index makes its row's loss NaN (so the loss is NaN, never
-    a silently smaller one) and its gradient row zero, and `bad`, a 0-d bool on the logits' side, says
-    whether any target did. The operator's backward reads it with the upstream gradient's test (one
+    a silently smaller one) and its gradient row zero, and `bad`, a 0-d int64 on the logits' side, is 1
+    if any target did (else 0). The operator's backward reads it with the upstream gradient's test (one
     synchronization) and raises check_target_range's ValueError."""
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
         return torch_bridge.call(cross_entropy_with_grad_deferred, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, reduction=reduction)
-    outside = None
-    if targets.dtype.kind in "iu" and tuple(targets.shape) == tuple(logits.shape[:-1]):   # else _check's error
-        outside = ((targets < 0) | (targets >= logits.shape[-1])) & (targets != ignore_index)
-    loss, lse, grad = _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
-                           reduction, grad=True, in_place=False, check_targets=False, outside=outside)
-    return loss, lse, grad, array_module(logits).asarray(outside.any())
+    return _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
+                reduction, grad=True, in_place=False, check_targets=False, deferred=True)
 
 
 def _one_kind(function, logits, targets):
@@ -130,10 +127,7 @@ def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, sof
                          f"{tuple(logits.shape[:-1])} (the logits' without the class axis), got {describe(targets)}")
     if targets.dtype.kind not in "iu":
         raise TypeError(f"{function}: targets must be integers (class indices), got {targets.dtype}")
-    xp = array_module(logits)
-    if check_targets:
-        check_target_range(targets, logits.shape[-1], ignore_index, function)
-    return on_gpu, xp
+    return on_gpu, array_module(logits)
 
 
 def check_target_range(targets, n_classes: int, ignore_index: int, function: str, unit: str = "row") -> None:
@@ -160,7 +154,8 @@ def kernel_for(x, grad: bool):
 
 
 def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place,
-         check_targets, outside=None):
+         check_targets, deferred=False):
+    """(loss, lse, dx, bad): bad (deferred only, else None) a 0-d int64, 1 if a target was outside [0, V)."""
     on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
                         check_targets)
     n_classes = logits.shape[-1]
@@ -169,13 +164,17 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
         raise ValueError(f"{function}: in_place=True needs C-contiguous float32, float16 or bfloat16 logits, got "
                          f"{describe(logits)}{'' if logits.flags.c_contiguous else ' (not contiguous)'}")
     t = xp.ascontiguousarray(targets.reshape(-1).astype(np.int64, copy=False))
-    if outside is not None:   # the deferred check's mask: those rows count as ignored (their loss NaN, below)
-        t = xp.where(outside.reshape(-1), np.int64(ignore_index), t)
-    elif not check_targets:   # unchecked: a target outside [0, V) counts as ignore_index, never a read outside the row
-        t = xp.where((t < 0) | (t >= n_classes), np.int64(ignore_index), t)
-    counted = (t != ignore_index).sum()
     options = {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing), "z_loss": float(z_loss),
                "softcap": float(softcap or 0.0)}
+    if on_gpu and logits.dtype != np.float64 and x.shape[0] > 0:
+        return _run_kernels(function, logits, x, targets, t, options, reduction, grad, in_place, check_targets,
+                            deferred)
+    if check_targets:
+        check_target_range(targets, n_classes, ignore_index, function)
+    # outside [0, V): unchecked, the row counts as ignored; deferred, its loss is NaN (below) as well
+    outside = ((t < 0) | (t >= n_classes)) & (t != ignore_index)
+    t = xp.where(outside, np.int64(ignore_index), t)
+    counted = (t != ignore_index).sum()
     # the gradient's scale: 1 / the counted rows for a mean; over none, 1 (every row's gradient is 0
     # then, as torch's; the loss is NaN, below)
     wide = np.float64 if logits.dtype == np.float64 else np.float32   # (float64: the exact path's own scale)
@@ -184,26 +183,37 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
         rows, lse, dx = kce.reference(x, t, **options)
         dx = (dx * scale).astype(logits.dtype, copy=False) if grad else None
         lse = lse.astype(np.float32 if logits.dtype != np.float64 else np.float64, copy=False)
-    elif not on_gpu:
+    else:
         rows, lse, dx = REGISTRY["cross_entropy_01_rows"].simulate(x, t, scale if grad else None, **options)
         if grad and in_place:
             x[...] = dx
-    else:
-        x = x if x.flags.c_contiguous or x.strides[-1] == x.itemsize else xp.ascontiguousarray(x)
-        rows = xp.empty(x.shape[0], np.float32)
-        lse = xp.empty(x.shape[0], np.float32)
-        dx = (x if in_place else xp.empty(x.shape, x.dtype)) if grad else None
-        launch = {"targets": t, "lse": lse, "dx": dx,
-                  "grad_scale": xp.asarray(scale, dtype=np.float32).reshape(1) if grad else None}
-        get_runner(kernel_for(x, grad), x, rows, {**options, **launch})(x, rows, **launch)
     shape = logits.shape[:-1]
-    if outside is not None:   # the deferred check's rows: NaN, where the unchecked call counts them as ignored
-        rows = xp.where(outside.reshape(-1), rows.dtype.type(np.nan), rows)
+    if deferred:
+        rows = xp.where(outside, rows.dtype.type(np.nan), rows)
     with np.errstate(divide="ignore", invalid="ignore"):
         loss = rows.reshape(shape) if reduction == "none" else \
             rows.sum(dtype=rows.dtype) if reduction == "sum" else rows.sum(dtype=rows.dtype) / counted
     loss = xp.asarray(loss, dtype=np.float32 if logits.dtype != np.float64 else np.float64)   # 0-d, not a scalar
-    lse = lse.reshape(shape)
-    if not grad:
-        return loss, lse, None
-    return loss, lse, logits if in_place else dx.reshape(logits.shape)
+    bad = xp.asarray(outside.any(), dtype=np.int64) if deferred else None
+    return loss, lse.reshape(shape), (logits if in_place else dx.reshape(logits.shape)) if grad else None, bad
+
+
+def _run_kernels(function, logits, x, targets, t, options, reduction, grad, in_place, check_targets, deferred):
+    """_run on a GPU: the targets checked on the device (cross_entropy_01_rows_targets), the row kernel,
+    the loss reduced on the device (cross_entropy_01_rows_reduce): three launches and, when the
+    targets are checked, one synchronization."""
+    import cupy
+
+    n_classes, ignore_index = x.shape[1], options["ignore_index"]
+    clean, counts, grad_scale = kce.targets_on_device(t, n_classes, ignore_index, reduction == "mean")
+    if check_targets and counts[1].get():   # (one synchronization) the error names the first outside
+        check_target_range(targets, n_classes, ignore_index, function)
+    x = x if x.flags.c_contiguous or x.strides[-1] == x.itemsize else cupy.ascontiguousarray(x)
+    rows, lse = cupy.empty(x.shape[0], np.float32), cupy.empty(x.shape[0], np.float32)
+    dx = (x if in_place else cupy.empty(x.shape, x.dtype)) if grad else None
+    launch = {"targets": clean, "lse": lse, "dx": dx, "grad_scale": grad_scale if grad else None}
+    get_runner(kernel_for(x, grad), x, rows, {**options, **launch})(x, rows, **launch)
+    loss = kce.reduce_on_device(rows, t, n_classes, ignore_index, reduction, counts, mark_outside=deferred)
+    shape = logits.shape[:-1]
+    return (loss.reshape(shape) if reduction == "none" else loss, lse.reshape(shape),
+            (logits if in_place else dx.reshape(logits.shape)) if grad else None, counts[1] if deferred else None)

@@ -320,7 +320,7 @@ class _CrossEntropy(torch.autograd.Function):
         if g is None:   # only the LSE was used: no gradient flows to the logits
             return (None,) * 7
         grad, outside, targets = ctx.saved_tensors
-        one = (g == 1).reshape(()) if ctx.reduction != "none" else outside   # (for "none", unused)
+        one = (g == 1).reshape(()).to(outside.dtype) if ctx.reduction != "none" else outside   # ("none": unused)
         is_one, bad = torch.stack([one, outside]).tolist()   # the one synchronization
         if bad:
             loss.check_target_range(targets, ctx.n_classes, ctx.ignore_index, "cross_entropy")

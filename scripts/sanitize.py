@@ -348,7 +348,8 @@ def backward(cp, osm, checks):
 
 
 @family("cross_entropy", "cross_entropy_01_rows and cross_entropy_02_cluster: every option, in place and not, rows "
-        "aligned and not, no gradient, rows of one to eight chunks; cross_entropy_03_from_lse: every option, blocks "
+        "aligned and not, no gradient, rows of one to eight chunks, the public call's steps around them; "
+        "cross_entropy_03_from_lse: every option, blocks "
         "at a row's start and past it", ("cross_entropy_01_rows", "cross_entropy_02_cluster", "cross_entropy_03_from_lse"))
 def cross_entropy(cp, osm, checks):
     from onlinesoftmax.runtime import device
@@ -372,6 +373,14 @@ def cross_entropy(cp, osm, checks):
                                  if grad else None, "grad_scale": cp.ones(1, cp.float32) if grad else None}
                         full = {"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": 0.0}
                         get_runner(variant, rows, loss, {**full, **options, **given})(rows, loss, **given)
+    if wanted("cross_entropy_01_rows"):   # the public call's steps (_targets, _reduce) around the row kernel
+        for n_rows in (1, 33, 1500):
+            x = checks.random_rows(cp, n_rows, 300, "float32", seed=3)
+            t = cp.arange(n_rows, dtype=cp.int64) % 300
+            t[::5], t[1::7] = -100, 300                           # ignored, and outside [0, V)
+            for reduction in ("mean", "sum", "none"):
+                osm.cross_entropy_with_grad(x, t, reduction=reduction, check_targets=False)
+                osm.loss.cross_entropy_with_grad_deferred(x, t, reduction=reduction)
     cross_entropy_from_lse(cp, osm, checks)
 
 

@@ -126,3 +126,76 @@ extern "C" __global__ void __launch_bounds__(1024) cross_entropy_01_rows_bf16(CR
     cross_entropy_row<BF16Row>(x, dx, targets, loss, lse, grad_scale, n_cols, x_stride, dx_stride, vectors,
                                ignore_index, label_smoothing, z_loss, softcap);
 }
+
+// The public call's two steps around the row kernel (this one or cross_entropy_02_cluster), one block
+// of up to 1024 threads each, so that the targets and the loss never cost a host round trip or a
+// string of small launches (onlinesoftmax/loss.py launches them).
+//
+// _targets: clean[i] = targets[i], or ignore_index where targets[i] is outside [0, V) and is not
+// ignore_index (that row then counts as ignored: no loss, no gradient); counts[0] = the rows with a
+// target in [0, V), counts[1] = 1 if some target was outside, else 0; grad_scale = 1 / max(counts[0], 1)
+// for a mean (mean = 1), else 1.
+extern "C" __global__ void __launch_bounds__(1024) cross_entropy_01_rows_targets(
+    const long long* __restrict__ targets, long long* __restrict__ clean, long long n_rows, long long n_cols,
+    long long ignore_index, int mean, long long* __restrict__ counts, float* __restrict__ grad_scale) {
+    __shared__ long long warp_counts[32];
+    long long counted = 0;
+    int outside = 0;
+    for (long long i = threadIdx.x; i < n_rows; i += blockDim.x) {
+        const long long t = targets[i];
+        const bool bad = t != ignore_index && (t < 0 || t >= n_cols);
+        clean[i] = bad ? ignore_index : t;
+        counted += (!bad && t != ignore_index) ? 1 : 0;
+        outside |= bad;
+    }
+    for (int offset = 16; offset > 0; offset /= 2)
+        counted += __shfl_xor_sync(0xffffffffu, counted, offset);
+    if (threadIdx.x % 32 == 0)
+        warp_counts[threadIdx.x / 32] = counted;
+    outside = __syncthreads_or(outside);
+    if (threadIdx.x == 0) {
+        long long total = 0;
+        for (int w = 0; w < (int)(blockDim.x + 31) / 32; ++w)   // in warp order: the same sum every launch
+            total += warp_counts[w];
+        counts[0] = total;
+        counts[1] = outside ? 1 : 0;
+        *grad_scale = mean ? 1.0f / (float)(total > 1 ? total : 1) : 1.0f;
+    }
+}
+
+// _reduce: the loss from the rows' losses. With mark_outside, a row whose target was outside [0, V)
+// (and not ignore_index) gets a NaN loss, written back to rows (so a sum or a mean over it is NaN,
+// never a silently smaller loss). With reduce (1 for a sum, 2 for a mean), *loss = the rows' sum,
+// taken in double in a fixed order (per thread, then per warp, then over the warps), divided by
+// counts[0] for a mean (0 / 0 = NaN when no row counted, as torch's mean).
+extern "C" __global__ void __launch_bounds__(1024) cross_entropy_01_rows_reduce(
+    float* __restrict__ rows, const long long* __restrict__ targets, long long n_rows, long long n_cols,
+    long long ignore_index, int mark_outside, int reduce, const long long* __restrict__ counts,
+    float* __restrict__ loss) {
+    __shared__ double warp_sums[32];
+    double sum = 0.0;
+    for (long long i = threadIdx.x; i < n_rows; i += blockDim.x) {
+        float value = rows[i];
+        if (mark_outside) {
+            const long long t = targets[i];
+            if (t != ignore_index && (t < 0 || t >= n_cols)) {
+                value = __int_as_float(0x7fc00000);   // NaN
+                rows[i] = value;
+            }
+        }
+        sum += (double)value;
+    }
+    if (!reduce)
+        return;
+    for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0)
+        warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < (int)(blockDim.x + 31) / 32; ++w)
+            total += warp_sums[w];
+        *loss = (float)(reduce == 2 ? total / (double)counts[0] : total);
+    }
+}

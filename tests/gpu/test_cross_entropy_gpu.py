@@ -177,3 +177,38 @@ def test_the_cluster_takes_a_gradient_and_a_chunk_normalized_alone_is_rejected()
     wrong_dx = checks.from_float32(wrong.astype(cp.float32), "bfloat16")
     passed, message = compare_cross_entropy(rows, lse, wrong_dx, x, t, scale=1.0, **full({}))
     assert not passed, message
+
+
+@pytest.mark.parametrize("n_rows", (1, 5, 1500))
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_the_public_call_on_the_gpu_meets_its_numpy_model(n_rows, reduction):
+    """The public call's three launches (targets checked and counted on the device, the row kernel,
+    the loss reduced on the device) against the same call on NumPy arrays: checked, unchecked (a
+    target outside [0, V) counts as ignored), every row ignored (a mean of none is NaN), and the
+    operator's deferred check (its row NaN, the error in the backward); more rows than a step's 1024
+    threads."""
+    torch = pytest.importorskip("torch")
+    import onlinesoftmax.torch_ops  # noqa: F401
+
+    x, t = inputs(n_rows, 1000, "float32", seed=n_rows)
+    host_x, host_t = cp.asnumpy(x), cp.asnumpy(t)
+    for options in ({}, {"label_smoothing": 0.1, "z_loss": 1e-3}):
+        for call in (osm.cross_entropy, lambda *a, **o: osm.cross_entropy_with_grad(*a, **o)[0]):
+            got, want = call(x, t, reduction=reduction, **options), call(host_x, host_t, reduction=reduction, **options)
+            np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-5, atol=1e-6)
+    outside = t.copy()
+    outside[n_rows // 2] = 1000
+    with pytest.raises(ValueError, match=f"target 1000 of row {n_rows // 2}"):
+        osm.cross_entropy_with_grad(x, outside, reduction=reduction)
+    got = osm.cross_entropy(x, outside, reduction=reduction, check_targets=False)
+    want = osm.cross_entropy(host_x, cp.asnumpy(outside), reduction=reduction, check_targets=False)
+    np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-5, atol=1e-6)
+    ignored = cp.full_like(t, -100)
+    loss, _, dx = osm.cross_entropy_with_grad(x, ignored, reduction=reduction)
+    assert (cp.isnan(loss).all() if reduction == "mean" else (loss == 0).all()) and not dx.any()
+    xt = torch.as_tensor(x).requires_grad_()
+    rows = osm.cross_entropy(xt, torch.as_tensor(outside), reduction=reduction).reshape(-1)
+    assert torch.isnan(rows).tolist() == ([True] if reduction != "none" else
+                                          [i == n_rows // 2 for i in range(n_rows)])
+    with pytest.raises(ValueError, match=f"target 1000 of row {n_rows // 2}"):
+        rows.sum().backward()

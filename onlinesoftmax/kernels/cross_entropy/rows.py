@@ -107,8 +107,48 @@ def plan(variant: Variant, x, loss, targets=None, lse=None, dx=None, grad_scale=
     return run
 
 
+# The public call's steps around the row kernel (either one), entries of this file: the targets checked
+# on the device, and the loss reduced from the rows' losses (the .cu file's last two entries).
+STEPS = ("cross_entropy_01_rows_targets", "cross_entropy_01_rows_reduce")
+
+
+def step_threads(n_rows: int) -> int:
+    """One block of 32 .. 1024 threads (a power of two) for a step over n_rows targets."""
+    return int(min(1024, max(32, 1 << max(0, n_rows - 1).bit_length())))
+
+
+def targets_on_device(targets, n_classes: int, ignore_index: int, mean: bool):
+    """(clean, counts, grad_scale) of int64 CuPy targets, one launch on the current stream: clean the
+    targets with ignore_index for any outside [0, n_classes); counts (int64[2]) the rows counted and
+    1 if a target was outside; grad_scale (float32[1]) 1 / the rows counted for a mean, else 1."""
+    import cupy
+
+    n_rows = targets.shape[0]
+    clean, counts, grad_scale = cupy.empty(n_rows, cupy.int64), cupy.empty(2, cupy.int64), cupy.empty(1, cupy.float32)
+    CROSS_ENTROPY.kernel(STEPS[0])((1,), (step_threads(n_rows),), (
+        targets, clean, np.int64(n_rows), np.int64(n_classes), np.int64(ignore_index), np.int32(bool(mean)), counts,
+        grad_scale))
+    return clean, counts, grad_scale
+
+
+def reduce_on_device(rows, targets, n_classes: int, ignore_index: int, reduction: str, counts, mark_outside: bool):
+    """The loss of the rows' float32 losses `rows` for `reduction` ("none": rows itself), one launch on the
+    current stream (none where there is nothing to do); mark_outside: NaN, in rows too, on a row whose
+    target is outside [0, n_classes) and not ignore_index. A sum or mean is a 0-d float32 array."""
+    import cupy
+
+    reduce = {"none": 0, "sum": 1, "mean": 2}[reduction]
+    if not reduce and not mark_outside:
+        return rows
+    loss = rows if not reduce else cupy.empty((), cupy.float32)
+    CROSS_ENTROPY.kernel(STEPS[1])((1,), (step_threads(rows.shape[0]),), (
+        rows, targets, np.int64(rows.shape[0]), np.int64(n_classes), np.int64(ignore_index), np.int32(mark_outside),
+        np.int32(reduce), counts, loss))
+    return loss
+
+
 CROSS_ENTROPY = register(Variant(
     name="cross_entropy_01_rows", family="cross_entropy", file="cross_entropy/cross_entropy_01_rows.cu",
     short="rows", story="the loss and the LSE in one online pass per row, the gradient (in place if asked) in a second",
     geometry=geometry, simulate=simulate, plan=plan, reads_per_element=2, writes_per_element=1, dtypes=DTYPES,
-    entry="cross_entropy_01_rows_f32", entries=dtype_entries))
+    entry="cross_entropy_01_rows_f32", entries=lambda variant: dtype_entries(variant) + STEPS))
