@@ -3,8 +3,8 @@ backward of attention: bench/training_attention.py).
 
 At SHAPES (tokens x vocabulary, bf16, and fp32 at 32000), each call computes the loss and the gradient
 of the mean loss with respect to the logits, on the same memory; KERNEL is the kernel the public
-functions run for a gradient on this GPU (loss.kernel_for: cross_entropy_02_cluster for float32 logits where
-clusters are, else cross_entropy_01_rows):
+functions run for a gradient on this GPU (loss.kernel_for: cross_entropy_02_cluster where clusters are,
+else cross_entropy_01_rows):
   KERNEL                            onlinesoftmax.cross_entropy_with_grad(x, t): a fresh gradient buffer
   KERNEL (in place)                 the same with in_place=True: the gradient over the logits
   KERNEL (autograd)                 torch.autograd.grad(onlinesoftmax.cross_entropy(x, t), x): the operator
@@ -12,10 +12,10 @@ clusters are, else cross_entropy_01_rows):
                                     check, no allocation): the kernels side by side
   torch.nn.functional.cross_entropy torch.autograd.grad(F.cross_entropy(x, t), x)
   liger                             Liger-Kernel's cross-entropy (its Triton kernel; where it imports)
-`method` "device" (timer.time_gpu). Ours include what a caller pays: one host synchronization per
-call for the target check (an out-of-range target is an error, not a device fault), and in the
-autograd row one more for the upstream gradient's "is it 1" test; torch checks its targets on the
-device instead. GB/s counts the ideal traffic of forward and backward (read the
+`method` "device" (timer.time_gpu). Ours include what a caller pays: the steps around the kernel
+(the targets checked and counted, the loss reduced: loss._run_kernels) and one host synchronization
+per call, for the target flag (direct) or with the upstream gradient's "is it 1" test (autograd);
+torch checks its targets on the device instead. GB/s counts the ideal traffic of forward and backward (read the
 logits once, write the gradient once: 2 x the logits' bytes) and `fraction_of_copy` divides it by the
 copy bandwidth measured in the same run. Targets: >= 0.85 of the copy and >= 2x torch's
 forward + backward. Ours is checked against the float64 truth (gradient_checks.compare_cross_entropy)
