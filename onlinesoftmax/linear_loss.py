@@ -6,8 +6,8 @@
 hidden (..., H), weight (V, H) (a torch nn.Linear's layout), optional bias (V,), targets of hidden's
 shape without the last axis; the options of onlinesoftmax.cross_entropy (ignore_index, label_smoothing,
 z_loss, softcap, reduction "mean" or "sum"). The tokens are taken `chunk` at a time: the chunk's
-logits (chunk x V) come from one matrix product, cross_entropy_01_rows writes the gradient of their
-loss over them in place, and two more products turn that into the chunk's rows of d hidden and its
+logits (chunk x V) come from one matrix product, the loss kernel (loss.kernel_for) writes the
+gradient of their loss over them in place, with the mean's scale over all the tokens, and two more products turn that into the chunk's rows of d hidden and its
 share of d weight (and d bias). So the forward computes the gradients too, and keeps only them; the
 logits of all the tokens never exist at once. `chunk` (default: 1/4 of the tokens for "sum", 1/64
 for "recompute", at least 64) bounds the logits in memory to chunk x V.
@@ -90,26 +90,38 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
         loss, dh, dw, db = _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, options)
         return loss, dh.reshape(hidden.shape), dw, db
     wide = lib.float64 if weight.dtype == lib.float64 else lib.float32   # the sums' dtype
-    dw = lib.zeros_like(weight, dtype=wide)
-    db = None if bias is None else lib.zeros_like(bias, dtype=wide)
+    loss_scale, scale = _mean_scale(t, ignore_index, reduction)
+    # the mean's scale in the loss kernel's gradient, so that neither d hidden nor the float32 d weight
+    # is scaled afterwards (a pass over V x H x 4 bytes); fp16's smallest gradients would leave its
+    # range if scaled before rounding: they are scaled at the end instead
+    late = weight.dtype == lib.float16
+    sums = {}
 
     def add_share(rows, dlogits):   # the chunk's share of d weight and d bias, into the float32 sums
-        if tensor:   # in place: no float32 copy of the chunk's product
-            _add_product(dw, dlogits.T, h[rows])
-            if db is not None:
-                db.add_(dlogits.sum(0))
+        first = not sums
+        if tensor:   # in place: no float32 copy of the chunk's product; the first chunk's product written
+            if first:
+                sums["dw"] = lib.empty_like(weight, dtype=wide)
+            _add_product(sums["dw"], dlogits.T, h[rows], beta=0.0 if first else 1.0)
         else:
-            np.add(dw, _mm(dlogits.T, h[rows]), out=dw, casting="unsafe")
-            if db is not None:
-                np.add(db, dlogits.sum(0), out=db, casting="unsafe")
-    loss_scale, scale = _mean_scale(t, ignore_index, reduction)
-    total, dh = _token_pass(h, weight, t, bias, lib, tensor, chunk, options, after=add_share)
+            product = _mm(dlogits.T, h[rows])
+            sums["dw"] = product.astype(wide) if first else np.add(sums["dw"], product, out=sums["dw"], casting="unsafe")
+        if bias is not None:
+            share = dlogits.sum(0, dtype=wide)
+            sums["db"] = share if first else sums["db"] + share
+    total, dh = _token_pass(h, weight, t, bias, lib, tensor, chunk, options, after=add_share,
+                            grad_scale=scale if not late else 1.0)
     loss = total * loss_scale
-    dh = dh * scale if scale != 1.0 else dh
+    dw = sums.get("dw")
+    if dw is None:   # no tokens: zero gradients
+        dw = lib.zeros_like(weight, dtype=wide)
+        sums["db"] = None if bias is None else lib.zeros_like(bias, dtype=wide)
+    if late and scale != 1.0:
+        dh = dh * scale
+        dw *= scale   # in place: a second float32 d weight would double the largest buffer
     as_weight = (lambda a: a.to(weight.dtype)) if tensor else (lambda a: a.astype(weight.dtype))
-    dw *= scale   # in place: a second float32 d weight would double the largest buffer
     dw = as_weight(dw)
-    db = None if db is None else as_weight(db * scale)
+    db = None if bias is None else as_weight(sums["db"] * scale if late else sums["db"])
     return loss, dh.reshape(hidden.shape), dw, db
 
 
@@ -131,21 +143,25 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
 _FP32_ADDMM = [True]   # torch's addmm with out_dtype (CUDA, 16-bit operands): cleared if it ever refuses
 
 
-def _add_product(acc, a, b):
-    """acc += a @ b, acc float32: one product summed into acc in float32 (cuBLAS's beta = 1), where torch
-    has addmm with out_dtype for 16-bit a and b on a GPU and for float32 ones anywhere; else a @ b in
-    a's dtype, then added (a second pass over V x H)."""
+def _add_product(acc, a, b, beta: float = 1.0):
+    """acc <- beta acc + a @ b, acc float32 and beta 1 or 0 (0: acc is not read, and may hold anything):
+    one product summed into acc in float32 (cuBLAS's beta), where torch has addmm with out_dtype for
+    16-bit a and b on a GPU and for float32 ones anywhere; else a @ b in a's dtype, then added or
+    copied (a second pass over V x H)."""
     torch = _torch()
     if a.dtype == acc.dtype:
-        acc.addmm_(a, b)
+        acc.addmm_(a, b, beta=beta)
         return
     if a.is_cuda and _FP32_ADDMM[0]:
         try:
-            torch.ops.aten.addmm.dtype_out(acc, a, b, torch.float32, out=acc)
+            torch.ops.aten.addmm.dtype_out(acc, a, b, torch.float32, beta=beta, out=acc)
             return
         except (RuntimeError, NotImplementedError, AttributeError):   # an older torch, or not these dtypes
             _FP32_ADDMM[0] = False
-    acc.add_(a @ b)
+    if beta:
+        acc.add_(a @ b)
+    else:
+        acc.copy_(a @ b)
 
 
 def _mm(a, b):
@@ -167,10 +183,10 @@ def _mean_scale(t, ignore_index, reduction) -> tuple[float, float]:
     return (1.0 / counted, 1.0 / counted) if counted else (float("nan"), 1.0)
 
 
-def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, after=None):
-    """(summed loss, unscaled d hidden): `chunk` tokens at a time, the chunk's logits (one product),
-    before(rows, logits), the loss kernel's gradient written over them, the chunk's rows of d hidden
-    (a second product), after(rows, dlogits)."""
+def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, after=None, grad_scale=1.0):
+    """(summed loss, d hidden times grad_scale): `chunk` tokens at a time, the chunk's logits (one
+    product), before(rows, logits), the loss kernel's gradient (times grad_scale) written over them,
+    the chunk's rows of d hidden (a second product), after(rows, dlogits)."""
     dh = lib.empty_like(h)
     total = lib.zeros((), dtype=lib.float32, device=h.device) if tensor else np.float32(0)   # on h's device from the start
     for first in range(0, h.shape[0], chunk):
@@ -184,7 +200,7 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
             before(rows, logits)
         part, _, dlogits = _loss_module.cross_entropy_with_grad(logits, t[rows], reduction="sum",
                                                                in_place=logits.dtype != lib.float64,   # (float64: exact, a copy)
-                                                               check_targets=False, **options)
+                                                               check_targets=False, grad_scale=grad_scale, **options)
         total = total + part
         if tensor:
             _torch().matmul(dlogits, weight, out=dh[rows])

@@ -62,17 +62,25 @@ def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing:
 
 def cross_entropy_with_grad(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0,
                             z_loss: float = 0.0, softcap=None, reduction: str = "mean", in_place: bool = False,
-                            check_targets: bool = True):
-    """(loss, lse, dlogits): the loss, the LSE per row and the gradient of the loss, one kernel."""
+                            check_targets: bool = True, grad_scale=None):
+    """(loss, lse, dlogits): the loss, the LSE per row and the gradient of the loss, one kernel.
+    grad_scale, a positive number, multiplies the gradient in place of the reduction's scale (1 / the
+    counted rows for a mean, 1 for a sum): for rows that are a chunk of a larger batch."""
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
         _one_kind("cross_entropy_with_grad", logits, targets)
         return torch_bridge.call(cross_entropy_with_grad, logits, targets, ignore_index=ignore_index,
                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                                 reduction=reduction, in_place=in_place, check_targets=check_targets)
+                                 reduction=reduction, in_place=in_place, check_targets=check_targets,
+                                 grad_scale=grad_scale)
     if not isinstance(in_place, (bool, np.bool_)):
         raise TypeError(f"cross_entropy_with_grad: in_place must be True or False, got {in_place!r}")
+    if grad_scale is not None and (isinstance(grad_scale, (bool, np.bool_))
+                                   or not isinstance(grad_scale, (int, float, np.floating, np.integer))
+                                   or not 0 < float(grad_scale) < np.inf):
+        raise ValueError(f"cross_entropy_with_grad: grad_scale must be None or a positive number, got {grad_scale!r}")
     return _run("cross_entropy_with_grad", logits, targets, ignore_index, label_smoothing, z_loss, softcap,
-                reduction, grad=True, in_place=bool(in_place), check_targets=check_targets)[:3]
+                reduction, grad=True, in_place=bool(in_place), check_targets=check_targets,
+                grad_scale=None if grad_scale is None else float(grad_scale))[:3]
 
 
 def cross_entropy_with_grad_deferred(logits, targets, *, ignore_index: int = -100, label_smoothing: float = 0.0,
@@ -145,16 +153,21 @@ def kernel_for(x, grad: bool):
     """The kernel of a call: cross_entropy_02_cluster for a gradient on a GPU with clusters, when a row
     fits its 16 chunks (it reads the logits once where 01 reads them twice, and its per-element work is
     specialized to the call's options); else cross_entropy_01_rows."""
+    return REGISTRY[kernel_name_for(x.shape[1], x.dtype.name, grad)]
+
+
+def kernel_name_for(n_cols: int, dtype: str, grad: bool) -> str:
+    """kernel_for's choice by name, for rows of n_cols logits of `dtype` ("float32", "bfloat16", ...)."""
     from onlinesoftmax.kernels.cross_entropy import cluster
     from onlinesoftmax.runtime import device
 
-    if grad and device.compute_capability() >= 90 and cluster.fits(x.shape[1], x.dtype.name):
-        return REGISTRY["cross_entropy_02_cluster"]
-    return REGISTRY["cross_entropy_01_rows"]
+    if grad and device.compute_capability() >= 90 and cluster.fits(n_cols, dtype):
+        return "cross_entropy_02_cluster"
+    return "cross_entropy_01_rows"
 
 
 def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, grad, in_place,
-         check_targets, deferred=False):
+         check_targets, deferred=False, grad_scale=None):
     """(loss, lse, dx, bad): bad (deferred only, else None) a 0-d int64, 1 if a target was outside [0, V)."""
     on_gpu, xp = _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction,
                         check_targets)
@@ -168,7 +181,7 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
                "softcap": float(softcap or 0.0)}
     if on_gpu and logits.dtype != np.float64 and x.shape[0] > 0:
         return _run_kernels(function, logits, x, targets, t, options, reduction, grad, in_place, check_targets,
-                            deferred)
+                            deferred, grad_scale)
     if check_targets:
         check_target_range(targets, n_classes, ignore_index, function)
     # outside [0, V): unchecked, the row counts as ignored; deferred, its loss is NaN (below) as well
@@ -178,7 +191,8 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
     # the gradient's scale: 1 / the counted rows for a mean; over none, 1 (every row's gradient is 0
     # then, as torch's; the loss is NaN, below)
     wide = np.float64 if logits.dtype == np.float64 else np.float32   # (float64: the exact path's own scale)
-    scale = (1.0 / xp.maximum(counted, 1).astype(wide)).astype(wide) if reduction == "mean" else wide(1.0)
+    scale = wide(grad_scale) if grad_scale is not None else \
+        (1.0 / xp.maximum(counted, 1).astype(wide)).astype(wide) if reduction == "mean" else wide(1.0)
     if logits.dtype == np.float64 or x.shape[0] == 0:   # exactly, in float64 (no rows: empty results)
         rows, lse, dx = kce.reference(x, t, **options)
         dx = (dx * scale).astype(logits.dtype, copy=False) if grad else None
@@ -198,7 +212,8 @@ def _run(function, logits, targets, ignore_index, label_smoothing, z_loss, softc
     return loss, lse.reshape(shape), (logits if in_place else dx.reshape(logits.shape)) if grad else None, bad
 
 
-def _run_kernels(function, logits, x, targets, t, options, reduction, grad, in_place, check_targets, deferred):
+def _run_kernels(function, logits, x, targets, t, options, reduction, grad, in_place, check_targets, deferred,
+                 scale=None):
     """_run on a GPU: the targets checked on the device (cross_entropy_01_rows_targets), the row kernel,
     the loss reduced on the device (cross_entropy_01_rows_reduce): three launches and, when the
     targets are checked, one synchronization."""
@@ -206,6 +221,8 @@ def _run_kernels(function, logits, x, targets, t, options, reduction, grad, in_p
 
     n_classes, ignore_index = x.shape[1], options["ignore_index"]
     clean, counts, grad_scale = kce.targets_on_device(t, n_classes, ignore_index, reduction == "mean")
+    if scale is not None:   # the caller's scale in place of the reduction's
+        grad_scale = cupy.full(1, scale, np.float32)
     if check_targets and counts[1].get():   # (one synchronization) the error names the first outside
         check_target_range(targets, n_classes, ignore_index, function)
     x = x if x.flags.c_contiguous or x.strides[-1] == x.itemsize else cupy.ascontiguousarray(x)

@@ -449,3 +449,19 @@ def test_the_cluster_model_chunk_by_chunk_meets_the_float64_truth(dtype, options
     rows, lse, right = cluster.simulate(x, t, 0.5, n_chunks=4, **full)
     assert compare_cross_entropy(rows, lse, right, x, t, scale=0.5, **full)[0]
     assert not compare_cross_entropy(rows, lse, alone, x, t, scale=0.5, **full)[0]
+
+
+def test_a_given_grad_scale_replaces_the_reductions():
+    """grad_scale multiplies the gradient in place of the reduction's scale (the loss is the
+    reduction's): a chunk of a larger batch gets the batch's mean. Wrong answers kept: the chunk's own
+    mean, and the scale applied twice."""
+    x, t = logits_and_targets(6, 50, "float32", seed=3)
+    _, _, summed = osm.cross_entropy_with_grad(x, t, reduction="sum")
+    loss, _, scaled = osm.cross_entropy_with_grad(x, t, reduction="sum", grad_scale=0.125)
+    assert loss == osm.cross_entropy(x, t, reduction="sum")
+    np.testing.assert_allclose(scaled, summed * np.float32(0.125), rtol=1e-6, atol=0)
+    _, _, own_mean = osm.cross_entropy_with_grad(x, t, reduction="mean")
+    assert not np.allclose(scaled, own_mean) and not np.allclose(scaled, summed * np.float32(0.125 ** 2))
+    for bad in (0, -1.0, np.inf, True, "0.5"):
+        with pytest.raises(ValueError, match=f"grad_scale must be None or a positive number, got {bad!r}"):
+            osm.cross_entropy_with_grad(x, t, grad_scale=bad)

@@ -5,8 +5,8 @@ At 8192 tokens, hidden 4096, vocabularies 128256 and 262144, bf16, each call is 
 backward on the same tensors (device time, timer.time_gpu), and the peak memory a call adds above what
 was allocated before it (torch.cuda.max_memory_allocated; `peak_extra_bytes`), and that peak less the
 gradients of h and W every path returns (`peak_beyond_grads_bytes`), beside the size of the logits:
-  cross_entropy_01_rows (linear sum)        onlinesoftmax.linear_cross_entropy(h, W, t).backward()
-  cross_entropy_01_rows (linear recompute)  the same with weight_grad="recompute"
+  KERNEL (linear sum)        onlinesoftmax.linear_cross_entropy(h, W, t).backward()
+  KERNEL (linear recompute)  the same with weight_grad="recompute"
   torch_linear_cross_entropy                F.cross_entropy(h @ W.T, t).backward()
   liger_fused_linear_cross_entropy          Liger-Kernel's liger_fused_linear_cross_entropy(h, W, t).backward(),
                                     where it imports (else a row with its reason)
@@ -14,11 +14,13 @@ gradients of h and W every path returns (`peak_beyond_grads_bytes`), beside the 
                                     logits' shape times W and, transposed, times h (no loss, no memory
                                     row): the floor of any path that makes the logits once; a path that
                                     makes them twice adds one product (`one_product_ms`)
-Targets: peak memory beyond the gradients <= 2 % of the logits, time <= 1.0x torch's.
+KERNEL is the loss kernel the chunks run on this GPU (loss.kernel_name_for). Targets: peak memory
+beyond the gradients <= 2 % of the logits, time <= 1.0x torch's.
 """
 from __future__ import annotations
 
 import onlinesoftmax as osm
+from onlinesoftmax import loss
 from onlinesoftmax.measure import timer
 
 LINEAR_SHAPES = ((8192, 4096, 128256), (8192, 4096, 262144))
@@ -38,8 +40,9 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
         liger_why = None
     except Exception as error:   # not installed, or its Triton kernels do not load here
         liger, liger_why = None, f"{type(error).__name__}: {error}"
-    calls = {"cross_entropy_01_rows (linear sum)": lambda: osm.linear_cross_entropy(h, w, t).backward(),
-             "cross_entropy_01_rows (linear recompute)":
+    kernel = loss.kernel_name_for(vocab, "bfloat16", True)
+    calls = {f"{kernel} (linear sum)": lambda: osm.linear_cross_entropy(h, w, t).backward(),
+             f"{kernel} (linear recompute)":
                  lambda: osm.linear_cross_entropy(h, w, t, weight_grad="recompute").backward(),
              "torch_linear_cross_entropy": lambda: torch.nn.functional.cross_entropy(h @ w.T, t).backward()}
     if liger is not None:
@@ -72,8 +75,8 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
                      "peak_beyond_grads_bytes": peak - grads,
                      "peak_beyond_grads_fraction_of_logits": (peak - grads) / here["logits_bytes"]})
     for row in rows:
-        if row["kernel"].startswith("cross_entropy_01_rows"):   # ours: the kernel and the module around it
-            row.update(variant="cross_entropy_01_rows", modules=["onlinesoftmax/linear_loss.py"])
+        if row["kernel"].startswith(kernel):   # ours: the kernel and the module around it
+            row.update(variant=kernel, modules=["onlinesoftmax/linear_loss.py"])
         if "ms" in row and "peak_extra_bytes" in row:
             row["vs_torch"] = timed["torch_linear_cross_entropy"] / row["ms"]
     print(f"linear cross-entropy {tokens}x{hidden}x{vocab}: " + "  ".join(
