@@ -46,12 +46,16 @@ from onlinesoftmax.runtime import torch_bridge
 REDUCTIONS = ("mean", "sum")
 
 
-def default_chunk(tokens: int, weight_grad: str = "sum") -> int:
-    """Tokens a chunk: 1/4 of them for "sum" (its float32 d weight is the largest buffer already; fewer,
-    larger chunks make fewer float32 additions of V x H and products the GPU fills: at 8192 x 4096 x
-    128256 bf16 on an H100, 2048 tokens took 0.90 of 1024's time, 4096 tokens 0.87), 1/64 for
-    "recompute" (its chunk's logits are the buffer its memory bound is about); at least 64."""
-    return max(64, -(-tokens // (4 if weight_grad == "sum" else 64)))
+def default_chunk(tokens: int, hidden: int, weight_grad: str = "sum") -> int:
+    """Tokens a chunk. "sum": `hidden` of them (at most all): a chunk's 16-bit logits, chunk x V x 2
+    bytes, are then half the float32 d weight, V x H x 4, which this path holds anyway, so the chunk
+    never sets the peak; on an H100 at 8192 x 4096 x {128256, 262144} bf16, 4096-token chunks took
+    1.00 and 0.98 of 2048's time at the same peak memory, 1024-token ones 1.11
+    (logs/h100/2026-12-07-linear-chunk-experiment-485e170.log). "recompute": 1/64 of the tokens (its
+    chunk's logits are the buffer its memory bound is about). At least 64."""
+    if weight_grad == "sum":
+        return max(64, min(tokens, hidden))
+    return max(64, -(-tokens // 64))
 
 
 WEIGHT_GRADS = ("sum", "recompute")
@@ -82,7 +86,7 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     # all the targets checked at once (one synchronization), none per chunk
     _loss_module.check_target_range(t, weight.shape[0], ignore_index, "linear_cross_entropy", "token")
     n_tokens = h.shape[0]
-    chunk = default_chunk(n_tokens, weight_grad) if chunk is None else int(chunk)
+    chunk = default_chunk(n_tokens, h.shape[1], weight_grad) if chunk is None else int(chunk)
     tensor = torch_bridge.is_tensor(h)
     lib = _torch() if tensor else np
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss, "softcap": softcap}

@@ -238,13 +238,15 @@ def test_a_bridged_call_lets_go_of_its_tensors_when_it_returns():
 
 
 def test_default_chunks_follow_the_memory_each_weight_grad_holds():
-    """"sum" holds a float32 d weight anyway: 1/8 of the tokens a chunk; "recompute" is bounded by its
-    chunk's logits: 1/64 (1.6 % of the logits); never fewer than 64 tokens."""
+    """"sum" holds a float32 d weight anyway: `hidden` tokens a chunk, whose 16-bit logits are half of
+    it; "recompute" is bounded by its chunk's logits: 1/64 (1.6 % of the logits); never fewer than 64."""
     from onlinesoftmax.linear_loss import default_chunk
 
-    assert default_chunk(8192, "sum") == 2048 and default_chunk(8192, "recompute") == 128
-    assert default_chunk(100, "sum") == default_chunk(100, "recompute") == 64
-    assert default_chunk(8193, "recompute") == 129   # rounded up: at most 64 chunks
+    assert default_chunk(8192, 4096, "sum") == 4096 and default_chunk(8192, 4096, "recompute") == 128
+    assert default_chunk(32768, 4096, "sum") * 128256 * 2 == 128256 * 4096 * 4 / 2   # half the float32 d weight
+    assert default_chunk(1000, 4096, "sum") == 1000   # at most all the tokens
+    assert default_chunk(100, 32, "sum") == default_chunk(100, 32, "recompute") == 64
+    assert default_chunk(8193, 4096, "recompute") == 129   # rounded up: at most 64 chunks
 
 
 def test_the_float32_sum_of_products_accumulates():
