@@ -24,12 +24,13 @@ run the CUDA kernels on torch's current stream; CPU tensors run the NumPy models
 so `torch.autograd.gradcheck` runs on a machine without a GPU (the public functions send them a tensor
 that requires a gradient). cross_entropy checks its targets on the device and raises in the backward.
 """
+import inspect
+
 import numpy as np
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from onlinesoftmax import api, attention_api, backward, loss
-from onlinesoftmax import backward as kernels_backward
 
 _lib = torch.library.Library("onlinesoftmax", "DEF")
 _Tensor = torch.Tensor
@@ -91,11 +92,11 @@ def _cross_entropy_shapes(logits, targets, ignore_index, label_smoothing, z_loss
 
 
 def _softmax_backward(y, dy, dim):
-    return kernels_backward.softmax_backward(y, dy.to(y.dtype), dim).contiguous()
+    return backward.softmax_backward(y, dy.to(y.dtype), dim).contiguous()
 
 
 def _log_softmax_backward(y, dy, dim):
-    return kernels_backward.log_softmax_backward(y, dy.to(y.dtype), dim).contiguous()
+    return backward.log_softmax_backward(y, dy.to(y.dtype), dim).contiguous()
 
 
 OPERATORS = {   # name: (schema, implementation, fake)
@@ -103,8 +104,7 @@ OPERATORS = {   # name: (schema, implementation, fake)
     "log_softmax": ("log_softmax(Tensor x, int dim) -> Tensor", _log_softmax, _same_shape),
     "logsumexp": ("logsumexp(Tensor x, int dim, bool keepdim) -> Tensor", _logsumexp, _lse_shape),
     "attention": ("attention(Tensor q, Tensor k, Tensor v, bool causal, float? scale, "
-                  "str causal_align=\"bottom_right\") -> Tensor", _attention,
-                  _same_shape),
+                  "str causal_align=\"bottom_right\") -> Tensor", _attention, _same_shape),
     "cross_entropy": ("cross_entropy(Tensor logits, Tensor targets, int ignore_index, float label_smoothing, "
                       "float z_loss, float softcap, str reduction) -> (Tensor, Tensor)", _cross_entropy,
                       _cross_entropy_shapes),
@@ -176,8 +176,7 @@ class _LogSumExp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dlse):
         (x,) = ctx.saved_tensors
-        if not ctx.keepdim:
-            dlse = dlse.unsqueeze(ctx.dim)
+        dlse = dlse if ctx.keepdim else dlse.unsqueeze(ctx.dim)
         return (_ops.softmax(x, ctx.dim) * dlse).to(x.dtype), None, None
 
     @staticmethod
@@ -219,8 +218,7 @@ def _second_derivative(operator, rule, tangent):
 def _softmax_second(y, dy, g, dim):
     """dx = y (dy - s), s = sum y dy: d/dy of <g, dx> is g (dy - s) - (sum g y) dy; d/d(dy) is
     y (g - sum g y), the same kernel."""
-    gy = (g * y).sum(dim, keepdim=True)
-    s = (y * dy).sum(dim, keepdim=True)
+    gy, s = (g * y).sum(dim, keepdim=True), (y * dy).sum(dim, keepdim=True)
     return g * (dy - s) - gy * dy, _ops.softmax_backward(y, g, dim)
 
 
@@ -342,6 +340,8 @@ def _autograd_kernel(name: str, function, differentiable=lambda args: args[0].re
     anything else (torch.compile's fake and functional tensors, a mode) below autograd, to the
     kernel of its mode."""
     implementation, op = OPERATORS[name][1], getattr(_ops, name).default
+    # Function.apply binds the arguments to forward's signature each call: stored, it is not rebuilt
+    function.forward.__signature__ = inspect.signature(function.forward)
 
     def kernel(*args):
         tangent = _forward_ad.__dict__["_current_level"] >= 0 and _has_tangent(args)   # inside a dual_level()
