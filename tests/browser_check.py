@@ -318,12 +318,24 @@ def check_page(context, base_url: str, relative: Path, screenshot: Path, html_ro
         if response.status >= 400
         else None,
     )
+    # Requests still open: "network did not go idle" is a problem only when one of them hangs. On a
+    # loaded machine Playwright's idle signal (no connection for 500 ms) can miss a page that has
+    # finished, so the open requests are what decide, and a hanging one is named.
+    open_requests: dict = {}
+    page.on("request", lambda request: open_requests.__setitem__(id(request), request.url))
+    for event in ("requestfinished", "requestfailed"):
+        page.on(event, lambda request: open_requests.pop(id(request), None))
     try:
         page.goto(base_url + relative.as_posix(), wait_until="load", timeout=PAGE_LOAD_TIMEOUT_MS)
         try:
             page.wait_for_load_state("networkidle", timeout=RENDER_TIMEOUT_MS)
         except PlaywrightError:
-            problems.append("network did not go idle")
+            deadline = time.monotonic() + RENDER_TIMEOUT_MS / 1000
+            while open_requests and time.monotonic() < deadline:
+                page.wait_for_timeout(250)
+            for url in list(open_requests.values())[:5]:
+                problems.append(f"network did not go idle: {url} still open after "
+                                f"{2 * RENDER_TIMEOUT_MS // 1000} s")
 
         math = page.evaluate(MATH_STATE_JS, RENDER_TIMEOUT_MS)
         if math["mathElements"]:

@@ -7,6 +7,7 @@ staged ``html-manager/`` folder; an id left unmapped resolves beside the page, w
 
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,64 @@ def test_the_browser_check_names_fonts_that_are_not_in_the_book(tmp_path):
     assert browser_check.missing_fonts([found], base, tmp_path) == []
     assert browser_check.missing_fonts([found, beside_page, elsewhere, folder], base, tmp_path) == [
         beside_page, elsewhere, folder]
+
+
+def test_the_browser_check_names_a_request_that_hangs_and_passes_a_page_that_finishes(tmp_path, monkeypatch):
+    """The wrong answer: a page whose fetch never completes passes (or fails without saying which
+    request). A finished page must pass even when Playwright's idle signal is slow to come."""
+    pytest.importorskip("playwright")
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    try:
+        import browser_check
+    finally:
+        sys.path.pop(0)
+    import http.server
+    import threading
+
+    from playwright.sync_api import sync_playwright
+
+    try:
+        chromium = browser_check.find_chromium()
+    except SystemExit:
+        pytest.skip("no Chromium on this machine")
+    release = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/hang":
+                release.wait(20)  # answers only when the test ends
+            body = (b"<html><body><p>page</p><script>fetch('/hang')</script></body></html>"
+                    if self.path == "/hanging.html" else b"<html><body><p>page</p></body></html>")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    monkeypatch.setattr(browser_check, "RENDER_TIMEOUT_MS", 1500)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, headless=True,
+                                                 args=browser_check.CHROMIUM_ARGS)
+            results = {}
+            for name in ("hanging.html", "finished.html"):
+                context = browser.new_context()
+                try:
+                    results[name] = browser_check.check_page(
+                        context, base, Path(name), tmp_path / f"{name}.png", tmp_path)
+                finally:
+                    context.close()
+            release.set()
+            browser.close()
+    finally:
+        release.set()
+        server.shutdown()
+    assert results["finished.html"] == []
+    assert any("network did not go idle" in p and p.split(": ")[1].startswith(base + "hang")
+               for p in results["hanging.html"]), results["hanging.html"]
