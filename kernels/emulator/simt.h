@@ -34,6 +34,10 @@
 #pragma once
 #define ONLINESOFTMAX_HOST_EMULATION 1
 
+// A fortified libc checks that longjmp goes to an outer frame of the same stack; the fibers jump
+// between stacks (simt_machine.h), so the check is off before any libc header is read.
+#undef _FORTIFY_SOURCE
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -166,6 +170,9 @@ inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigne
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 
+// The emulator's own code: not instrumented, so its bookkeeping (the fibers, the scheduler's
+// state) does not pass through the checks meant for the kernel's accesses.
+#define SIMT_UNCHECKED __attribute__((no_sanitize_address, optimize("O2")))
 #include "simt_machine.h"
 #include "simt_checks.h"
 #include "simt_warp.h"
@@ -216,6 +223,7 @@ __attribute__((no_sanitize_address, noinline)) T atomicCAS(T* p, T compare, T v)
         simt::checks.max_block_bytes = 0;                                                            \
         simt::checks.block_reads.clear();                                                            \
         simt::checks.arrays.clear();                                                                 \
+        simt::checks.arrays_low = UINTPTR_MAX, simt::checks.arrays_high = 0;                         \
     }                                                                                                \
     extern "C" __attribute__((visibility("default"))) void simt_add_array(                           \
         uintptr_t start, uintptr_t end, uintptr_t low, uintptr_t high, int arg, int itemsize,         \
@@ -223,6 +231,8 @@ __attribute__((no_sanitize_address, noinline)) T atomicCAS(T* p, T compare, T v)
         simt::Array a{start, end, low, high, arg, itemsize, reads, writes, {}};                     \
         if (simt::checks.counting) a.stamp.assign((end - start) / itemsize, 0);                      \
         simt::checks.arrays.push_back(std::move(a));                                                 \
+        simt::checks.arrays_low = std::min(simt::checks.arrays_low, low);                            \
+        simt::checks.arrays_high = std::max(simt::checks.arrays_high, high);                         \
     }                                                                                                \
     extern "C" __attribute__((visibility("default"))) unsigned long long simt_shared_bytes_touched() { \
         return simt::checks.max_block_bytes;                                                         \

@@ -7,7 +7,8 @@
 // whose alignment equals its size (a float, a float2, a float4, a uint4 ...) call the sized ones
 // (__asan_load8_noabort ...); an aggregate of smaller alignment calls the N ones. Nothing of the
 // address sanitizer's runtime is linked: these functions are the whole of it. An access made
-// while no thread runs (the scheduler's own), or on a fiber's stack, is not looked at.
+// while no thread runs (the scheduler's own), or on a fiber's stack, is not looked at, and the
+// emulator's own functions (SIMT_UNCHECKED) are not instrumented.
 //   - Shared memory: every byte keeps, for the current barrier interval, its last writer and up
 //     to two readers, with the warp's collective count at the access. A read of a byte another
 //     thread wrote, a write of a byte another thread read or wrote, in the same interval, is a
@@ -25,8 +26,6 @@
 #pragma once
 
 #include <dlfcn.h>
-
-#define SIMT_UNCHECKED __attribute__((no_sanitize_address))
 
 namespace simt {
 
@@ -54,6 +53,7 @@ struct Checks {
     bool races = true;
     bool counting = false;
     std::vector<Array> arrays;
+    uintptr_t arrays_low = UINTPTR_MAX, arrays_high = 0;   // the span of every array's guarded bytes
     std::vector<Shadow> shadow;   // the static __shared__ section, then the dynamic array and its guard
     size_t block_bytes = 0;       // shared bytes touched by the running block
     size_t max_block_bytes = 0;
@@ -182,6 +182,9 @@ SIMT_UNCHECKED inline void access(uintptr_t address, size_t size, bool write, bo
              write ? "store" : "load", (size_t)pc_offset(pc), (size_t)address, size);
         return;
     }
+    // Most accesses are a thread's own locals: on its fiber's stack, in no array and not shared.
+    const uintptr_t stack = reinterpret_cast<uintptr_t>(state.fibers[state.current].stack);
+    if (address - stack < STACK_BYTES) return;
     const char* c = reinterpret_cast<const char*>(address);
     const char* dynamic = reinterpret_cast<const char*>(simt_dynamic_shared);
     if (!checks.shadow.empty() && !atomic) {
@@ -190,18 +193,19 @@ SIMT_UNCHECKED inline void access(uintptr_t address, size_t size, bool write, bo
         if (c >= dynamic && c < dynamic + SIMT_SHARED_CAPACITY + SIMT_SHARED_GUARD)
             return shared_access(static_shared_bytes() + (c - dynamic), size, write, pc);
     }
-    for (Array& a : checks.arrays)
-        if (address + size > a.low && address < a.high) return global_access(a, address, size, write, pc);
+    if (address + size <= checks.arrays_low || address >= checks.arrays_high) return;
+    for (Array *a = checks.arrays.data(), *end = a + checks.arrays.size(); a != end; ++a)
+        if (address + size > a->low && address < a->high) return global_access(*a, address, size, write, pc);
 }
 
 }  // namespace simt
 
 #define SIMT_PC reinterpret_cast<uintptr_t>(__builtin_return_address(0))
 #define SIMT_SIZED(n)                                                                                     \
-    extern "C" __attribute__((no_sanitize_address)) void __asan_load##n##_noabort(uintptr_t a) { \
+    extern "C" SIMT_UNCHECKED void __asan_load##n##_noabort(uintptr_t a) { \
         simt::access(a, n, false, n > 1, SIMT_PC);                                                        \
     }                                                                                                     \
-    extern "C" __attribute__((no_sanitize_address)) void __asan_store##n##_noabort(uintptr_t a) { \
+    extern "C" SIMT_UNCHECKED void __asan_store##n##_noabort(uintptr_t a) { \
         simt::access(a, n, true, n > 1, SIMT_PC);                                                         \
     }
 SIMT_SIZED(1)
@@ -210,10 +214,10 @@ SIMT_SIZED(4)
 SIMT_SIZED(8)
 SIMT_SIZED(16)
 #undef SIMT_SIZED
-extern "C" __attribute__((no_sanitize_address)) void __asan_loadN_noabort(uintptr_t a, size_t n) {
+extern "C" SIMT_UNCHECKED void __asan_loadN_noabort(uintptr_t a, size_t n) {
     simt::access(a, n, false, false, SIMT_PC);
 }
-extern "C" __attribute__((no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, size_t n) {
+extern "C" SIMT_UNCHECKED void __asan_storeN_noabort(uintptr_t a, size_t n) {
     simt::access(a, n, true, false, SIMT_PC);
 }
 __attribute__((noinline, no_sanitize_address)) void simt_vector_alignment(const void* from, const void* to,

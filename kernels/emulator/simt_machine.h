@@ -18,7 +18,7 @@ namespace simt {
 constexpr int MAX_THREADS = 1024;
 constexpr size_t STACK_BYTES = 256 * 1024;
 
-enum Wait { RUNNABLE, BARRIER, COLLECTIVE, YIELD, DONE };
+enum Wait : unsigned char { RUNNABLE, BARRIER, COLLECTIVE, YIELD, DONE };
 enum Op { OP_VALUES, OP_MMA_BF16, OP_MMA_F16, OP_LDMATRIX, OP_LDMATRIX_TRANS, OP_WGMMA_WAIT };
 
 // What a lane brings to a warp collective, and what it takes away (it lives on the lane's stack
@@ -49,10 +49,11 @@ struct Wgmma {
 };
 
 struct Fiber {
-    ucontext_t context;
+    ucontext_t context;        // where it starts (fiber_entry on its own stack)
+    jmp_buf resume;            // where it waits, once started
+    bool started = false;
     char* stack = nullptr;
     dim3 tid;
-    Wait wait = DONE;
     int op = OP_VALUES;        // the collective it waits in, with its mask, line and name
     unsigned mask = 0;
     int line = 0;
@@ -65,9 +66,10 @@ struct Fiber {
 
 struct State {
     Fiber fibers[MAX_THREADS];
+    Wait wait[MAX_THREADS];    // each fiber's, apart from the rest: the scheduler counts them often
     int n_threads = 0;
     int current = -1;          // the fiber running; -1 while the scheduler runs
-    ucontext_t scheduler;
+    jmp_buf scheduler;         // run_fiber, where a thread returns when it waits
     size_t shared_bytes = 0;
     bool random = false;       // the schedule (simt_configure)
     unsigned seed = 0;
@@ -82,6 +84,7 @@ struct State {
     long long block_linear = 0;   // the running block's index, x fastest
 };
 inline State state;
+SIMT_UNCHECKED inline Wait& wait_of(const Fiber& f) { return state.wait[&f - state.fibers]; }
 
 // A complete warp collective: compute every lane's result (simt_warp.h).
 inline void complete(int op, Post* const* posts);
@@ -96,7 +99,7 @@ inline unsigned lane_bits(int warp) {
 
 // Record the first error. From a thread, the thread stops there: the scheduler sees the error and
 // ends the launch. The message gets the block (and the thread) appended.
-__attribute__((format(printf, 1, 2))) inline void fail(const char* format, ...) {
+SIMT_UNCHECKED __attribute__((format(printf, 1, 2))) inline void fail(const char* format, ...) {
     if (!state.error[0]) {
         va_list args;
         va_start(args, format);
@@ -110,23 +113,20 @@ __attribute__((format(printf, 1, 2))) inline void fail(const char* format, ...) 
             std::snprintf(state.error + used, sizeof state.error - used, " (block %u,%u,%u)", blockIdx.x, blockIdx.y,
                           blockIdx.z);
     }
-    if (state.current >= 0) {
-        Fiber& f = state.fibers[state.current];
-        swapcontext(&f.context, &state.scheduler);   // never resumed
-    }
+    if (state.current >= 0) _longjmp(state.scheduler, 1);   // the thread is never resumed
 }
 
-inline void switch_out(Wait wait, const char* what, int line, unsigned mask = 0) {
+SIMT_UNCHECKED inline void switch_out(Wait wait, const char* what, int line, unsigned mask = 0) {
     Fiber& f = state.fibers[state.current];
-    f.wait = wait;
+    wait_of(f) = wait;
     f.what = what;
     f.line = line;
     f.mask = mask;
-    swapcontext(&f.context, &state.scheduler);
+    if (!_setjmp(f.resume)) _longjmp(state.scheduler, 1);
 }
 
 // Shared memory: a static __shared__ variable, or the dynamic array up to the launch's size.
-inline bool in_shared(const void* p, size_t bytes) {
+SIMT_UNCHECKED inline bool in_shared(const void* p, size_t bytes) {
     const char* c = static_cast<const char*>(p);
     if (__start_simt_shared != __stop_simt_shared && c >= __start_simt_shared && c + bytes <= __stop_simt_shared)
         return true;
@@ -136,20 +136,20 @@ inline bool in_shared(const void* p, size_t bytes) {
 
 // ---- why no thread can go on: the threads grouped by where they stand ----------------------------
 
-inline void describe(char* out, size_t size, int first, int last, const Fiber& f) {
-    if (f.wait == DONE)
+SIMT_UNCHECKED inline void describe(char* out, size_t size, int first, int last, const Fiber& f) {
+    if (wait_of(f) == DONE)
         std::snprintf(out, size, "threads %d-%d returned", first, last);
-    else if (f.wait == BARRIER)
+    else if (wait_of(f) == BARRIER)
         std::snprintf(out, size, "threads %d-%d wait at %s (line %d)", first, last, f.what, f.line);
     else
         std::snprintf(out, size, "threads %d-%d wait in %s (mask 0x%08x, line %d)", first, last, f.what, f.mask, f.line);
 }
 
-inline bool same_wait(const Fiber& a, const Fiber& b) {
-    return a.wait == b.wait && (a.wait == DONE || (a.line == b.line && a.mask == b.mask && a.what == b.what));
+SIMT_UNCHECKED inline bool same_wait(const Fiber& a, const Fiber& b) {
+    return wait_of(a) == wait_of(b) && (wait_of(a) == DONE || (a.line == b.line && a.mask == b.mask && a.what == b.what));
 }
 
-inline void deadlock(const char* headline) {
+SIMT_UNCHECKED inline void deadlock(const char* headline) {
     char text[3500];
     int used = std::snprintf(text, sizeof text, "%s:", headline);
     for (int t = 0; t < state.n_threads && used < (int)sizeof text - 200;) {
@@ -163,24 +163,67 @@ inline void deadlock(const char* headline) {
     fail("%s", text);
 }
 
+// The waits read eight at a time: the scheduler asks how many threads wait in each way after
+// every wait of every thread (the random schedule), 1024 threads a block.
+// A byte of the result has its high bit set where the byte of `word` equals `value`.
+SIMT_UNCHECKED inline uint64_t bytes_equal(uint64_t word, unsigned char value) {
+    constexpr uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
+    word ^= 0x0101010101010101ull * value;
+    return ~(((word & low7) + low7) | word | low7);
+}
+SIMT_UNCHECKED inline int count_flags(uint64_t flags) { return static_cast<int>(((flags >> 7) * 0x0101010101010101ull) >> 56); }
+
+// The flags of the waits t .. t + 7 equal to `w` (none past the block's last thread).
+SIMT_UNCHECKED inline uint64_t wait_flags(int t, Wait w) {
+    uint64_t word;
+    std::memcpy(&word, state.wait + t, 8);
+    uint64_t flags = bytes_equal(word, w);
+    if (state.n_threads - t < 8) flags &= (1ull << (8 * (state.n_threads - t))) - 1;
+    return flags;
+}
+
+// How many of the block's threads wait as `w`.
+SIMT_UNCHECKED inline int count_waits(Wait w) {
+    int n = 0;
+    for (int t = 0; t < state.n_threads; t += 8) n += count_flags(wait_flags(t, w));
+    return n;
+}
+
+// The lanes of `warp` that wait as `w`, a bit a lane.
+SIMT_UNCHECKED inline unsigned warp_lanes(int warp, Wait w) {
+    unsigned bits = 0;
+    for (int i = 0; i < 4 && warp * 32 + 8 * i < state.n_threads; ++i)
+        bits |= static_cast<unsigned>(((wait_flags(warp * 32 + 8 * i, w) >> 7) * 0x0102040810204080ull) >> 56) << (8 * i);
+    return bits;
+}
+
+// The k-th runnable thread, in thread order (k < count_waits(RUNNABLE)).
+SIMT_UNCHECKED inline int runnable_thread(int k) {
+    for (int t = 0;; t += 8) {
+        uint64_t flags = wait_flags(t, RUNNABLE);
+        const int here = count_flags(flags);
+        if (k < here) {
+            for (; k > 0; --k) flags &= flags - 1;
+            return t + __builtin_ctzll(flags) / 8;
+        }
+        k -= here;
+    }
+}
+
 // ---- releasing waits ------------------------------------------------------------------------------
 
 // A barrier that every live thread has reached opens; one that returned threads never reach is an error.
-inline bool open_barrier() {
-    int live = 0, at_barrier = 0, done = 0;
-    for (int t = 0; t < state.n_threads; ++t) {
-        const Wait w = state.fibers[t].wait;
-        live += w != DONE;
-        done += w == DONE;
-        at_barrier += w == BARRIER;
-    }
-    if (!at_barrier || at_barrier != live) return false;
+SIMT_UNCHECKED inline bool open_barrier() {
+    const int at_barrier = count_waits(BARRIER);
+    if (!at_barrier) return false;
+    const int done = count_waits(DONE), live = state.n_threads - done;
+    if (at_barrier != live) return false;
     if (done) {
         deadlock("__syncthreads() reached by only some of the block's threads: the others returned before it "
                  "(a barrier in divergent code: undefined in CUDA)");
         return false;
     }
-    for (int t = 0; t < state.n_threads; ++t) state.fibers[t].wait = RUNNABLE;
+    for (int t = 0; t < state.n_threads; ++t) state.wait[t] = RUNNABLE;
     state.votes[(state.epoch + 1) & 1] = 0;   // the next interval's slot (its threads read this one's first)
     ++state.epoch;
     return true;
@@ -188,22 +231,26 @@ inline bool open_barrier() {
 
 // Complete the collectives of `warp` that every lane of their mask has joined: 1 if one was,
 // 0 if none, -1 on an error (a lane of the mask returned before it).
-inline int release_warp(int warp) {
+SIMT_UNCHECKED inline int release_warp(int warp) {
+    unsigned waiting = warp_lanes(warp, COLLECTIVE);
+    if (!waiting) return 0;
+    const unsigned done = warp_lanes(warp, DONE);
     int released = 0;
     for (int lane = 0; lane < lanes_in_warp(warp); ++lane) {
+        if (!(waiting >> lane & 1u)) continue;
         const Fiber& f = state.fibers[warp * 32 + lane];
-        if (f.wait != COLLECTIVE) continue;
         const unsigned mask = f.mask & lane_bits(warp);
+        if (mask & done) {
+            fail("line %d: lane %d of warp %d calls %s with mask 0x%08x, but lane %d returned before it", f.line,
+                 lane, warp, f.what, f.mask, __builtin_ctz(mask & done));
+            return -1;
+        }
+        if (mask & ~waiting) continue;   // a lane of the mask has not joined yet
         bool whole = true;
         for (int other = 0; other < 32; ++other) {
             if (!(mask >> other & 1u)) continue;
             const Fiber& g = state.fibers[warp * 32 + other];
-            if (g.wait == DONE) {
-                fail("line %d: lane %d of warp %d calls %s with mask 0x%08x, but lane %d returned before it", f.line,
-                     lane, warp, f.what, f.mask, other);
-                return -1;
-            }
-            whole &= g.wait == COLLECTIVE && g.mask == f.mask && g.line == f.line && g.op == f.op && g.what == f.what;
+            whole &= g.mask == f.mask && g.line == f.line && g.op == f.op && g.what == f.what;
         }
         if (!whole) continue;
         Post* posts[32] = {};
@@ -212,7 +259,8 @@ inline int release_warp(int warp) {
         complete(f.op, posts);
         ++state.warp_epoch[warp];
         for (int other = 0; other < 32; ++other)
-            if (mask >> other & 1u) state.fibers[warp * 32 + other].wait = RUNNABLE;
+            if (mask >> other & 1u) state.wait[warp * 32 + other] = RUNNABLE;
+        waiting &= ~mask;
         released = 1;
     }
     return released;
@@ -220,7 +268,7 @@ inline int release_warp(int warp) {
 
 // Release what can be released once no thread runs: a barrier, complete collectives, the threads
 // that yielded. False when nothing could be (with the error that says why the launch cannot go on).
-inline bool release() {
+SIMT_UNCHECKED inline bool release() {
     if (open_barrier()) return true;
     if (state.error[0]) return false;
     bool released = false, live = false;
@@ -231,34 +279,42 @@ inline bool release() {
     }
     for (int t = 0; t < state.n_threads; ++t) {
         Fiber& f = state.fibers[t];
-        if (f.wait == YIELD) f.wait = RUNNABLE;
-        released |= f.wait == RUNNABLE;
-        live |= f.wait != DONE;
+        if (wait_of(f) == YIELD) wait_of(f) = RUNNABLE;
+        released |= wait_of(f) == RUNNABLE;
+        live |= wait_of(f) != DONE;
     }
     if (!released && live) deadlock("no thread can go on");
     return released;
 }
 
 // The random schedule releases as soon as a thread's wait completes something.
-inline void settle(int thread, Wait wait) {
+SIMT_UNCHECKED inline void settle(int thread, Wait wait) {
     if (wait == BARRIER || wait == DONE) open_barrier();
     if (!state.error[0] && (wait == COLLECTIVE || wait == DONE)) release_warp(warp_of(thread));
 }
 
 // ---- running a block ------------------------------------------------------------------------------
 
-inline void fiber_entry(int index) {
+SIMT_UNCHECKED inline void fiber_entry(int index) {
     state.body(state.body_arg);
     Fiber& f = state.fibers[index];
     if (!f.pending.empty()) fail("a thread ended with cp.async copies it never waited for");
     if (!f.wgmma.empty()) fail("a thread ended with wgmma instructions it never waited for (line %d)", f.wgmma[0].line);
-    f.wait = DONE;   // returning goes to uc_link: the scheduler
+    wait_of(f) = DONE;
+    _longjmp(state.scheduler, 1);
 }
 
-inline void run_fiber(int t) {
+SIMT_UNCHECKED inline void run_fiber(int t) {
     state.current = t;
-    threadIdx = state.fibers[t].tid;
-    swapcontext(&state.scheduler, &state.fibers[t].context);
+    Fiber& f = state.fibers[t];
+    threadIdx = f.tid;
+    // Switches between threads are _setjmp/_longjmp (no system call, unlike swapcontext, which sets
+    // the signal mask each time); a thread's first run enters its context once.
+    if (!_setjmp(state.scheduler)) {
+        if (f.started) _longjmp(f.resume, 1);
+        f.started = true;
+        setcontext(&f.context);
+    }
     state.current = -1;
 }
 
@@ -266,7 +322,7 @@ inline void begin_block_checks();
 inline void end_block_checks();
 inline void reset_async_state();   // simt_tma.h: the block's mbarriers
 
-inline int run_block() {
+SIMT_UNCHECKED inline int run_block() {
     begin_block_checks();
     state.votes[0] = state.votes[1] = 0;
     reset_async_state();
@@ -278,36 +334,34 @@ inline int run_block() {
         getcontext(&f.context);
         f.context.uc_stack.ss_sp = f.stack;
         f.context.uc_stack.ss_size = STACK_BYTES;
-        f.context.uc_link = &state.scheduler;
+        f.context.uc_link = nullptr;   // fiber_entry never returns
+        f.started = false;
         makecontext(&f.context, reinterpret_cast<void (*)()>(fiber_entry), 1, t);
         f.tid = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
-        f.wait = RUNNABLE;
+        wait_of(f) = RUNNABLE;
         f.pending.clear();
         f.wgmma.clear();
         f.wgmma_groups = 0;
     }
-    int runnable[MAX_THREADS];
     for (;;) {
         if (state.random) {   // one random runnable thread until it waits
-            int n = 0;
-            for (int t = 0; t < state.n_threads; ++t)
-                if (state.fibers[t].wait == RUNNABLE) runnable[n++] = t;
+            const int n = count_waits(RUNNABLE);
             if (n) {
-                const int t = runnable[state.rng() % n];
+                const int t = runnable_thread(static_cast<int>(state.rng() % n));
                 run_fiber(t);
-                if (!state.error[0]) settle(t, state.fibers[t].wait);
+                if (!state.error[0]) settle(t, state.wait[t]);
                 if (state.error[0]) return 1;
                 continue;
             }
         } else {              // every runnable thread in order, each until it waits
             for (int t = 0; t < state.n_threads; ++t) {
-                if (state.fibers[t].wait != RUNNABLE) continue;
+                if (state.wait[t] != RUNNABLE) continue;
                 run_fiber(t);
                 if (state.error[0]) return 1;
             }
         }
         bool all_done = true;
-        for (int t = 0; t < state.n_threads; ++t) all_done &= state.fibers[t].wait == DONE;
+        for (int t = 0; t < state.n_threads; ++t) all_done &= state.wait[t] == DONE;
         if (all_done) break;
         if (!release() || state.error[0]) return 1;
     }
@@ -320,7 +374,7 @@ inline int run_block() {
     return state.error[0] ? 1 : 0;
 }
 
-inline int launch_body(const unsigned* dims, unsigned shared_bytes, void (*body)(void*), void* arg) {
+SIMT_UNCHECKED inline int launch_body(const unsigned* dims, unsigned shared_bytes, void (*body)(void*), void* arg) {
     state.error[0] = 0;
     state.current = -1;
     gridDim = dim3(dims[0], dims[1], dims[2]);

@@ -7,7 +7,7 @@ namespace simt {
 
 // Wait in the warp collective `what` (at `line`) with the lanes of `mask`, until every one of them
 // has posted its part; complete() has then filled in this lane's results.
-inline void collective(int op, unsigned mask, Post& mine, const char* what, int line) {
+SIMT_UNCHECKED inline void collective(int op, unsigned mask, Post& mine, const char* what, int line) {
     const int lane = lane_of(state.current);
     if (!(mask >> lane & 1u))
         fail("line %d: lane %d of warp %d calls %s with mask 0x%08x, which does not name the lane itself", line, lane,
@@ -74,7 +74,7 @@ inline float element(int op, u32 reg, int half) {
 
 // D = A B + C for the warp, from every lane's fragments; products and sums in double, rounded to
 // fp32 once (the tensor cores' order of summation is not specified).
-inline void compute_mma(int op, Post* const* lanes) {
+SIMT_UNCHECKED inline void compute_mma(int op, Post* const* lanes) {
     double A[16][16], B[16][8], C[16][8];
     int row, col;
     for (int lane = 0; lane < 32; ++lane) {
@@ -93,7 +93,7 @@ inline void compute_mma(int op, Post* const* lanes) {
 
 // ldmatrix.m8n8.x4(.trans).b16: lanes 8i .. 8i+7 give the rows of matrix i; register i of a lane
 // gets row g, columns 2t and 2t + 1 of matrix i (with .trans, of its transpose).
-inline void compute_ldmatrix(int op, Post* const* lanes) {
+SIMT_UNCHECKED inline void compute_ldmatrix(int op, Post* const* lanes) {
     unsigned short M[4][8][8];
     for (int lane = 0; lane < 32; ++lane) std::memcpy(M[lane / 8][lane % 8], lanes[lane]->address, 16);
     for (int lane = 0; lane < 32; ++lane) {
@@ -109,7 +109,7 @@ inline void compute_ldmatrix(int op, Post* const* lanes) {
 
 inline void retire_wgmma(Post* const* posts);   // simt_wgmma.h
 
-inline void complete(int op, Post* const* posts) {
+SIMT_UNCHECKED inline void complete(int op, Post* const* posts) {
     if (op == OP_MMA_BF16 || op == OP_MMA_F16) return compute_mma(op, posts);
     if (op == OP_WGMMA_WAIT) return retire_wgmma(posts);
     if (op == OP_LDMATRIX || op == OP_LDMATRIX_TRANS) return compute_ldmatrix(op, posts);
@@ -163,7 +163,7 @@ inline unsigned __activemask() {
     const int warp = simt::warp_of(simt::state.current);
     unsigned bits = 0;
     for (int lane = 0; lane < simt::lanes_in_warp(warp); ++lane)
-        if (simt::state.fibers[warp * 32 + lane].wait != simt::DONE) bits |= 1u << lane;
+        if (simt::state.wait[warp * 32 + lane] != simt::DONE) bits |= 1u << lane;
     return bits;
 }
 

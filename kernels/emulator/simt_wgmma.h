@@ -108,7 +108,7 @@ inline void compute_wgmma(const Wgmma& op, int thread, const float (*a_rows)[16]
 // the groups older than the `keep` newest, reading each lane's A rows from the registers of the 4
 // lanes of its quad that hold them (mma.sync's A fragment: rows g and g + 8, k 2t .. 2t + 1 and
 // 2t + 8 .. 2t + 9).
-inline void retire_wgmma(Post* const* posts) {
+SIMT_UNCHECKED inline void retire_wgmma(Post* const* posts) {
     std::vector<Wgmma>* lists[32];
     int retire = -1;
     for (int lane = 0; lane < 32; ++lane) {

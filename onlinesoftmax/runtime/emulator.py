@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onlinesoftmax.runtime.emulator_pch import precompiled_header
 from onlinesoftmax.runtime.loader import INCLUDE_DIRS, KERNELS_DIR, REPO_ROOT, expand_source
 
 EMULATOR_DIR = KERNELS_DIR / "emulator"
@@ -149,8 +150,9 @@ def build(path, entries, *, source: str | None = None, flags=(), optimize: str =
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as work:   # parallel builds of one library: the last one wins
         cpp, partial = Path(work) / f"{path.stem}.cpp", Path(work) / "library.so"
         cpp.write_text(wrapper)
-        command = [cxx, *base_flags, optimize, f"-I{path.parent}", *(f"-I{d}" for d in INCLUDE_DIRS), f"-I{EMULATOR_DIR}",
-                   *flags, str(cpp), "-o", str(partial)]
+        pch = precompiled_header(cxx, [*base_flags, optimize, *flags], EMULATOR_DIR, CACHE_DIR, TIMEOUT_S)
+        command = [cxx, *base_flags, optimize, *([f"-I{pch}"] if pch else []), f"-I{path.parent}",
+                   *(f"-I{d}" for d in INCLUDE_DIRS), f"-I{EMULATOR_DIR}", *flags, str(cpp), "-o", str(partial)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
         if done.returncode != 0:
             raise EmulatorBuildError(_compile_errors(path, done.stderr))
