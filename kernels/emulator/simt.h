@@ -3,8 +3,8 @@
 // header, into a shared library with one launch function per kernel entry, and launches it on
 // numpy arrays.
 //
-// Every thread of a block is a fiber (ucontext) on one CPU thread; a grid runs one block after
-// the other. What it models, and what it catches:
+// Every thread of a block is a fiber (its own stack, entered once through ucontext, then switched
+// with _setjmp/_longjmp) on one CPU thread; a grid runs one block after the other. What it models, and what it catches:
 //   - __syncthreads is a barrier of the block's threads. One that some threads never reach (they
 //     returned, or wait elsewhere) stops the launch with a message naming the threads and lines.
 //   - A warp collective (a shuffle or vote, __syncwarp, mma.sync, ldmatrix) waits until every lane
