@@ -54,7 +54,13 @@ BROWSER_PROCESSES ?= 2     # the browser check's processes (one Chromium each), 
 FORCE_CONFIG := _build/.config-force.yml
 
 # The venv's tools first on PATH, so the notebook kernel ("python3") is the venv's python.
-RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
+# One math-library thread a process: the tests and the book's pages run as several processes, one
+# a core, and NumPy's OpenBLAS and torch each starting a thread a core besides made the CPU tier's
+# NumPy- and torch-heavy files take twice as long (their threads spin while waiting for work).
+# MATH_THREADS=<n> (or empty) changes it.
+MATH_THREADS ?= 1
+RUN := PATH="$(CURDIR)/$(VENV_BIN):$$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1 \
+  $(if $(MATH_THREADS),OPENBLAS_NUM_THREADS=$(MATH_THREADS) OMP_NUM_THREADS=$(MATH_THREADS) MKL_NUM_THREADS=$(MATH_THREADS))
 
 .PHONY: help book test test-quick check-data gpu-test torch-cpu serve lab clean distclean _setup _chromium _pytest-cpu _book-build _browser-check
 
