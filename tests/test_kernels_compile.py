@@ -48,6 +48,12 @@ SPILL = re.compile(r"(\d+) bytes spill (stores|loads)")
 PTXAS_FUNCTION = re.compile(r"Compiling entry function '([^']+)'|Function properties for (\S+)")
 PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 COMPILE_TIMEOUT_S = 300
+# The farm's threads start nvcc while others run NVRTC in this process with the GIL released. With
+# vfork (CPython's default on Linux, the GIL dropped while the child starts) one start in CI failed
+# with "OSError: [Errno 14] Bad address": the child, sharing this process's memory until it execs,
+# read memory another thread had changed. fork gives the child its own copy (subprocess's documented
+# switch; the process is large, so each start costs a few milliseconds more).
+subprocess._USE_VFORK = False
 COMPILE_WORKERS = 2   # CI has 2 cores
 PREFETCH = 2          # builds queued ahead of the test that waits (CompileFarm)
 
