@@ -61,10 +61,37 @@ from onlinesoftmax.registry import REGISTRY, variants
 from onlinesoftmax.runtime.loader import reload
 from onlinesoftmax.runtime import torch_bridge as _torch_bridge
 
-def _autograd(function, x, axis, *args, **options):
-    """A tensor that requires a gradient, given to softmax, log_softmax, logsumexp or cross_entropy: the operator."""
-    from onlinesoftmax import torch_ops
-    return torch_ops.differentiable(function, x, axis, *args, **options)
+def _autograd(function: str, x, dim, keepdim: bool = False, **options):
+    """onlinesoftmax.<function>(x, dim) for an x that requires a gradient: through its operator
+    (onlinesoftmax.torch_ops). The operators take the plain call (variant "auto", no out=, no mask);
+    other options say so. For "cross_entropy", x is the logits, dim the targets and the options the
+    loss's own; for "attention", q and (k, v), its flags checked here as on the path without gradient."""
+    import numpy as np
+    from onlinesoftmax import inputs, torch_ops
+
+    if function == "cross_entropy":
+        return torch_ops.cross_entropy(x, dim, *map(options.get, ("ignore_index", "label_smoothing", "z_loss",
+                                                                   "softcap", "reduction")))
+    if function == "attention":
+        inputs.check_flags_and_scale("attention", options["scale"], x.shape[-1], causal=options["causal"])
+        if options["causal_align"] not in ("bottom_right", "top_left"):
+            raise ValueError(f"attention: causal_align must be 'bottom_right' or 'top_left', got {options['causal_align']!r}")
+        return torch_ops.attention(x, *dim, bool(options["causal"]), options["scale"], options["causal_align"])
+    variant = options.get("variant", "auto")
+    if variant != "auto":   # an unknown variant is named as such, before the gradient's own rule
+        inputs.resolve(variant, function, function)
+    asked = {name: value for name, value in options.items()
+             if value is not None and not (name == "variant" and value == "auto")
+             and not (name == "mask_value" and value == float("-inf"))
+             and not (name == "causal" and value is False) and not (name == "causal_align" and value == "bottom_right")}
+    if asked:
+        raise TypeError(f"{function}: gradients are computed for the plain call only (variant='auto', no out=, "
+                        f"no mask); got {sorted(asked)} with a tensor that requires grad or carries a tangent. "
+                        f"Pass x.detach() for a forward-only call")
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"{function}: axis must be an int, got {type(dim).__name__} {dim!r}")
+    operator = {"softmax": torch_ops.softmax, "log_softmax": torch_ops.log_softmax}.get(function)   # (the schema
+    return operator(x, int(dim)) if operator is not None else torch_ops.logsumexp(x, int(dim), keepdim)   # wants an int)
 
 
 _torch_bridge.autograd = _autograd

@@ -376,6 +376,9 @@ def _mask_options(x, axis, variant, mask, valid_lengths, mask_value, causal=Fals
     from onlinesoftmax import masks
 
     masks.check(mask, causal, causal_align)
+    for name, value in (("mask", mask), ("valid_lengths", valid_lengths)):   # (a tensor x comes here as an array)
+        if torch_bridge.is_tensor(value):
+            raise TypeError(f"softmax: {name} must be an array of x's kind ({type(x).__name__}), got a torch tensor")
     if mask is None and valid_lengths is None and not causal:
         if mask_value != -np.inf:
             raise ValueError("softmax: mask_value only applies with mask=, valid_lengths= or causal=True")

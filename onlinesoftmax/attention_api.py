@@ -199,6 +199,10 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
         if not all(map(torch_bridge.is_tensor, (q, k, v))):
             raise TypeError("attention: q, k and v must be all torch tensors or all arrays, got "
                             + ", ".join(f"{n}: {_describe(a)}" for n, a in zip("qkv", (q, k, v))))
+        if variant != "auto" and any(map(torch_bridge.wants_operator, (q, k, v))):
+            if not isinstance(variant, str):
+                raise TypeError(f"attention: variant must be a string, got {variant!r}")
+            _named(variant)   # an unknown variant named as such, before the gradient's rule refuses a named one
         if any(map(torch_bridge.wants_operator, (q, k, v))) and not return_lse and variant == "auto":   # the operator
             if str(q.dtype) not in ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64") or \
                     0 in (*q.shape, *k.shape):
@@ -236,11 +240,7 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
     if variant == "auto":
         chosen = choose(q.dtype.name, n_q, d, group=heads // kv_heads, caches=batch * kv_heads, n_k=n_k).variant
     else:
-        try:
-            chosen = resolve(variant, "attention")
-        except ValueError:
-            known = ", ".join(repr(name) for v in variants("attention") for name in (v.short, v.name))
-            raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', {known}") from None
+        chosen = _named(variant)
         _check_variant(chosen, q.dtype.name, d, not isinstance(q, np.ndarray))
     if isinstance(q, np.ndarray):
         out, lse = chosen.simulate(q, k, v, causal=bool(causal), scale=scale)
@@ -286,6 +286,15 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal, scale, re
                          f"bottom-right to each sequence; got variant={variant!r}, causal_align={align!r}")
     return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q, causal=causal, scale=scale,
                             return_lse=return_lse)
+
+
+def _named(variant: str):
+    """The attention kernel of a registry name or short name; ValueError naming the known ones."""
+    try:
+        return resolve(variant, "attention")
+    except ValueError:
+        known = ", ".join(repr(name) for v in variants("attention") for name in (v.short, v.name))
+        raise ValueError(f"attention: unknown variant {variant!r}; known: 'auto', {known}") from None
 
 
 def _top_left(q, k, v, causal, scale, return_lse, variant, align):

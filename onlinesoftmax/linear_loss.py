@@ -192,7 +192,8 @@ def _token_pass(h, weight, t, bias, lib, tensor, chunk, options, before=None, af
     product), before(rows, logits), the loss kernel's gradient (times grad_scale) written over them,
     the chunk's rows of d hidden (a second product), after(rows, dlogits)."""
     dh = lib.empty_like(h)
-    total = lib.zeros((), dtype=lib.float32, device=h.device) if tensor else np.float32(0)   # on h's device from the start
+    wide = lib.float64 if weight.dtype == lib.float64 else lib.float32   # (no token: the loss still in this dtype)
+    total = lib.zeros((), dtype=wide, device=h.device) if tensor else wide(0)   # on h's device from the start
     for first in range(0, h.shape[0], chunk):
         rows = slice(first, min(h.shape[0], first + chunk))
         logits = _mm(h[rows], weight.T)

@@ -4,25 +4,22 @@
     y = torch.ops.onlinesoftmax.softmax(x, -1)          # or onlinesoftmax.softmax(x): the same operator
     y.sum().backward()                                  # when x.requires_grad
 
-| operator                                         | forward                      | backward                        |
-|--------------------------------------------------|------------------------------|---------------------------------|
-| softmax(x, dim)                                  | the softmax kernels          | softmax_backward(y, dy, dim)    |
-| log_softmax(x, dim)                              | the log-softmax kernels      | log_softmax_backward(y, dy, dim)|
-| logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel       | softmax(x, dim) * dlse          |
-| attention(q, k, v, causal, scale, causal_align)  | the attention kernels        | attention_backward (auto)       |
-| cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction) -> (loss, lse) | cross_entropy_02_cluster (cross_entropy_01_rows without clusters or for rows over 16 chunks), the gradient written in the same launch | that gradient, scaled by the upstream one |
+| operator                                         | forward                 | backward                         |
+|--------------------------------------------------|-------------------------|----------------------------------|
+| softmax(x, dim), log_softmax(x, dim)             | the (log-)softmax kernels | (log_)softmax_backward(y, dy, dim) |
+| logsumexp(x, dim, keepdim)                       | the log-sum-exp kernel  | softmax(x, dim) * dlse           |
+| attention(q, k, v, causal, scale, causal_align)  | the attention kernels   | attention_backward (auto)        |
+| cross_entropy(logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction) -> (loss, lse) | cross_entropy_02_cluster or _01_rows, the gradient written in the same launch | that gradient, scaled (the LSE has none) |
 | softmax_backward(y, dy, dim), log_softmax_backward(y, dy, dim) | the backward kernels | torch's ops (double backward) |
 
-Outputs are contiguous (along a dim other than the last, the kernels' result is copied into place).
-Each is defined with `torch.library.Library` (CPU and CUDA kernels, a fake implementation for shapes
-and dtypes, so `torch.compile(fullgraph=True)` traces a model that calls them without a graph break)
-and an autograd kernel of its own: a plain tensor that needs no gradient goes straight to the kernels
-(about 1 us of Python over the public function; `torch.library.custom_op`'s wrappers cost about 15 us
-a call), one that needs a gradient goes through a `torch.autograd.Function`, and the tensors of
-torch.compile's tracing (fake, functional) go below autograd to the fake implementation. CUDA tensors
-run the CUDA kernels on torch's current stream; CPU tensors run the NumPy models (float64 exactly),
-so `torch.autograd.gradcheck` runs on a machine without a GPU (the public functions send them a tensor
-that requires a gradient). cross_entropy checks its targets on the device and raises in the backward.
+Outputs are contiguous. Each operator is a `torch.library.Library` definition (CPU and CUDA kernels, a
+fake implementation, so `torch.compile(fullgraph=True)` traces it without a graph break) with an
+autograd kernel of its own: a plain tensor that needs no gradient goes straight to the kernels (about
+1 us of Python over the public function; `torch.library.custom_op`'s wrappers cost about 15 us), one that
+needs a gradient through a `torch.autograd.Function`, torch.compile's tensors below autograd to the
+fake. CUDA tensors run the kernels on torch's current stream; CPU tensors the NumPy models (float64
+exactly: `torch.autograd.gradcheck` runs without a GPU). cross_entropy checks its targets on the
+device and raises in the backward.
 """
 import inspect
 
@@ -49,10 +46,7 @@ def _same_shape(x, *_):
 
 def _lse_shape(x, dim, keepdim):
     shape = list(x.shape)
-    if keepdim:
-        shape[dim] = 1
-    else:
-        del shape[dim]
+    shape[dim:(dim + 1) or None] = [1] if keepdim else []   # (dim = -1: the slice [-1:])
     return x.new_empty(shape, dtype=_lse_dtype(x))
 
 
@@ -91,12 +85,12 @@ def _cross_entropy_shapes(logits, targets, ignore_index, label_smoothing, z_loss
     return (rows if reduction == "none" else logits.new_empty((), dtype=dtype)), rows.new_empty(rows.shape)
 
 
-def _softmax_backward(y, dy, dim):
-    return backward.softmax_backward(y, dy.to(y.dtype), dim).contiguous()
+def _softmax_backward(y, dy, dim):   # (dy of another dtype than y: a ValueError, as the public function's)
+    return backward.softmax_backward(y, dy, dim).contiguous()
 
 
 def _log_softmax_backward(y, dy, dim):
-    return backward.log_softmax_backward(y, dy.to(y.dtype), dim).contiguous()
+    return backward.log_softmax_backward(y, dy, dim).contiguous()
 
 
 OPERATORS = {   # name: (schema, implementation, fake)
@@ -270,6 +264,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _):
+        _first_order_only("attention")
         q, k, v, out, lse = ctx.saved_tensors
         if q.shape[-1] not in (64, 128) and q.dtype != torch.float64:   # (float64: exactly, any d)
             raise NotImplementedError(f"onlinesoftmax::attention's backward takes head dimensions 64 and 128, got "
@@ -310,12 +305,16 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, outputs):
         ctx.reduction, ctx.ignore_index, ctx.n_classes = inputs[6], inputs[2], inputs[0].shape[-1]
-        ctx.save_for_backward(outputs[2], outputs[3], inputs[1]), ctx.mark_non_differentiable(*outputs[1:])
+        ctx.save_for_backward(outputs[2], outputs[3], inputs[1]), ctx.mark_non_differentiable(*outputs[2:])
         ctx.set_materialize_grads(False)   # else autograd fills a logits-sized zero gradient for the dropped output
 
     @staticmethod
-    def backward(ctx, g, *_):
-        if g is None:   # only the LSE was used: no gradient flows to the logits
+    def backward(ctx, g, g_lse, *_):
+        _first_order_only("cross_entropy")
+        if g_lse is not None:   # the LSE's gradient is the softmax, which would need the logits kept
+            raise NotImplementedError("onlinesoftmax::cross_entropy: the LSE it returns has no gradient (the loss keeps "
+                                      "its gradient, not the logits): pass z_loss= for a z-loss, or use lse.detach()")
+        if g is None:
             return (None,) * 7
         grad, outside, targets = ctx.saved_tensors
         one = (g == 1).reshape(()).to(outside.dtype) if ctx.reduction != "none" else outside   # ("none": unused)
@@ -325,6 +324,13 @@ class _CrossEntropy(torch.autograd.Function):
         if ctx.reduction == "none" or not is_one:
             grad = grad * (g.unsqueeze(-1) if ctx.reduction == "none" else g).to(grad.dtype)
         return grad, None, None, None, None, None, None
+
+
+def _first_order_only(name: str) -> None:
+    """A backward whose gradients carry no graph (kernels, a saved gradient) refuses create_graph=True, under
+    which its gradient would be taken for a constant: a second derivative of zero, silently."""
+    if torch.is_grad_enabled():
+        raise NotImplementedError(f"onlinesoftmax::{name} has no second derivative (create_graph=True): use torch's own")
 
 
 def _has_tangent(args) -> bool:
@@ -376,25 +382,3 @@ _autograd_kernel("log_softmax_backward", _LogSoftmaxBackward, lambda args: args[
 softmax, log_softmax, logsumexp, attention = _ops.softmax, _ops.log_softmax, _ops.logsumexp, _ops.attention
 softmax_backward, log_softmax_backward = _ops.softmax_backward, _ops.log_softmax_backward
 cross_entropy = _ops.cross_entropy
-
-
-def differentiable(function: str, x: torch.Tensor, dim, keepdim: bool = False, **options):
-    """onlinesoftmax.<function>(x, dim) for an x that requires a gradient: through the operator. The
-    operators take the plain call (variant "auto", no out=, no mask); other options say so. For
-    "cross_entropy", x is the logits, dim the targets and the options the loss's own; for "attention", q and (k, v)."""
-    if function == "cross_entropy":
-        return cross_entropy(x, dim, *map(options.get, ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")))
-    if function == "attention":
-        return attention(x, *dim, options["causal"], options["scale"], options["causal_align"])
-    asked = {name: value for name, value in options.items()
-             if value is not None and not (name == "variant" and value == "auto")
-             and not (name == "mask_value" and value == float("-inf"))
-             and not (name == "causal" and value is False) and not (name == "causal_align" and value == "bottom_right")}
-    if asked:
-        raise TypeError(f"{function}: gradients are computed for the plain call only (variant='auto', no out=, "
-                        f"no mask); got {sorted(asked)} with a tensor that requires grad or carries a tangent. "
-                        f"Pass x.detach() for a forward-only call")
-    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
-        raise TypeError(f"{function}: axis must be an int, got {type(dim).__name__} {dim!r}")
-    operator = {"softmax": softmax, "log_softmax": log_softmax}.get(function)   # (the schema wants an int:
-    return operator(x, int(dim)) if operator is not None else logsumexp(x, int(dim), keepdim)   # NumPy's too)

@@ -17,8 +17,8 @@ import threading
 
 import numpy as np
 
-# The public functions' way to autograd, for a tensor that requires a gradient: torch_ops.differentiable,
-# set by the package's __init__ (the library below the operators never imports them).
+# The public functions' way to autograd, for a tensor that requires a gradient: onlinesoftmax._autograd (through
+# the operators of torch_ops), set by the package's __init__ (the library below them never imports them).
 autograd = None
 _streams: dict = {}               # (device, stream address) -> cupy.cuda.ExternalStream over it
 _streams_lock = threading.Lock()
@@ -146,6 +146,11 @@ def call(function, *args, **kwargs):
                            "result would silently cut the graph. Call it under torch.no_grad() or on x.detach(); "
                            "softmax, log_softmax, logsumexp, cross_entropy, linear_cross_entropy and attention "
                            "(variant='auto', no return_lse) have gradients (onlinesoftmax.torch_ops)")
+    for name in ("out", "mask", "valid_lengths"):   # an array beside tensors: refused, never written or read silently
+        value = kwargs.get(name)
+        if value is not None and not is_tensor(value) and hasattr(value, "shape") and hasattr(value, "dtype"):
+            raise TypeError(f"{function.__name__}: {name} must be a torch tensor as x is, got {type(value).__module__}."
+                            f"{type(value).__name__} of shape {tuple(value.shape)}")
     out = kwargs.get("out")
     if is_tensor(out):
         torch.autograd.graph.increment_version(out)   # written in place: autograd must see it, as after torch's out=

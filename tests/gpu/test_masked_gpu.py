@@ -334,8 +334,9 @@ def test_bad_input_then_the_context_is_healthy():
     for variant in ("safe", "naive", "softmax_02_online_unguarded", "online_fp16_vec8"):
         with pytest.raises(ValueError, match="mask"):
             osm.softmax(x.astype(cp.float16) if "fp16" in variant else x, variant=variant, causal=True)
-    with pytest.raises(TypeError):
-        osm.softmax(x.astype(cp.float64), causal=True)
+    exact = osm.softmax(x.astype(cp.float64), causal=True)   # float64 with a mask: computed exactly, as on the host
+    assert exact.dtype == cp.float64 and np.allclose(exact.get(), osm.softmax(x.get().astype(np.float64), causal=True),
+                                                     rtol=1e-12, atol=0)
     with pytest.raises(TypeError):   # y in another dtype than x
         VARIANT.plan(VARIANT, x.astype(cp.float16), x, **prepare(x, "causal"))
     for dtype in DTYPES:
