@@ -253,6 +253,7 @@ def test_the_splits_on_two_threads_and_two_streams():
     torch = pytest.importorskip("torch")
     side = torch.cuda.Stream()
     t = torch.as_tensor(checks.as_float64(xs[0]), device="cuda").to(torch.bfloat16)
+    side.wait_stream(torch.cuda.current_stream())   # t is made on torch's default stream: the side stream waits
     with torch.cuda.stream(side):
         lse = osm.logsumexp(t)
     side.synchronize()

@@ -128,6 +128,7 @@ def test_torch_tensors_on_torchs_stream():
     torch = pytest.importorskip("torch")
     x = torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16)
     side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())   # x is made on torch's default stream: the side stream waits
     with torch.cuda.stream(side):
         y = x * 1
         t = osm.sample(y, top_k=20, top_p=0.9, generator=4, variant="split")
