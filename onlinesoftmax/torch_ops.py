@@ -311,7 +311,7 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g, g_lse, *_):
         _first_order_only("cross_entropy")
-        if g_lse is not None:   # the LSE's gradient is the softmax, which would need the logits kept
+        if g_lse is not None and bool(g_lse.any()):   # its gradient is the softmax: it would need the logits kept
             raise NotImplementedError("onlinesoftmax::cross_entropy: the LSE it returns has no gradient (the loss keeps "
                                       "its gradient, not the logits): pass z_loss= for a z-loss, or use lse.detach()")
         if g is None:

@@ -325,6 +325,56 @@ def test_a_row_near_the_largest_magnitude_on_the_kernel_source(emulated, dtype):
     assert not compare_cross_entropy(np.zeros_like(rows), lse, dx, x, t, scale=1.0, **options)[0]
 
 
+def large_close_rows(dtype):
+    """Rows whose logits are large and close (equal, or a few units of the dtype's spacing apart), where
+    the label smoothing's m - mean(s) is small and m - sum(s) / V is the difference of two large numbers."""
+    big = {"float32": (1e10, 3e38), "bfloat16": (1e10, 3e38), "float16": (6e4, 65504.0)}[dtype]
+    rows = [np.full(8, big[0]), np.full(8, big[1]), np.full(8, -big[1]), np.full(8, 1e3 if dtype == "float16" else 1e6)]
+    spacing = np.spacing(checks.to_dtype(np.float32(big[0]), dtype).astype(np.float32))   # one ulp of the dtype there
+    rows.append(big[0] + spacing * np.arange(8))
+    return checks.to_dtype(np.array(rows, np.float32), dtype), np.array([0, 3, 5, 7, 6])
+
+
+def smoothed_truth(x, t, eps):
+    """-(1 - eps) log p_t - eps mean(log p) in float64, log p = s - max - log sum e^(s - max) (torch's form)."""
+    s = checks.as_float64(x)
+    logp = s - s.max(axis=1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    return -(1 - eps) * logp[np.arange(len(t)), t] - eps * logp.mean(axis=1)
+
+
+def old_smoothed_loss(x, t, eps):
+    """The wrong answer kept: log l + (1 - eps)(m - s_t) + eps (m - sum(s) / V) in float32."""
+    s = checks.as_float64(x).astype(np.float32)
+    m = s.max(axis=1)
+    log_l = np.log(np.exp(s - m[:, None]).sum(axis=1, dtype=np.float32))
+    return log_l + (1 - np.float32(eps)) * (m - s[np.arange(len(t)), t]) + np.float32(eps) * (m - s.sum(axis=1) / np.float32(s.shape[1]))
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+def test_label_smoothing_on_large_close_logits(emulated, dtype):
+    """Equal logits of 1e10, of +-3e38 (fp16: 6e4, 65504), of 1e6, and 1e10 plus a few ulps: the loss
+    with label smoothing is log V where they are equal, as torch's -mean(log_softmax) gives; the model
+    of 01, the cluster's model at 1 and 4 chunks and 01's source on the emulator all within 1e-5 of it.
+    The old form m - sum(s) / V, off by hundreds (fp32 1e10: -63 for log 8), is kept and fails."""
+    from onlinesoftmax.kernels.cross_entropy import cluster_model
+
+    x, t = large_close_rows(dtype)
+    eps = 0.1
+    truth = smoothed_truth(x, t, eps)
+    assert np.allclose(truth[:4], np.log(8), rtol=1e-12)
+    got = {"01's model": kce.simulate(x, t, label_smoothing=eps)[0],
+           "01's source": emulate(emulated, x, t, {"label_smoothing": eps}, grad=None)[0]}
+    for n_chunks in (1, 4):
+        got[f"the cluster's model, {n_chunks} chunks"] = cluster_model.simulate(x, t, label_smoothing=eps,
+                                                                               n_chunks=n_chunks)[0]
+    for name, loss in got.items():
+        assert np.all(np.abs(loss - truth) <= 1e-5 * np.maximum(1, np.abs(truth))), (name, loss, truth)
+    if dtype != "float16":   # (fp16's largest logit, 65504, is too small for fp32's sum to lose the term)
+        old = old_smoothed_loss(x, t, eps)
+        assert not np.all(np.abs(old - truth) <= 1e-5 * np.maximum(1, np.abs(truth))), old
+
+
 def test_unchecked_targets_count_as_ignored_and_are_never_read_outside_the_row():
     """check_targets=False skips the host's check (no synchronization): a target outside [0, V)
     then counts as ignore_index, as the row with ignore_index does; with the check it is an error."""

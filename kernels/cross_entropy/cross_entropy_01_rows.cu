@@ -5,6 +5,7 @@
 //   s_j     = c tanh(x_j / c) with soft-capping (c = softcap > 0), else x_j
 //   lse     = log sum_j e^{s_j}                  (the online (m, l) of online_state.cuh)
 //   loss    = lse - (1 - eps) s_t - (eps / V) sum_j s_j + z lse^2
+//           = log l + (1 - eps) (m - s_t) - (eps / V) sum_j (s_j - m) + z lse^2    (as computed: smooth_sum.cuh)
 //   dx_j    = scale (p_j (1 + 2 z lse) - (1 - eps) [j = t] - eps / V) (1 - (s_j / c)^2 if capped)
 // with p_j = e^{s_j - m} / l (= e^{s_j - lse}), eps the label smoothing, z the z-loss weight and scale = *grad_scale
 // (1 / the number of counted rows for a mean, 1 for a sum; read from device memory, so that the
@@ -23,6 +24,7 @@
 //          strided (unit column stride); targets int64, each in [0, V) or ignore_index (the host
 //          checks them). NaN in a row gives a NaN loss and a NaN gradient row, as torch.
 #include "online_rows.cuh"
+#include "smooth_sum.cuh"
 
 __device__ __forceinline__ float capped(float x, float softcap) {
     return softcap > 0.0f ? softcap * tanhf(x / softcap) : x;
@@ -36,30 +38,28 @@ __device__ __forceinline__ void cross_entropy_row(
     float z_loss, float softcap) {
     constexpr int VEC = Row::VEC;
     __shared__ OnlineState states[32];
-    __shared__ float sums[32];
+    __shared__ float sums[32];   // (the smoothing sum's block reduction)
     const long long row = blockIdx.x;
     const typename Row::Elem* row_x = x + row * x_stride;
     const int n_vec = vectors ? n_cols / VEC : 0;
     const int tail = n_vec * VEC;
     const bool smoothing = label_smoothing != 0.0f;
 
-    // pass 1: the online state and the sum of the (capped) logits
+    // pass 1: the online state and, with label smoothing, the sum of the (capped) logits less their maximum
     OnlineState s = online_identity();
-    float sum = 0.0f;
+    SmoothSum smooth;
     const typename Row::Vec* vec_x = reinterpret_cast<const typename Row::Vec*>(row_x);
     for (int i = threadIdx.x; i < n_vec; i += blockDim.x) {
         float v[VEC];
         Row::unpack(vec_x[i], v);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            v[k] = capped(v[k], softcap);
-            sum += v[k];
-        }
+        for (int k = 0; k < VEC; ++k) v[k] = capped(v[k], softcap);
+        if (smoothing) smooth.push<VEC>(v);
         online_push_exp2<VEC>(s, v);
     }
     for (int j = tail + threadIdx.x; j < n_cols; j += blockDim.x) {
         const float v = capped(Row::load1(row_x + j), softcap);
-        sum += v;
+        if (smoothing) smooth.push<1>(&v);
         online_push_exp2(s, v);
     }
     // the target's logit, read before the barriers below: after them, pass 2 may overwrite it
@@ -67,14 +67,14 @@ __device__ __forceinline__ void cross_entropy_row(
     const bool ignored = target == ignore_index;
     const float s_t = threadIdx.x == 0 && !ignored ? capped(Row::load1(row_x + target), softcap) : 0.0f;
     const OnlineState whole = online_block_reduce(s, states);
-    const float total = smoothing ? block_reduce<false>(sum, sums) : 0.0f;
+    const float below = smoothing ? block_reduce<false>(smooth.below(whole.m), sums) : 0.0f;   // sum of (s_j - m)
     const float lse = whole.m + logf(whole.l);   // -inf + log 0 only for an all -inf row: -inf
 
     if (threadIdx.x == 0) {
         // lse - (1 - eps) s_t - eps mean(s), written around m: (m - s_t) keeps the digits that
         // m + log l would round away when |m| is near the dtype's largest value.
         const float value = logf(whole.l) + (1.0f - label_smoothing) * (whole.m - s_t)
-                            + (smoothing ? label_smoothing * (whole.m - total / n_cols) : 0.0f) + z_loss * lse * lse;
+                            - (smoothing ? label_smoothing * (below / n_cols) : 0.0f) + z_loss * lse * lse;
         loss[row] = ignored ? 0.0f : value;
         lse_out[row] = lse;
     }

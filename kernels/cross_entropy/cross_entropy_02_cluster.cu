@@ -8,9 +8,10 @@
 // more than the L2. Here a row is split into C contiguous chunks (C = 1 .. 16, a power of two) of
 // at most 64 KB, one block each, the C blocks of a row a thread-block cluster (co-scheduled on one
 // GPC). A block reads its chunk once, caching the raw bits in shared memory on the way, and folds
-// it into (m, l) and the sum of the (capped) logits; the blocks meet at a cluster barrier, warp 0
-// of every block reads the C states (and sums) from the other blocks' shared memory (mapa +
-// ld.shared::cluster, cluster.cuh) and combines them; each block then writes its chunk's gradient
+// it into (m, l); the blocks meet at a cluster barrier, warp 0 of every block reads the C states
+// from the other blocks' shared memory (mapa + ld.shared::cluster, cluster.cuh) and combines them;
+// with label smoothing, each block then sums its chunk's (s_j - m) for the row's m (smooth_sum.cuh)
+// and the blocks meet once more to add the C sums; each block then writes its chunk's gradient
 // from its cache. The formulas are cross_entropy_01_rows' (its header has them).
 //
 // The target's logit is read by block 0's thread 0 before the first cluster barrier: with the
@@ -30,6 +31,7 @@
 //          behaviour of cross_entropy_01_rows. sm_90 or newer (clusters).
 #include "cluster.cuh"
 #include "online_rows.cuh"
+#include "smooth_sum.cuh"
 #include "vec_io.cuh"
 
 // What a thread loads at a time: a 16-byte vector of the row policy's elements, or one element.
@@ -98,7 +100,7 @@ __device__ __forceinline__ void cross_entropy_cluster(
 
     // pass 1: U pieces a thread in flight, cached on the way, folded into (m, l) with one rescale
     OnlineState s = online_identity();
-    float sum = 0.0f;
+    SmoothSum smooth;
     for (int start = threadIdx.x; start < count; start += U * step) {
         Raw raw[U];
 #pragma unroll
@@ -111,10 +113,8 @@ __device__ __forceinline__ void cross_entropy_cluster(
                 cache[start + u * step] = raw[u];
                 P::unpack(raw[u], v + u * N);
 #pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    v[u * N + k] = cap(v[u * N + k]);
-                    if (Smooth) sum += v[u * N + k];
-                }
+                for (int k = 0; k < N; ++k) v[u * N + k] = cap(v[u * N + k]);
+                if (Smooth) smooth.push<N>(v + u * N);
             } else {
 #pragma unroll
                 for (int k = 0; k < N; ++k) v[u * N + k] = neg_inf();   // adds exactly 0
@@ -125,21 +125,20 @@ __device__ __forceinline__ void cross_entropy_cluster(
     if (last)
         for (int j = n_pieces * N + threadIdx.x; j < n_cols; j += step) {
             const float v = cap(Row::load1(row_x + j));
-            if (Smooth) sum += v;
+            if (Smooth) smooth.push<1>(&v);
             online_push_exp2(s, v);
         }
     const long long target = targets[row];
     const bool ignored = target == ignore_index;
     const float s_t = chunk == 0 && threadIdx.x == 0 && !ignored ? cap(Row::load1(row_x + target)) : 0.0f;
     s = online_block_reduce(s, scratch);
-    const float chunk_total = Smooth ? block_reduce<false>(sum, sums) : 0.0f;
-    if (threadIdx.x == 0) {
-        block_state = s;
-        block_total = chunk_total;
-    }
+    if (threadIdx.x == 0) block_state = s;
     cluster_sync();                                       // every block's state is visible
     const OnlineState whole = cluster_reduce_states(&block_state, &row_state);
-    if (Smooth) {
+    if (Smooth) {   // the chunk's sum of (s_j - m) for the row's m, then the C of them
+        const float chunk_total = block_reduce<false>(smooth.below(whole.m), sums);
+        if (threadIdx.x == 0) block_total = chunk_total;
+        cluster_sync();                                   // every block's sum is visible
         if (threadIdx.x < 32) {
             float t = threadIdx.x < n_chunks ? cluster_load_float(&block_total, threadIdx.x) : 0.0f;
             t = warp_sum(t);
@@ -153,7 +152,7 @@ __device__ __forceinline__ void cross_entropy_cluster(
 
     if (chunk == 0 && threadIdx.x == 0) {   // cross_entropy_01_rows' loss, written around m
         const float value = logf(whole.l) + (1.0f - label_smoothing) * (whole.m - s_t)
-                            + (Smooth ? label_smoothing * (whole.m - total / n_cols) : 0.0f) + z_loss * lse * lse;
+                            - (Smooth ? label_smoothing * (total / n_cols) : 0.0f) + z_loss * lse * lse;
         loss[row] = ignored ? 0.0f : value;
         lse_out[row] = lse;
     }

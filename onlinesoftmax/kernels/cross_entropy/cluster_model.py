@@ -32,21 +32,23 @@ def simulate(x, targets, grad_scale=None, ignore_index=-100, label_smoothing=0.0
     with np.errstate(all="ignore"):
         if softcap:
             s = (f32(softcap) * np.tanh(s / f32(softcap))).astype(f32)
-        state, total = (np.full(n_rows, NEG_INF, f32), np.zeros(n_rows, f32)), np.zeros(n_rows, f32)
+        state, parts = (np.full(n_rows, NEG_INF, f32), np.zeros(n_rows, f32)), []
         for c in range(n_chunks):
             part = s[:, c * width:(c + 1) * width if c < n_chunks - 1 else n_cols]
             m = np.fmax.reduce(part, axis=1, initial=NEG_INF).astype(f32)   # fmaxf: a NaN is passed over
             base = online_base(m, True)
             chunk_state = (m, np.exp(part - base[:, None]).sum(axis=1, dtype=f32).astype(f32))
             state = online_combine(state, chunk_state)
-            total = (total + part.sum(axis=1, dtype=f32)).astype(f32)
+            parts.append(part)
         m, l = state
+        # the label smoothing's sum of (s_j - m), chunk by chunk for the row's m (smooth_sum.cuh)
+        total = sum(((part - m[:, None]).sum(axis=1, dtype=f32) for part in parts), np.zeros(n_rows, f32)).astype(f32)
         lse = (m + np.log(l)).astype(f32)
         ignored = t == ignore_index
         at = np.where(ignored, 0, t)
         s_t = np.where(ignored, f32(0), s[np.arange(n_rows), at])
         eps = f32(label_smoothing)
-        value = np.log(l) + (1 - eps) * (m - s_t) + (eps * (m - total / f32(n_cols)) if eps else 0) + \
+        value = np.log(l) + (1 - eps) * (m - s_t) - (eps * (total / f32(n_cols)) if eps else 0) + \
             f32(z_loss) * lse * lse
         loss = np.where(ignored, f32(0), value).astype(f32)
         if grad_scale is None:

@@ -45,10 +45,11 @@ def terms(x, targets, ignore_index, label_smoothing, z_loss, softcap, xp, dtype)
         rows = xp.arange(x.shape[0])
         s_t = xp.where(ignored, 0, s[rows, xp.where(ignored, 0, targets)])
         eps, n = dtype(label_smoothing), x.shape[1]
-        smoothed = eps / n * s.sum(axis=1) if eps else 0   # never 0 * -inf: a masked logit adds nothing then
+        # eps (m - mean(s)) as -eps/V sum(s - m), as the kernel (smooth_sum.cuh): m - sum(s) / V would
+        # subtract two large numbers; never 0 * -inf without smoothing (a masked logit adds nothing then)
+        smoothed = eps / n * (s - base[:, None]).sum(axis=1) if eps else 0
         # lse - (1 - eps) s_t - eps mean(s) around m, as the kernel: m + log l rounds back to m near 1e38
-        loss = xp.log(total).astype(dtype) + (1 - eps) * (base - s_t) + \
-            (eps * base - smoothed if eps else 0) + dtype(z_loss) * lse * lse
+        loss = xp.log(total).astype(dtype) + (1 - eps) * (base - s_t) - smoothed + dtype(z_loss) * lse * lse
         p = e / total[:, None]   # not e^(s - lse): lse = m + log l rounds back to m where |m| ~ 1e38
         grad = p * (1 + 2 * dtype(z_loss) * lse)[:, None] - eps / n
         grad[rows, xp.where(ignored, 0, targets)] -= xp.where(ignored, 0, 1 - eps)
