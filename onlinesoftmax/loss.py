@@ -46,7 +46,7 @@ def cross_entropy(logits, targets, *, ignore_index: int = -100, label_smoothing:
         raise TypeError(f"cross_entropy: return_lse must be True or False, got {return_lse!r}")
     if torch_bridge.is_tensor(logits) or torch_bridge.is_tensor(targets):
         _one_kind("cross_entropy", logits, targets)
-        _check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets)
+        check_options("cross_entropy", ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets)
         if torch_bridge.wants_operator(logits):   # the operator torch.ops.onlinesoftmax.cross_entropy
             loss, lse = torch_bridge.autograd("cross_entropy", logits, targets, ignore_index=ignore_index,
                                               label_smoothing=float(label_smoothing), z_loss=float(z_loss),
@@ -104,7 +104,7 @@ def _one_kind(function, logits, targets):
                          f"NumPy or CuPy arrays), got {describe(logits)} and {describe(targets)}")
 
 
-def _check_options(function, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
+def check_options(function, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
     """The options alone (before any array is looked at, on every path: the operator's too)."""
     for name, value, low, high in (("label_smoothing", label_smoothing, 0.0, 1.0), ("z_loss", z_loss, 0.0, np.inf)):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating, np.integer)) \
@@ -124,7 +124,7 @@ def _check_options(function, ignore_index, label_smoothing, z_loss, softcap, red
 
 
 def _check(function, logits, targets, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets):
-    _check_options(function, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets)
+    check_options(function, ignore_index, label_smoothing, z_loss, softcap, reduction, check_targets)
     on_gpu = check_array(logits, function, exact=True)
     if logits.shape[-1] == 0:
         raise ValueError(f"{function}: the logits need at least one class on their last axis, got shape "
