@@ -45,7 +45,7 @@ import numpy as np
 
 from onlinesoftmax import api, exact
 from onlinesoftmax.kernels.attention import blocked as kernels
-from onlinesoftmax.inputs import check_flags_and_scale
+from onlinesoftmax.inputs import check_flags_and_scale, describe
 from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.reference import array_module
 from onlinesoftmax.kernels.attention import decode_mma as attention_decode_mma
@@ -61,9 +61,10 @@ DECODE_MAX_QUERIES = 8     # auto: up to this many queries per head take the spl
 _fast_path = fast_path_cache("attention fast path", "attention: a repeated call's plan")   # key -> (runner, LSE shape)
 
 
-def _describe(a) -> str:
-    return f"{type(a).__module__.split('.')[0]}.{type(a).__name__} of shape {tuple(a.shape)} and dtype {a.dtype}" \
-        if hasattr(a, "shape") else type(a).__name__
+def _describe(a) -> str:   # (an array viewing the caller's tensor: the tensor, as inputs.describe names it)
+    if torch_bridge.tensor_behind(a) is not None or not hasattr(a, "shape"):
+        return describe(a)[2:] if hasattr(a, "shape") else type(a).__name__
+    return f"{type(a).__module__.split('.')[0]}.{type(a).__name__} of shape {tuple(a.shape)} and dtype {a.dtype}"
 
 
 def check_inputs(q, k, v, scale, exact_ok: bool = False):

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from onlinesoftmax.registry import DTYPES, MAX_COLS, REGISTRY, Variant, variants
-from onlinesoftmax.runtime import device
+from onlinesoftmax.runtime import device, torch_bridge
 
 try:
     import cupy as _cupy
@@ -21,6 +21,9 @@ except Exception:  # pragma: no cover - the models run without CuPy
 
 
 def describe(x) -> str:
+    tensor = torch_bridge.tensor_behind(x)   # an array viewing the caller's tensor: the tensor is named
+    if tensor is not None:
+        return f"a torch.Tensor of shape {tuple(tensor.shape)} and dtype {tensor.dtype} on {tensor.device}"
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return f"a {type(x).__module__.split('.')[0]}.{type(x).__name__} of shape {tuple(x.shape)} and dtype {x.dtype}"
     return f"a {type(x).__module__}.{type(x).__name__}" if type(x).__module__ != "builtins" else f"a {type(x).__name__}"
@@ -140,7 +143,8 @@ def check_out(out, like, shape, dtype, function: str):
     """`out` must be an array of x's kind with the result's shape and dtype, rows of unit stride that
     do not overlap each other or x. Returns it as 2-D rows (or 1-D for one value per row)."""
     if type(out) is not type(like) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
-        raise ValueError(f"{function}: out must be a {type(like).__name__} of shape {tuple(shape)} and dtype "
+        kind = "torch.Tensor" if torch_bridge.tensor_behind(like) is not None else type(like).__name__
+        raise ValueError(f"{function}: out must be a {kind} of shape {tuple(shape)} and dtype "
                          f"{np.dtype(dtype).name}, got {describe(out)}")
     if out.size == 0:   # nothing is written: any strides will do (NumPy gives empty arrays strides of 0)
         return out

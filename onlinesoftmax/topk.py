@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from onlinesoftmax import api, exact
+from onlinesoftmax.inputs import describe
 from onlinesoftmax.kernels.dispatch import Choice
 from onlinesoftmax.kernels.topk import softmax_topk as kt
 from onlinesoftmax.kernels.topk import moe
@@ -66,7 +67,7 @@ _fast_path = fast_path_cache("softmax_topk fast path",   # _call_key(...) -> (ru
 def check_k(k, n_cols: int, function: str = "softmax_topk", exact: bool = False) -> int:
     """k as an int in 0 .. N (as torch.topk); above MAX_K only where the exact path computes it."""
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"{function}: k must be an int, got {type(k).__name__} {k!r}")
+        raise TypeError(f"{function}: k must be an int, got {describe(k) if hasattr(k, 'shape') else f'{type(k).__name__} {k!r}'}")
     if not 0 <= k <= n_cols:
         raise ValueError(f"{function}: k must lie in 0 .. N = {n_cols} (the row length), got {k}")
     if k > MAX_K and not exact:

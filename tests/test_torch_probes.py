@@ -165,3 +165,17 @@ def test_linear_cross_entropy_names_itself_and_the_option(options, error, match)
                                                 torch.tensor(targets))):
         with pytest.raises(error, match=match):
             osm.linear_cross_entropy(h, w, t, **options)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: osm.attention(torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4)),
+    lambda: osm.softmax(torch.randn(2, 3), out=torch.zeros(2, 3, dtype=torch.float64)),
+    lambda: osm.softmax_topk(torch.randn(2, 8), torch.tensor(2)),
+    lambda: osm.softmax_backward(torch.randn(2, 3), torch.randn(2, 4)),
+], ids=("attention q", "softmax out", "softmax_topk k", "softmax_backward dy"))
+def test_an_error_names_the_tensor_the_caller_passed(call):
+    """The functions see NumPy views of a caller's tensors; their errors named those views (`numpy.ndarray`),
+    which the caller never passed."""
+    with pytest.raises((TypeError, ValueError)) as error:
+        call()
+    assert "torch.Tensor" in str(error.value) and "numpy" not in str(error.value), str(error.value)

@@ -21,6 +21,7 @@ import numpy as np
 # the operators of torch_ops), set by the package's __init__ (the library below them never imports them).
 autograd = None
 _streams: dict = {}               # (device, stream address) -> cupy.cuda.ExternalStream over it
+_calls = threading.local()        # .given: the running call's {id(array): (array, the tensor it views)}
 _streams_lock = threading.Lock()
 
 
@@ -159,6 +160,7 @@ def call(function, *args, **kwargs):
         raise ValueError(f"{function.__name__}: all tensors must be on one device, got tensors on {sorted(where)}")
     first = tensors[0]
     given = {}                   # id(array) -> (array, the tensor it views): an out= tensor comes back as itself
+    outer, _calls.given = getattr(_calls, "given", None), given   # (tensor_behind: errors name the tensor)
 
     def convert(a):
         if not is_tensor(a):
@@ -185,3 +187,11 @@ def call(function, *args, **kwargs):
             return back(function(*map(convert, args), **{k: convert(v) for k, v in kwargs.items()}))
     finally:   # `back` calls itself, a cycle through `given` that only the garbage collector would free:
         given.clear()   # the arguments' arrays and tensors go when the call ends, not some calls later
+        _calls.given = outer
+
+
+def tensor_behind(a):
+    """The torch tensor that the array `a` views, when `a` is an argument of a call running in this thread
+    (an error message then names what the caller passed); else None."""
+    viewed = (getattr(_calls, "given", None) or {}).get(id(a))
+    return viewed[1] if viewed is not None and viewed[0] is a else None
