@@ -106,8 +106,9 @@ def checked(name: str, value, n_rows: int, logits):
         rows_shape = tuple(logits.shape[:-1])
         if type(value) is not type(logits) or tuple(value.shape) not in ((n_rows,), (1,), (), rows_shape):
             shapes = f"{rows_shape}" if rows_shape == (n_rows,) else f"{rows_shape} or ({n_rows},)"
-            raise ValueError(f"sample: {name} must be a number or an array of the logits' kind with one value per "
-                             f"row (shape {shapes}), got {describe(value)}")
+            error = ValueError if hasattr(value, "shape") else TypeError   # (a str or a list: not an array at all)
+            raise error(f"sample: {name} must be a number or an array of the logits' kind with one value per "
+                        f"row (shape {shapes}), got {describe(value)}")
         if (value.dtype.kind not in "iu") if name == "top_k" else (value.dtype.kind != "f"):
             raise TypeError(f"sample: {name} must be {'integers' if name == 'top_k' else 'floats'}, got {value.dtype}")
         array = value.reshape(-1)

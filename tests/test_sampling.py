@@ -154,6 +154,17 @@ def test_bad_parameters_are_errors_naming_them(options, error):
         osm.sample(x, **options)
 
 
+@pytest.mark.parametrize("value", ["1", [1.0, 1.0, 1.0, 1.0], True])
+def test_a_parameter_of_the_wrong_type_is_a_type_error(value):
+    """A str, a list or a bool where a number or an array goes: TypeError (a str was a ValueError, a bool a
+    TypeError); an array of the wrong shape stays a ValueError."""
+    x = np.zeros((4, 10), np.float32)
+    with pytest.raises(TypeError, match="temperature"):
+        osm.sample(x, temperature=value)
+    with pytest.raises(ValueError, match="one value per row"):
+        osm.sample(x, temperature=np.ones(3, np.float32))
+
+
 def test_bad_logits_are_errors():
     with pytest.raises(TypeError, match="float32, float16, bfloat16 or float64, got int64"):
         osm.sample(np.zeros((2, 3), np.int64))
