@@ -231,6 +231,9 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
         raise TypeError(f"attention: return_lse must be True or False, got {return_lse!r}")
     if q.dtype == np.float64 or min(batch, heads, n_q, n_k) == 0:   # no kernel: exactly
         if variant != "auto":
+            if not isinstance(variant, str):
+                raise TypeError(f"attention: variant must be a string, got {variant!r}")
+            _named(variant)   # an unknown one named as such
             raise TypeError(f"attention: variant {variant!r} runs a kernel, which takes non-empty float32, float16 "
                             f"and bfloat16 arrays; got {_describe(q)}: variant='auto' computes it exactly")
         with contextlib.nullcontext() if isinstance(q, np.ndarray) else q.device:   # (q's GPU, as the kernels)

@@ -179,3 +179,11 @@ def test_an_error_names_the_tensor_the_caller_passed(call):
     with pytest.raises((TypeError, ValueError)) as error:
         call()
     assert "torch.Tensor" in str(error.value) and "numpy" not in str(error.value), str(error.value)
+
+
+def test_float64_attention_names_an_unknown_variant():
+    q = np.zeros((1, 1, 2, 8))
+    with pytest.raises(ValueError, match="unknown variant 'x'"):
+        osm.attention(q, q, q, variant="x")
+    with pytest.raises(TypeError, match="runs a kernel"):   # a known kernel: it does not take float64
+        osm.attention(q, q, q, variant="blocked")
