@@ -75,7 +75,7 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     """(loss, d hidden, d weight, d bias or None) of cross_entropy(hidden @ weight.T + bias, targets), the
     logits made `chunk` tokens at a time and never all at once; weight_grad "sum" or "recompute" (and
     its vocab_chunk): how d weight is made (see the module doc)."""
-    check(hidden, weight, targets, bias, reduction, chunk, ignore_index, label_smoothing, z_loss, softcap)
+    check(hidden, weight, targets, bias, reduction, chunk)
     if weight_grad not in WEIGHT_GRADS:
         raise ValueError(f"linear_cross_entropy: weight_grad must be 'sum' or 'recompute', got {weight_grad!r}")
     if vocab_chunk is not None and (isinstance(vocab_chunk, bool) or not isinstance(vocab_chunk, (int, np.integer))
@@ -139,8 +139,7 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
                "softcap": softcap, "reduction": reduction, "chunk": chunk, "weight_grad": weight_grad,
                "vocab_chunk": vocab_chunk}
     if torch_bridge.is_tensor(hidden):
-        check(hidden, weight, targets, bias, reduction, chunk, ignore_index, label_smoothing, z_loss,
-              softcap)   # before autograd sees the arguments
+        check(hidden, weight, targets, bias, reduction, chunk)   # before autograd sees the arguments
         return _LinearCrossEntropy.apply(hidden, weight, targets, bias, options)
     return linear_cross_entropy_with_grad(hidden, weight, targets, bias, **options)[0]
 
@@ -302,10 +301,7 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     return loss, dh, dw, db
 
 
-def check(hidden, weight, targets, bias, reduction, chunk, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
-          softcap=None):
-    """The arguments, each refused with an error naming linear_cross_entropy and what was passed."""
-    _loss_module.check_options("linear_cross_entropy", ignore_index, label_smoothing, z_loss, softcap, "mean", True)
+def check(hidden, weight, targets, bias, reduction, chunk):
     arrays = (hidden, weight, targets) + (() if bias is None else (bias,))
     kinds = {"torch" if torch_bridge.is_tensor(a) else type(a) for a in arrays}   # (a Parameter is a tensor)
     if len(kinds) != 1 or not all(isinstance(a, np.ndarray) or torch_bridge.is_tensor(a) for a in arrays):
@@ -322,8 +318,6 @@ def check(hidden, weight, targets, bias, reduction, chunk, ignore_index=-100, la
     if hidden.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
         raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype}, "
                         f"{weight.dtype}" + ("" if bias is None else f" and {bias.dtype}"))
-    if "int" not in str(targets.dtype):   # (numpy's and torch's integer dtypes: int64, torch.int32, uint8, ...)
-        raise TypeError(f"linear_cross_entropy: targets must be integers (class indices), got {targets.dtype}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):

@@ -146,27 +146,6 @@ def test_linear_cross_entropy_of_no_token_keeps_float64():
             assert str(loss.dtype).endswith("float64") and np.isnan(float(loss))
 
 
-@pytest.mark.parametrize("options, error, match", [
-    ({"label_smoothing": 2}, ValueError, "linear_cross_entropy: label_smoothing"),
-    ({"ignore_index": None}, TypeError, "linear_cross_entropy: ignore_index must be an int"),
-    ({"ignore_index": 1.5}, TypeError, "linear_cross_entropy: ignore_index must be an int"),   # (not "target -100 ...")
-    ({"float_targets": True}, TypeError, "linear_cross_entropy: targets must be integers"),
-])
-def test_linear_cross_entropy_names_itself_and_the_option(options, error, match):
-    """Its options were checked by the loss kernel's call, which named cross_entropy_with_grad, or not at all
-    (ignore_index=1.5 came out as a target outside the range)."""
-    rng = np.random.default_rng(1)
-    hidden, weight = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32)
-    targets = np.array([0, 1, 2, -100])
-    options = dict(options)
-    if options.pop("float_targets", False):
-        targets = targets.astype(np.float32)
-    for h, w, t in ((hidden, weight, targets), (torch.tensor(hidden, requires_grad=True), torch.tensor(weight),
-                                                torch.tensor(targets))):
-        with pytest.raises(error, match=match):
-            osm.linear_cross_entropy(h, w, t, **options)
-
-
 @pytest.mark.parametrize("call", [
     lambda: osm.attention(torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4)),
     lambda: osm.softmax(torch.randn(2, 3), out=torch.zeros(2, 3, dtype=torch.float64)),
