@@ -264,8 +264,10 @@ def test_what_a_review_of_these_paths_found():
     x = np.random.default_rng(7).standard_normal((1, 1, 3, 8))
     x[0, 0, 1, 0] = np.nan
     assert np.isnan(osm.attention(x, x, x, return_lse=True)[1]).all()
-    # a variant on the exact paths is refused, as softmax's is (it was ignored)
+    # a variant on the exact paths is refused, as softmax's is (it was ignored); an unknown one is named so
     with pytest.raises(TypeError, match="variant='auto' computes it exactly"):
+        osm.attention(np.ones((1, 1, 2, 8)), np.ones((1, 1, 2, 8)), np.ones((1, 1, 2, 8)), variant="blocked")
+    with pytest.raises(ValueError, match="unknown variant 'bogus'"):
         osm.attention(np.ones((1, 1, 2, 8)), np.ones((1, 1, 2, 8)), np.ones((1, 1, 2, 8)), variant="bogus")
     with pytest.raises(TypeError, match="variant='auto' computes it exactly"):
         osm.softmax_topk(np.ones((2, 5)), 2, variant="bogus")
