@@ -27,6 +27,21 @@ def torch_path() -> str | None:
     return "" if importlib.util.find_spec("torch") is not None else None
 
 
+def import_torch():
+    """torch for a CPU-tier test module, from torch_path(): the module is skipped where torch is not
+    installed, and fails in CI, which must run it (make torch-cpu)."""
+    path = torch_path()
+    if path is None:
+        if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+            pytest.fail("torch is not installed: CI must run the operator tests (make torch-cpu)", pytrace=False)
+        pytest.skip("needs torch (make torch-cpu installs its CPU wheel into .venv/torch-cpu)", allow_module_level=True)
+    if path and path not in sys.path:
+        sys.path.append(path)
+    import torch
+
+    return torch
+
+
 def run_job(*args, ranks=2):
     path = torch_path()
     if path is None:

@@ -10,23 +10,12 @@ tensors (the NumPy models; float64 exactly), with torch's CPU wheel (.venv/torch
 - the wrong answers: a gradient that skips the sum term, and an attention backward without its D term,
   must fail gradcheck (the check can fail).
 """
-import os
-import sys
-
 import numpy as np
 import pytest
 
-from test_distributed_ranks import torch_path
+from test_distributed_ranks import import_torch
 
-_path = torch_path()
-if _path is None:
-    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-        pytest.fail("torch is not installed: CI must run the operator tests (make torch-cpu)", pytrace=False)
-    pytest.skip("needs torch (make torch-cpu installs its CPU wheel into .venv/torch-cpu)", allow_module_level=True)
-if _path and _path not in sys.path:
-    sys.path.append(_path)
-
-import torch  # noqa: E402
+torch = import_torch()
 
 import onlinesoftmax as osm  # noqa: E402
 from onlinesoftmax import torch_ops  # noqa: E402

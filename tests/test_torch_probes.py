@@ -12,23 +12,13 @@
 The checkers take the function under test, so each keeps its wrong answer: a version with the old
 behaviour must fail them.
 """
-import os
-import sys
-
 import numpy as np
 import pytest
 
-from test_distributed_ranks import torch_path
+from test_distributed_ranks import import_torch
 
-_path = torch_path()
-if _path is None:
-    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-        pytest.fail("torch is not installed: CI must run the operator tests (make torch-cpu)", pytrace=False)
-    pytest.skip("needs torch (make torch-cpu installs its CPU wheel into .venv/torch-cpu)", allow_module_level=True)
-if _path and _path not in sys.path:
-    sys.path.append(_path)
+torch = import_torch()
 
-import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import onlinesoftmax as osm  # noqa: E402
