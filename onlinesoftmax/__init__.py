@@ -65,17 +65,14 @@ def _autograd(function: str, x, dim, keepdim: bool = False, **options):
     """onlinesoftmax.<function>(x, dim) for an x that requires a gradient: through its operator
     (onlinesoftmax.torch_ops). The operators take the plain call (variant "auto", no out=, no mask);
     other options say so. For "cross_entropy", x is the logits, dim the targets and the options the
-    loss's own; for "attention", q and (k, v), its flags checked here as on the path without gradient."""
+    loss's own; for "attention", q and (k, v)."""
     import numpy as np
     from onlinesoftmax import inputs, torch_ops
 
     if function == "cross_entropy":
         return torch_ops.cross_entropy(x, dim, *map(options.get, ("ignore_index", "label_smoothing", "z_loss",
                                                                    "softcap", "reduction")))
-    if function == "attention":
-        inputs.check_flags_and_scale("attention", options["scale"], x.shape[-1], causal=options["causal"])
-        if options["causal_align"] not in ("bottom_right", "top_left"):
-            raise ValueError(f"attention: causal_align must be 'bottom_right' or 'top_left', got {options['causal_align']!r}")
+    if function == "attention":   # (its options checked by attention_api, as for arrays)
         return torch_ops.attention(x, *dim, bool(options["causal"]), options["scale"], options["causal_align"])
     variant = options.get("variant", "auto")
     if variant != "auto":   # an unknown variant is named as such, before the gradient's own rule

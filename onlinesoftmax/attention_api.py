@@ -200,10 +200,14 @@ def attention(q, k=None, v=None, *, causal: bool = False, scale=None, return_lse
         if not all(map(torch_bridge.is_tensor, (q, k, v))):
             raise TypeError("attention: q, k and v must be all torch tensors or all arrays, got "
                             + ", ".join(f"{n}: {_describe(a)}" for n, a in zip("qkv", (q, k, v))))
-        if variant != "auto" and any(map(torch_bridge.wants_operator, (q, k, v))):
-            if not isinstance(variant, str):
-                raise TypeError(f"attention: variant must be a string, got {variant!r}")
-            _named(variant)   # an unknown variant named as such, before the gradient's rule refuses a named one
+        if any(map(torch_bridge.wants_operator, (q, k, v))):   # the operator's arguments checked as the arrays' are
+            check_flags_and_scale("attention", scale, q.shape[-1] if q.dim() else 1, causal=causal, return_lse=return_lse)
+            if causal_align not in ("bottom_right", "top_left"):
+                raise ValueError(f"attention: causal_align must be 'bottom_right' or 'top_left', got {causal_align!r}")
+            if variant != "auto":   # an unknown variant named as such, before the gradient's rule refuses a named one
+                if not isinstance(variant, str):
+                    raise TypeError(f"attention: variant must be a string, got {variant!r}")
+                _named(variant)
         if any(map(torch_bridge.wants_operator, (q, k, v))) and not return_lse and variant == "auto":   # the operator
             if str(q.dtype) not in ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64") or \
                     0 in (*q.shape, *k.shape):
