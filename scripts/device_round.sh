@@ -14,7 +14,7 @@
 #
 # "chapters" runs scripts/run_chapters.sh over build/chapter_scripts/ (made here beforehand by
 # scripts/chapters_to_scripts.sh and carried, with the IPython/ipywidgets wheels in .whl/);
-# "chapters:<glob>" over the scripts matching that glob only.
+# "chapters:<glob> [<glob> ...]" over the scripts matching those globs only.
 #
 # Set ONLINESOFTMAX_GIT_COMMIT to the commit the tree was sent from.
 set -u -o pipefail

@@ -13,7 +13,8 @@ mkdir -p "$(dirname "$log")"
 status=0
 {
   echo "# chapters run as scripts (jupytext py:percent, IPython) on $(nvidia-smi --query-gpu=name --format=csv,noheader), $day, commit ${ONLINESOFTMAX_GIT_COMMIT:-unknown}"
-  for script in build/chapter_scripts/${CHAPTERS:-*}.py; do   # CHAPTERS: a glob of script names (default all)
+  read -r -a globs <<< "${CHAPTERS:-*}"   # CHAPTERS: globs of script names, space-separated (default all)
+  for script in $(for g in "${globs[@]}"; do printf '%s\n' build/chapter_scripts/$g.py; done); do
     echo "## $script"
     began=$(date +%s)
     (cd chapters && python3 ../scripts/run_chapter_cells.py "../$script") 2>&1; rc=$?   # cell by cell, the slow cells named
