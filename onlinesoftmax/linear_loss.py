@@ -75,12 +75,8 @@ def linear_cross_entropy_with_grad(hidden, weight, targets, bias=None, *, ignore
     """(loss, d hidden, d weight, d bias or None) of cross_entropy(hidden @ weight.T + bias, targets), the
     logits made `chunk` tokens at a time and never all at once; weight_grad "sum" or "recompute" (and
     its vocab_chunk): how d weight is made (see the module doc)."""
-    check(hidden, weight, targets, bias, reduction, chunk)
-    if weight_grad not in WEIGHT_GRADS:
-        raise ValueError(f"linear_cross_entropy: weight_grad must be 'sum' or 'recompute', got {weight_grad!r}")
-    if vocab_chunk is not None and (isinstance(vocab_chunk, bool) or not isinstance(vocab_chunk, (int, np.integer))
-                                    or vocab_chunk < 1):
-        raise ValueError(f"linear_cross_entropy: vocab_chunk must be a positive int or None, got {vocab_chunk!r}")
+    check_options(ignore_index, label_smoothing, z_loss, softcap, reduction, chunk, weight_grad, vocab_chunk)
+    check(hidden, weight, targets, bias)
     h = hidden.reshape(int(np.prod(hidden.shape[:-1])), hidden.shape[-1])   # (-1 cannot stand for 0 tokens at H = 0)
     t = targets.reshape(-1)
     # all the targets checked at once (one synchronization), none per chunk
@@ -138,8 +134,9 @@ def linear_cross_entropy(hidden, weight, targets, bias=None, *, ignore_index: in
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss,
                "softcap": softcap, "reduction": reduction, "chunk": chunk, "weight_grad": weight_grad,
                "vocab_chunk": vocab_chunk}
-    if torch_bridge.is_tensor(hidden):
-        check(hidden, weight, targets, bias, reduction, chunk)   # before autograd sees the arguments
+    if torch_bridge.is_tensor(hidden):   # checked before autograd sees the arguments
+        check_options(**options)
+        check(hidden, weight, targets, bias)
         return _LinearCrossEntropy.apply(hidden, weight, targets, bias, options)
     return linear_cross_entropy_with_grad(hidden, weight, targets, bias, **options)[0]
 
@@ -301,7 +298,21 @@ def _recompute(h, weight, t, bias, lib, tensor, chunk, vocab_chunk, reduction, o
     return loss, dh, dw, db
 
 
-def check(hidden, weight, targets, bias, reduction, chunk):
+def check_options(ignore_index, label_smoothing, z_loss, softcap, reduction, chunk, weight_grad, vocab_chunk):
+    """The options alone, each error naming linear_cross_entropy (cross_entropy's checks for the options
+    the two share)."""
+    _loss_module.check_options("linear_cross_entropy", ignore_index, label_smoothing, z_loss, softcap, "mean", True)
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
+    for name, value in (("chunk", chunk), ("vocab_chunk", vocab_chunk)):
+        if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+                                  or value < 1):
+            raise ValueError(f"linear_cross_entropy: {name} must be a positive int or None, got {value!r}")
+    if not isinstance(weight_grad, str) or weight_grad not in WEIGHT_GRADS:
+        raise ValueError(f"linear_cross_entropy: weight_grad must be 'sum' or 'recompute', got {weight_grad!r}")
+
+
+def check(hidden, weight, targets, bias):
     arrays = (hidden, weight, targets) + (() if bias is None else (bias,))
     kinds = {"torch" if torch_bridge.is_tensor(a) else type(a) for a in arrays}   # (a Parameter is a tensor)
     if len(kinds) != 1 or not all(isinstance(a, np.ndarray) or torch_bridge.is_tensor(a) for a in arrays):
@@ -318,10 +329,6 @@ def check(hidden, weight, targets, bias, reduction, chunk):
     if hidden.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
         raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype}, "
                         f"{weight.dtype}" + ("" if bias is None else f" and {bias.dtype}"))
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"linear_cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
-        raise ValueError(f"linear_cross_entropy: chunk must be a positive int or None, got {chunk!r}")
 
 
 def _torch():

@@ -165,6 +165,8 @@ def test_against_torch_autograd():
         assert abs(float(loss.detach()) - float(ref.detach())) <= 1e-5 * max(1, abs(float(ref.detach())))
         for got, want in zip(grads, refs):
             assert float((got.double() - want).abs().max()) <= 2e-5 * max(1.0, float(want.abs().max()))
+    with pytest.raises(TypeError, match="^linear_cross_entropy: ignore_index must be an int"):
+        osm.linear_cross_entropy(h, w, t, b, ignore_index=1.5)   # the autograd path checks them too
 
 
 def test_the_weight_gradient_is_handed_over_not_copied():
@@ -210,6 +212,16 @@ def test_the_arguments_are_checked():
         osm.linear_cross_entropy(h, w, t, weight_grad="recompute", vocab_chunk=0)
     with pytest.raises(TypeError, match="share a dtype"):
         osm.linear_cross_entropy(h.astype(np.float16), w, t)
+    # the options it shares with cross_entropy, each error naming linear_cross_entropy (a float
+    # ignore_index compared unequal to every target and dropped none: the loss of every token)
+    for options, error, message in (({"ignore_index": 1.5}, TypeError, "ignore_index must be an int"),
+                                    ({"label_smoothing": 1.5}, ValueError, "label_smoothing must be a number"),
+                                    ({"z_loss": -1.0}, ValueError, "z_loss must be a number"),
+                                    ({"softcap": 0.0}, ValueError, "softcap must be None or a positive"),
+                                    ({"chunk": 2.0}, ValueError, "chunk must be a positive int")):
+        for function in (osm.linear_cross_entropy, osm.linear_cross_entropy_with_grad):
+            with pytest.raises(error, match=f"^linear_cross_entropy: {message}"):
+                function(h, w, t, **options)
     with pytest.raises(ValueError, match=r"linear_cross_entropy: target 1000000 of token 0 is outside \[0, "):
         osm.linear_cross_entropy(h, w, np.full_like(t, 10**6))
     late = t.copy()
