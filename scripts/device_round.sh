@@ -76,7 +76,9 @@ IFS=';' read -r -a bench_commands <<< "$benches"
 for bench in "${bench_commands[@]}"; do
   bench=$(trim "$bench"); [ -n "$bench" ] || continue
   echo "== benchmark $bench" | tee -a "$log"
+  began=$SECONDS
   timeout "${BENCH_TIMEOUT:-300}" python3 -m onlinesoftmax.bench $bench 2>&1 | tee -a "$log" | tail -30 || status=1
+  echo "== benchmark $bench: $(( SECONDS - began )) s" | tee -a "$log"
   pack
 done
 
