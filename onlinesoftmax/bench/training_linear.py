@@ -14,13 +14,20 @@ gradients of h and W every path returns (`peak_beyond_grads_bytes`), beside the 
                                     logits' shape times W and, transposed, times h (no loss, no memory
                                     row): the floor of any path that makes the logits once; a path that
                                     makes them twice adds one product (`one_product_ms`)
+  torch_products (recompute shapes)         the recomputing path's products at the shapes it runs them,
+                                    each timed alone on random operands and multiplied by its count
+                                    (`parts`: name, shape, count, ms each): the token pass's logits
+                                    (chunk x H by H x V) and d hidden (chunk x V by V x H) per token
+                                    chunk, the vocabulary pass's logits (T x H by H x block) and
+                                    d weight (block x T by T x H) per block; `ms` is their sum, what
+                                    the path's products alone take at those shapes
 KERNEL is the loss kernel the chunks run on this GPU (loss.kernel_name_for). Targets: peak memory
 beyond the gradients <= 2 % of the logits, time <= 1.0x torch's.
 """
 from __future__ import annotations
 
 import onlinesoftmax as osm
-from onlinesoftmax import loss
+from onlinesoftmax import linear_loss, loss
 from onlinesoftmax.measure import timer
 
 LINEAR_SHAPES = ((8192, 4096, 128256), (8192, 4096, 262144))
@@ -57,6 +64,7 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
         torch.cuda.empty_cache()
     rows.append({"kernel": "torch_products (3)", "method": "device", "correct": None, **three, **here,
                  "one_product_ms": one["ms"]})
+    rows.append(recompute_products(tokens, hidden, vocab, here))
     if liger is None:
         rows.append({"kernel": "liger_fused_linear_cross_entropy", "correct": None, "error": liger_why, **here})
     for name, fn in calls.items():
@@ -82,6 +90,40 @@ def linear_shape(tokens: int, hidden: int, vocab: int) -> list[dict]:
     print(f"linear cross-entropy {tokens}x{hidden}x{vocab}: " + "  ".join(
         f"{k} {v:.1f} ms" for k, v in timed.items()), flush=True)
     return rows
+
+
+def recompute_products(tokens: int, hidden: int, vocab: int, here: dict) -> dict:
+    """The row `torch_products (recompute shapes)`: the recomputing path's four kinds of product at its
+    default chunk and block (linear_loss.default_chunk, default_vocab_chunk), each timed alone, times its
+    count. Their sum beside the path's measured time says how much of it the product shapes explain."""
+    import torch
+
+    chunk = min(tokens, linear_loss.default_chunk(tokens, hidden, "recompute"))
+    block = min(vocab, linear_loss.default_vocab_chunk(vocab, 2))
+    n_chunks, n_blocks = -(-tokens // chunk), -(-vocab // block)
+    # (name, a's shape, b's shape, count); a shape marked "T" is a transposed view of a contiguous
+    # tensor, as the path passes it (W.T, a block of W.T, the block's gradient transposed)
+    shapes = (("token logits", (chunk, hidden), (hidden, vocab, "T"), n_chunks),
+              ("token d hidden", (chunk, vocab), (vocab, hidden), n_chunks),
+              ("block logits", (tokens, hidden), (hidden, block, "T"), n_blocks),
+              ("block d weight", (block, tokens, "T"), (tokens, hidden), n_blocks))
+
+    def operand(shape):
+        if shape[-1] == "T":
+            return torch.randn(shape[1], shape[0], device="cuda", dtype=torch.bfloat16).T
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+    parts, total = [], 0.0
+    with torch.no_grad():
+        for name, a_shape, b_shape, count in shapes:
+            a, b = operand(a_shape), operand(b_shape)
+            ms = timer.time_gpu(lambda: a @ b, [()], warmup=2, reps=10)["ms"]
+            parts.append({"name": name, "a": list(a_shape), "b": list(b_shape), "count": count, "ms_each": ms})
+            total += count * ms
+            del a, b
+        torch.cuda.empty_cache()
+    return {"kernel": "torch_products (recompute shapes)", "method": "device", "correct": None, "ms": total,
+            **here, "chunk": chunk, "vocab_chunk": block, "parts": parts}
 
 
 def linear_rows(shapes=LINEAR_SHAPES) -> list[dict]:
