@@ -47,6 +47,7 @@ SUITES = {
     "ncu-cross-entropy": Suite("ncu_cross_entropy", "Nsight Compute's counters of the cross-entropy kernels and a copy",
                                quick=False),
     "ncu-dram": Suite("ncu_dram", "DRAM bytes the fast kernels move, from Nsight Compute", quick=False),
+    "ncu-sampling": Suite("ncu_sampling", "Nsight Compute's counters of sampling_01_rows at 64 and 134 MB of logits", quick=False),
     "kernel-exercises": Suite("kernel_exercises", "the CUDA exercises' official solutions, timed"),
     "torch-ops": Suite("torch_ops", "the kernels through PyTorch (operator, public call, direct) and the backward kernels"),
     "training": Suite("training", "cross-entropy from logits, forward and backward, against torch and Liger"),
