@@ -225,7 +225,6 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     // of group j / 4, drawn only for a token that could still beat the block's best so far, gathered
     // per warp (GatheredDraws). With top-p's bin pending, the tokens above it are kept for sure and those below it are not; its own are
     // gathered, top-p's key is found among them, and those at or above it join the draw.
-    __syncthreads();   // every thread is done with the thresholds' bins (bs.count, bs.mass), reused below
     if (threadIdx.x == 0) {
         sh.draw_bound = ordered_bits(neg_inf());
         // what draw_pending needs after the pass waits in shared memory, not registers
@@ -233,7 +232,7 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     }
     bs.count[threadIdx.x] = ordered_bits(neg_inf());   // this thread's best so far: none
     bs.count[1024 + threadIdx.x] = 0x7fffffffu;
-    __syncthreads();
+    __syncthreads();   // (and every thread is done with the histogram's bins)
     const GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
     GatheredDraws queue{0, neg_inf()};
     for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {   // all lanes together
