@@ -25,6 +25,7 @@ import sys
 
 import cupy as cp
 
+from onlinesoftmax.bench.ncu_sampling import READ_SOURCE
 from onlinesoftmax.kernels.sampling import rows
 from onlinesoftmax.measure import bench, timer
 
@@ -36,19 +37,7 @@ BUILDS = {"registered": (), "packed max x2": PACKED, "packed max x4": ("SAMPLING
           "packed x2 + gathered draws": PACKED + ("SAMPLING_GATHER_DRAWS=1",),
           "packed x2 + bins x2": PACKED + ("SAMPLING_BIN_UNROLL=2",),
           "packed x2 + bins above -12": PACKED + ("SAMPLING_BIN_CUTOFF=1104",)}
-READ = cp.RawKernel(r"""
-extern "C" __global__ void read_logits(const int4* x, long long n, int* out) {
-    int acc = 0;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        const int4 a = x[i], b = x[i + stride], c = x[i + 2 * stride], d = x[i + 3 * stride];
-        acc ^= a.x ^ b.y ^ c.z ^ d.w;
-    }
-    for (; i < n; i += stride) acc ^= x[i].x;
-    if (acc == 0x7fffffff) out[0] = acc;
-}
-""", "read_logits")
+READ = cp.RawKernel(READ_SOURCE, "read_logits")
 
 
 def main(commit: str) -> None:

@@ -1,6 +1,7 @@
 """The Nsight Compute suites' shared runner (onlinesoftmax/bench/ncu.py) against a stand-in for ncu: the
 command it builds, the launches it reads back in order, and the launch-order check, which must refuse
 a missing or a wrong launch."""
+import math
 import stat
 import sys
 
@@ -64,3 +65,11 @@ def test_the_dram_suite_counts_every_unit_in_bytes():
               "dram__bytes_write.sum": (5.0, "")}
     assert ncu_dram.in_bytes(launch) == {"kernel_name": "softmax_02_online", "dram__bytes_read.sum": 2e6,
                                          "dram__bytes_write.sum": 5.0}
+
+
+def test_a_metric_the_launch_lacks_is_recorded_as_nan_with_no_unit():
+    launch = {"kernel_name": "sampling_01_rows_bf16", "gpu__time_duration.sum": (2.5e5, "ns")}
+    row = ncu.metric_values(launch, ["gpu__time_duration.sum", "dram__bytes_read.sum"])
+    assert row["gpu__time_duration.sum"] == 2.5e5 and row["gpu__time_duration.sum.unit"] == "ns"
+    assert math.isnan(row["dram__bytes_read.sum"]) and row["dram__bytes_read.sum.unit"] == ""
+    assert ncu.summary(row, ["gpu__time_duration.sum"]) == "time_duration 2.5e+05"

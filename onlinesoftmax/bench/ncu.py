@@ -57,6 +57,29 @@ def profile(module: str, metrics, kernel_name: str, options=(), ncu: str | None 
             return parse_ncu_csv(f.read() or done.stdout), command
 
 
+def usable_metrics(wanted) -> tuple[list[str], list[str]]:
+    """(the metrics of `wanted` this ncu knows, in order; those it does not, sorted): a suite records the
+    first and names the second in meta.metrics_unavailable."""
+    known = known_metrics(find_ncu())
+    metrics = [m for m in wanted if m.split(".")[0] in known] if known else list(wanted)
+    return metrics, sorted(set(wanted) - set(metrics))
+
+
+def metric_values(launch: dict, metrics) -> dict:
+    """Each metric's value (NaN where the launch lacks it) and, under metric + ".unit", its unit."""
+    row = {}
+    for metric in metrics:
+        value, unit = launch.get(metric, (float("nan"), ""))
+        row[metric] = value
+        row[metric + ".unit"] = unit
+    return row
+
+
+def summary(row: dict, metrics) -> str:
+    """The metrics of a recorded row in one printed line: each name's middle part and its value."""
+    return ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics)
+
+
 def check_order(launches: list[dict], expected: list[str]) -> None:
     """SystemExit unless the profiled launches are the planned ones: as many, each kernel's name starting
     with the planned one."""

@@ -63,9 +63,7 @@ def measure() -> dict:
     from onlinesoftmax.kernels.attention import mma as am
     from onlinesoftmax.measure import results
 
-    known = ncu.known_metrics(ncu.find_ncu())
-    metrics = [m for m in METRICS if m.split(".")[0] in known] if known else list(METRICS)
-    missing = sorted(set(METRICS) - set(metrics))
+    metrics, missing = ncu.usable_metrics(METRICS)
     launches, cmd = ncu.profile("onlinesoftmax.bench.ncu_attention_mma", metrics, "regex:^attention_0[3457]_")
     planned = plan()
     ncu.check_order(launches, [name for name, _, _ in planned])
@@ -79,13 +77,10 @@ def measure() -> dict:
             row |= {**tiles,
                     "model_load_wavefronts": tiles["warp_tiles"] * (counts["K"]["wavefronts"] + counts["V"]["wavefronts"]),
                     "model_store_wavefronts": tiles["block_tiles"] * am.THREADS // 32 * counts["stores"]["wavefronts"]}
-        for metric in metrics:
-            value, unit = launch.get(metric, (float("nan"), ""))
-            row[metric] = value
-            row[metric + ".unit"] = unit
+        row |= ncu.metric_values(launch, metrics)
         rows.append(row)
         print(f"{name:<24} d {d:>3} {'causal' if causal else 'full  '}: "
-              + ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics), flush=True)
+              + ncu.summary(row, metrics), flush=True)
     method = ("Nsight Compute " + " ".join(cmd[1:9]) + ": one launch per kernel and shape, clocks left alone; "
               "model counts from onlinesoftmax.kernels.attention.mma_fragments.tile_wavefronts")
     return {"meta": {**results.gpu_meta(), "method": method, "metrics_unavailable": missing}, "rows": rows}

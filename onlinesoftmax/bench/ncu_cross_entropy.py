@@ -70,9 +70,7 @@ def child() -> None:
 def measure() -> dict:
     from onlinesoftmax.measure import results
 
-    known = ncu.known_metrics(ncu.find_ncu())
-    metrics = [m for m in METRICS if m.split(".")[0] in known] if known else list(METRICS)
-    missing = sorted(set(METRICS) - set(metrics))
+    metrics, missing = ncu.usable_metrics(METRICS)
     launches, command = ncu.profile("onlinesoftmax.bench.ncu_cross_entropy", metrics,
                                     "regex:^(cross_entropy_0|copy_logits)")
     # the copy's first launch compiles it and is profiled too: keep the second of each pair
@@ -84,15 +82,12 @@ def measure() -> dict:
     rows = []
     for (name, (n_rows, n_cols), dtype), launch in zip(planned, launches):
         row = {"kernel": name, "profiled": launch["kernel_name"], "rows": n_rows, "vocab": n_cols, "dtype": dtype}
-        for metric in metrics:
-            value, unit = launch.get(metric, (float("nan"), ""))
-            row[metric] = value
-            row[metric + ".unit"] = unit
+        row |= ncu.metric_values(launch, metrics)
         if "smsp__inst_executed.sum" in row:
             row["warp_instructions_per_logit"] = row["smsp__inst_executed.sum"] / (n_rows * n_cols)
         rows.append(row)
         print(f"{name:<25} {n_rows}x{n_cols} {dtype}: "
-              + ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics), flush=True)
+              + ncu.summary(row, metrics), flush=True)
     method = ("Nsight Compute " + " ".join(command[1:9]) + ": one launch per kernel and shape (forward and backward, "
               "the gradient into its own buffer), clocks left alone; the copy an elementwise kernel of 16-byte "
               "elements over the same logits")

@@ -87,9 +87,7 @@ def child() -> None:
 def measure() -> dict:
     from onlinesoftmax.measure import results
 
-    known = ncu.known_metrics(ncu.find_ncu())
-    metrics = [m for m in METRICS if m.split(".")[0] in known] if known else list(METRICS)
-    missing = sorted(set(METRICS) - set(metrics))
+    metrics, missing = ncu.usable_metrics(METRICS)
     launches, command = ncu.profile("onlinesoftmax.bench.ncu_sampling", metrics, "regex:^(sampling_01|read_logits)")
     # each kernel's first launch (compiling it) is profiled too: keep the second of each pair
     launches = launches[1::2]
@@ -99,15 +97,12 @@ def measure() -> dict:
     for (name, (n_rows, n_cols), label), launch in zip(planned, launches):
         row = {"kernel": name, "profiled": launch["kernel_name"], "rows": n_rows, "vocab": n_cols,
                "dtype": "bfloat16", "filter": label}
-        for metric in metrics:
-            value, unit = launch.get(metric, (float("nan"), ""))
-            row[metric] = value
-            row[metric + ".unit"] = unit
+        row |= ncu.metric_values(launch, metrics)
         if "smsp__inst_executed.sum" in row:
             row["warp_instructions_per_logit"] = row["smsp__inst_executed.sum"] / (n_rows * n_cols)
         rows.append(row)
         print(f"{name:<18} {n_rows}x{n_cols} {label:<20}: "
-              + ", ".join(f"{m.split('__')[1].split('.')[0]} {row[m]:.4g}" for m in metrics), flush=True)
+              + ncu.summary(row, metrics), flush=True)
     method = ("Nsight Compute " + " ".join(command[1:9]) + ": the second launch of each kernel and shape, clocks "
               "left alone, caches flushed before each; the read a kernel of 16-byte loads over the same logits "
               "(four in flight per thread, 8 blocks of 512 per SM)")
