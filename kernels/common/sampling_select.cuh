@@ -194,6 +194,15 @@ struct GumbelKeys {
         return d + gumbel_from_word(word);   // (word picked without indexing: no local array)
     }
 
+    // Token j's key without the kept group (tokens drawn out of order, as GatheredDraws draws them):
+    // Philox for j's group, nothing held between calls.
+    __device__ __forceinline__ float fresh_key(int j, float d) const {
+        const PhiloxWords w = philox4x32_10(static_cast<unsigned>(j) >> 2, static_cast<unsigned>(row), offset_lo,
+                                            offset_hi, seed_lo, seed_hi);
+        const unsigned word = (j & 2) ? ((j & 1) ? w.w[3] : w.w[2]) : ((j & 1) ? w.w[1] : w.w[0]);
+        return d + gumbel_from_word(word);
+    }
+
     // Called by all 32 lanes of a warp: every lane loads its token's group when any lane will draw
     // (lanes that each decide alone split the warp, which then runs Philox once per subset of lanes).
     __device__ __forceinline__ void draw_group(int j, bool draws) {
@@ -206,4 +215,5 @@ struct SampleShared {
     float keys[32];
     int indices[32];
     unsigned prefix;
+    unsigned draw_bound;   // the draw: the ordered bits of the best key drawn in the block so far
 };

@@ -208,6 +208,14 @@ inline unsigned __reduce_add_sync(unsigned mask, unsigned value, int line = __bu
         if (mask >> lane & 1u) sum += static_cast<unsigned>(values[lane]);
     return sum;
 }
+inline unsigned __reduce_max_sync(unsigned mask, unsigned value, int line = __builtin_LINE()) {
+    simt::Post post;
+    const uint64_t* values = simt::exchange(mask, value, post, "__reduce_max_sync", line);
+    unsigned most = 0;
+    for (int lane = 0; lane < 32; ++lane)
+        if ((mask >> lane & 1u) && static_cast<unsigned>(values[lane]) > most) most = static_cast<unsigned>(values[lane]);
+    return most;
+}
 inline int __any_sync(unsigned mask, int predicate, int line = __builtin_LINE()) {
     return __ballot_sync(mask, predicate, line) != 0;
 }

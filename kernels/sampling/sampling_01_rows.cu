@@ -11,8 +11,9 @@
 //   token = argmax over the kept j of (s_j - M) + g_j,  g_j Gumbel noise of Philox4x32-10
 // The argmax of the weights' logs plus Gumbel noise is a sample of the normalised weights (the
 // Gumbel-max trick), so the normaliser is never needed and one pass over the kept tokens samples.
-// g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is not above a thread's best key cannot
-// win and draws no noise. The thresholds are exact values of the row, found without a sort: one pass
+// g_j < GUMBEL_MAX, so a token whose s_j - M + GUMBEL_MAX is below a key already drawn in the block
+// cannot win and draws no noise; the tokens that must draw are gathered per warp and drawn 32 at a
+// time (GatheredDraws). The thresholds are exact values of the row, found without a sort: one pass
 // sums each token's count and weight into a shared-memory histogram of 2048 bins of s - M (bin_filters);
 // the bin where the count (top-k) or the weight (top-p) from the top reaches its target holds the
 // threshold, and that bin's tokens, gathered into shared memory, give its exact key by a radix select
@@ -109,6 +110,68 @@ __device__ __noinline__ FilterPlan bin_filters(const typename Row::Elem* row_x, 
     return plan;
 }
 
+// The draw: the tokens a warp must draw noise for are queued in shared memory, 64 slots per warp in
+// bs.mass (free once the thresholds are known; d's bits above the token's index in one word), and
+// drawn 32 at a time, so that Philox and the two logarithms run with every lane busy rather than
+// whenever any lane needs them. A token with d + GUMBEL_MAX below the best key drawn in the block so
+// far (`bound`, its ordered bits in sh.draw_bound, raised after each batch) cannot win, its key being
+// at most d + GUMBEL_MAX in float32, and is not queued. Each thread's best (key, index) waits in
+// bs.count (its ordered bits at [threadIdx.x], its index at [1024 + threadIdx.x]), not in registers.
+// Ties go to the lower index (beats), so the pick is the drawn tokens' argmax whatever order they
+// are drawn in. Called by all 32 lanes of a warp.
+struct GatheredDraws {
+    int queued;   // the same in every lane
+    float bound;
+
+    static __device__ __forceinline__ int slot0() { return (threadIdx.x >> 5) * 64; }   // this warp's 64 slots
+
+    __device__ __forceinline__ void push(bool draws, int j, float d, BinShared& bs, SampleShared& sh,
+                                         const GumbelKeys& noise) {
+        const unsigned mask = __ballot_sync(0xffffffffu, draws);
+        if (mask == 0u) return;
+        const int lane = threadIdx.x & 31;
+        if (draws)
+            bs.mass[slot0() + queued + __popc(mask & ((1u << lane) - 1u))] =
+                (static_cast<unsigned long long>(__float_as_uint(d)) << 32) | static_cast<unsigned>(j);
+        queued += __popc(mask);
+        if (queued < 32) return;
+        __syncwarp();
+        draw(32, bs, sh, noise);
+        const int left = queued - 32;   // at most 31 more, moved to the front
+        const unsigned long long moved = lane < left ? bs.mass[slot0() + 32 + lane] : 0ull;
+        __syncwarp();
+        if (lane < left) bs.mass[slot0() + lane] = moved;
+        __syncwarp();
+        queued = left;
+    }
+
+    // Lanes below `count` draw the token in their slot; then the block's bound is raised.
+    __device__ __forceinline__ void draw(int count, BinShared& bs, SampleShared& sh, const GumbelKeys& noise) {
+        const int lane = threadIdx.x & 31;
+        unsigned mine = bs.count[threadIdx.x];
+        if (lane < count) {
+            const unsigned long long slot = bs.mass[slot0() + lane];
+            const int j = static_cast<int>(static_cast<unsigned>(slot));
+            const unsigned bits = ordered_bits(noise.fresh_key(j, __uint_as_float(static_cast<unsigned>(slot >> 32))));
+            if (bits > mine || (bits == mine && j < static_cast<int>(bs.count[1024 + threadIdx.x]))) {
+                mine = bits;
+                bs.count[threadIdx.x] = bits;
+                bs.count[1024 + threadIdx.x] = static_cast<unsigned>(j);
+            }
+        }
+        const unsigned warp_best = __reduce_max_sync(0xffffffffu, mine);
+        if (lane == 0) atomicMax(&sh.draw_bound, warp_best);
+        const unsigned block_best = max(warp_best, *reinterpret_cast<volatile unsigned*>(&sh.draw_bound));
+        bound = (block_best & 0x80000000u) ? __uint_as_float(block_best & 0x7fffffffu) : __uint_as_float(~block_best);
+    }
+
+    __device__ __forceinline__ void flush(BinShared& bs, SampleShared& sh, const GumbelKeys& noise) {
+        __syncwarp();
+        if (queued > 0) draw(queued, bs, sh, noise);
+        queued = 0;
+    }
+};
+
 template <class Row>
 __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long long* __restrict__ tokens,
                                            const float* __restrict__ temperatures, const int* __restrict__ top_ks,
@@ -159,22 +222,22 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
     const unsigned kept = q > 0.0f ? max(floor, ordered_bits(m + logf(q))) : floor;
 
     // the last pass: Gumbel-max over the kept tokens; token j's noise is word j % 4 of the Philox draw
-    // of group j / 4, drawn only for a token that could still beat this thread's best. With top-p's
-    // bin pending, the tokens above it are kept for sure and those below it are not; its own are
+    // of group j / 4, drawn only for a token that could still beat the block's best so far, gathered
+    // per warp (GatheredDraws). With top-p's bin pending, the tokens above it are kept for sure and those below it are not; its own are
     // gathered, top-p's key is found among them, and those at or above it join the draw.
-    if (pending >= 0) {   // what draw_pending needs after the pass waits in shared memory, not registers
-        if (threadIdx.x == 0) { bs.n_candidates = 0u; bs.floor = floor; bs.pending_remaining = pending_remaining; }
-        __syncthreads();
+    __syncthreads();   // every thread is done with the thresholds' bins (bs.count, bs.mass), reused below
+    if (threadIdx.x == 0) {
+        sh.draw_bound = ordered_bits(neg_inf());
+        // what draw_pending needs after the pass waits in shared memory, not registers
+        bs.n_candidates = 0u; bs.floor = floor; bs.pending_remaining = pending_remaining;
     }
-    // With top-p alone, a warp's lanes keep different tokens, and Philox run per lane would run once per
-    // subset of lanes that needs a group: there the lanes load their groups together (measured faster
-    // there, slower where the draw keeps all tokens or few).
-    const bool top_p_only = pending >= 0 && !use_k;
-    GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
-    float best = neg_inf();
-    int pick = 0x7fffffff;
-    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {   // all 32 lanes together
-        const float d = s - m;
+    bs.count[threadIdx.x] = ordered_bits(neg_inf());   // this thread's best so far: none
+    bs.count[1024 + threadIdx.x] = 0x7fffffffu;
+    __syncthreads();
+    const GumbelKeys noise(row, offset_lo, offset_hi, seed_lo, seed_hi);
+    GatheredDraws queue{0, neg_inf()};
+    for_each_token<Row>(row_x, n, t, [&](int j, float s, bool valid) {   // all lanes together
+        const float d = s - m, top = d + GUMBEL_MAX;
         bool draws = valid;
         if (valid && pending >= 0) {
             const int b = bin_of(d);
@@ -185,12 +248,12 @@ __device__ __forceinline__ void sample_row(const typename Row::Elem* x, long lon
             }
             draws = b < pending;
         }
-        draws = draws && ordered_bits(s) >= kept && d + GUMBEL_MAX > best;
-        if (top_p_only) noise.draw_group(j, draws);   // many tokens drawn, scattered over the lanes
-        if (!draws) return;
-        const float key = noise.key(j, d);
-        if (key > best) { best = key; pick = j; }
+        queue.push(draws && ordered_bits(s) >= kept && top >= queue.bound && top > neg_inf(), j, d, bs, sh, noise);
     });
+    queue.flush(bs, sh, noise);
+    const unsigned best_bits = bs.count[threadIdx.x];   // (only this thread wrote its slots)
+    float best = (best_bits & 0x80000000u) ? __uint_as_float(best_bits & 0x7fffffffu) : __uint_as_float(~best_bits);
+    int pick = static_cast<int>(bs.count[1024 + threadIdx.x]);
     if (pending >= 0) {
         __syncthreads();
         const Pick drawn = draw_pending(bs, sh, m, bs.floor, kept, bs.pending_remaining, Pick{best, pick},
