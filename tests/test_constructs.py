@@ -52,6 +52,8 @@ CONSTRUCTS = {
     "__popc": (r"__popc\b", r"__popc\b", ("chapters/13_sampling",)),
     "__reduce_add_sync": (r"__reduce_add_sync", r"__reduce_add_sync", ("chapters/13_sampling",)),
     "__noinline__": (r"__noinline__", r"__noinline__", ("chapters/13_sampling",)),
+    "__syncwarp (a warp's barrier)": (r"__syncwarp\b", r"__syncwarp\b", ("chapters/13_sampling",)),
+    "__reduce_max_sync": (r"__reduce_max_sync", r"__reduce_max_sync", ("chapters/13_sampling",)),
     "__threadfence": (r"__threadfence\b", r"__threadfence\b", ("chapters/13_sampling_split",)),
     "__nanosleep": (r"__nanosleep", r"__nanosleep", ("chapters/appendix_measured",)),
     "atomics": (r"atomicAdd|atomicMax|atomicCAS", r"atomic", ("chapters/06_copy_ceiling",)),
