@@ -424,3 +424,24 @@ def test_a_broken_warp_add_changes_tokens(emulated, change, why):
                for x in rows for case in (CASES["top-k 3"], CASES["top-p 0.7"], CASES["all three"],
                                           {"top_p": 0.02}, {"top_p": 0.5}, {"top_k": 250}))
     assert same == (why is None), why
+
+
+def peaked_rows(n_rows=48, n=1501, seed=11):
+    """Rows as a trained model's logits look: a few tokens near the top, the rest 20 to 40 nats below
+    (further than the noise can lift a token, and in the histogram's last bin)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(-30.0, 3.0, (n_rows, n)).astype(np.float32)
+    for row in x:
+        row[rng.choice(n, 24, replace=False)] = rng.normal(0.0, 1.0, 24)
+    return x
+
+
+PEAKED_CASES = (*CASES.values(), {"top_k": 40}, {"top_p": 0.99})
+
+
+@pytest.mark.parametrize("dtype", ("float32", "bfloat16"))
+def test_the_kernel_source_on_peaked_rows(emulated, dtype):
+    x = checks.to_dtype(peaked_rows(), dtype)
+    for block in (32, 256):
+        for case in PEAKED_CASES:
+            assert np.array_equal(emulate(emulated, x, block=block, **case), ks.simulate(x, SEED, 0, **case)), (block, case)
