@@ -9,8 +9,8 @@ z_loss, softcap, reduction "mean" or "sum"). The tokens are taken `chunk` at a t
 logits (chunk x V) come from one matrix product, the loss kernel (loss.kernel_for) writes the
 gradient of their loss over them in place, with the mean's scale over all the tokens, and two more products turn that into the chunk's rows of d hidden and its
 share of d weight (and d bias). So the forward computes the gradients too, and keeps only them; the
-logits of all the tokens never exist at once. `chunk` (default: 1/4 of the tokens for "sum", 1/64
-for "recompute", at least 64) bounds the logits in memory to chunk x V.
+logits of all the tokens never exist at once. `chunk` (default_chunk: as many tokens as the hidden size
+for "sum", 1/64 of them for "recompute", at least 64) bounds the logits in memory to chunk x V.
 
 d weight, two ways (`weight_grad`):
   "sum" (default)  each token chunk's share is added into a float32 sum (a 16-bit running sum would
