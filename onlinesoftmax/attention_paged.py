@@ -3,7 +3,8 @@
     out = onlinesoftmax.attention(q, kv_cache=(k_pages, v_pages), page_table=table, cache_lengths=lengths)
 
 q (batch, heads, n_q, d), float16 or bfloat16, d = 64 or 128; the pools k_pages and v_pages
-(pages, page_size, kv_heads, d) in q's dtype, any page size; page_table (batch, pages_per_seq)
+(pages, page_size, kv_heads, d) in q's dtype, contiguous and starting on a 16-byte boundary (the kernel reads
+them in 16-byte vectors and never copies them), any page size; page_table (batch, pages_per_seq)
 integers: sequence b's key j is slot j % page_size of page page_table[b, j // page_size];
 cache_lengths (batch,) integers, each in [0, pages_per_seq * page_size] (at most 2^30 keys). Grouped heads as in
 attention(): heads a multiple of kv_heads. causal=True aligns each sequence's diagonal to its own
@@ -78,6 +79,10 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
         raise ValueError(f"attention: empty input: q {tuple(q.shape)}, pools {tuple(k_pages.shape)}")
     if not (k_pages.flags.c_contiguous and v_pages.flags.c_contiguous):
         raise ValueError("attention: the pools must be contiguous (a paged cache is written in place, never copied)")
+    offsets = {name: start_offset(pool) for name, pool in (("k_pages", k_pages), ("v_pages", v_pages))}
+    if any(offsets.values()):   # the kernel reads 16-byte vectors of the pools, never copied to realign them
+        raise ValueError("attention: the pools must start on a 16-byte boundary (the kernel reads them in 16-byte "
+                         "vectors), got " + ", ".join(f"{name} {offset} bytes past one" for name, offset in offsets.items()))
     if page_table.ndim != 2 or page_table.shape[0] != batch or page_table.dtype.kind not in "iu":
         raise ValueError(f"attention: page_table must be integers of shape (batch={batch}, pages_per_seq), got "
                          f"{describe(page_table)}")
@@ -103,6 +108,12 @@ def check(q, k_pages, v_pages, page_table, cache_lengths, causal, scale, return_
                              f"(0 .. {pages - 1}); sequence {b} uses its first "
                              f"{-(-int(cache_lengths[b]) // page_size)} entries")
     return table, lengths, float(scale)
+
+
+def start_offset(array) -> int:
+    """Bytes by which a GPU array's first element lies past a 16-byte boundary (0 for a NumPy array, which
+    the model reads element by element)."""
+    return 0 if isinstance(array, np.ndarray) else int(array.data.ptr % 16)
 
 
 MAX_CAPACITY = 2**30   # keys a sequence's pages may hold: the kernel's key, split and rounding sums stay in int32

@@ -199,6 +199,24 @@ def test_the_api_checks_pages_and_lengths():
                       check_cache=False)
 
 
+def test_a_pool_off_a_16_byte_boundary_is_an_error(monkeypatch):
+    """The kernel reads the pools in 16-byte vectors and never copies them, so a GPU pool that starts
+    off a boundary is refused before any launch (a misaligned load would end the CUDA context). The
+    offsets come from start_offset, 0 for NumPy: here it is made to report one."""
+    import importlib
+
+    attention_paged = importlib.import_module("onlinesoftmax.attention_paged")   # (the package's own name is the kernels')
+    q, kp, vp, table, lengths = make_paged(1, 8, 2, 1, (40,), 64, 16, "bfloat16", seed=7)
+    class Pointer:   # what start_offset reads of a GPU array
+        def __init__(self, ptr):
+            self.data = type("Memory", (), {"ptr": ptr})()
+    assert [attention_paged.start_offset(Pointer(p)) for p in (4096, 4098, 4111)] == [0, 2, 15]
+    assert attention_paged.start_offset(kp) == 0
+    monkeypatch.setattr(attention_paged, "start_offset", lambda pool: 2 if pool is vp else 0)
+    with pytest.raises(ValueError, match="16-byte boundary .* k_pages 0 bytes past one, v_pages 2 bytes past one"):
+        osm.attention(q, kv_cache=(kp, vp), page_table=table, cache_lengths=lengths)
+
+
 def test_unchecked_entries_outside_int32_are_wrong_not_wrapped():
     """check_cache=False with int64 (or uint) entries: a page number or a length past int32 would wrap
     to a valid-looking one in a plain cast (2^32 + 1 to page 1, 2^32 + 40 to 40 keys); the call maps

@@ -2,7 +2,7 @@
 NumPy model's error plus two ulps) over mixed lengths, page sizes 1, 16, 48 and 256, grouped heads and
 both dtypes; against the contiguous decode kernel on the same keys; a decode loop that appends a
 token a step to its pages and reuses one plan; two threads on two streams; torch tensors on torch's
-stream; bad pages and lengths refused before any launch, the context left healthy; unchecked calls
+stream; bad pages and lengths, and a pool off a 16-byte boundary, refused before any launch, the context left healthy; unchecked calls
 with wrong entries: NaN rows, nothing read outside the arrays."""
 import threading
 
@@ -156,6 +156,19 @@ def test_bad_pages_and_lengths_leave_the_context_healthy():
     table[0, 1] = 0
     with pytest.raises(ValueError, match="outside"):
         run(q, kp, vp, table, np.array([40, 10**5], np.int32))
+    judge(*run(q, kp, vp, table, lengths), q, kp, vp, table, lengths, False)
+
+
+def test_a_pool_off_a_16_byte_boundary_is_refused_and_the_context_stays_healthy():
+    q, kp, vp, table, lengths = make_paged(2, 8, 2, 1, (40, 7), 64, 16, "bfloat16", seed=7)
+    bits = cp.asarray(kp).view(cp.uint16).ravel()
+    words = cp.zeros(bits.size + 1, cp.uint16)                # the pool's bits, one element (2 bytes) in
+    words[1:] = bits
+    shifted = words[1:].view(cp.asarray(kp).dtype).reshape(kp.shape)
+    assert shifted.flags.c_contiguous and shifted.data.ptr % 16 == 2
+    with pytest.raises(ValueError, match="16-byte boundary .* k_pages 2 bytes past one"):
+        osm.attention(cp.asarray(q), kv_cache=(shifted, cp.asarray(vp)), page_table=cp.asarray(table),
+                      cache_lengths=cp.asarray(lengths))
     judge(*run(q, kp, vp, table, lengths), q, kp, vp, table, lengths, False)
 
 
