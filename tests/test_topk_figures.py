@@ -63,7 +63,7 @@ def test_the_figures_keep_the_rule(plot, panels, monkeypatch):
     assert len(fig.axes) == panels and figures.check_legends(fig) == []
     labels = {h for ax in fig.axes for h in ax.get_legend_handles_labels()[1]}
     if plot is topk_figures.plot_paper:
-        assert "total, the paper's V100 figure" in labels and any(label.startswith("K = 5") for label in labels)
+        assert "total, the paper's V100 figure" in labels and any(label.startswith("k = 5") for label in labels)
     if plot is topk_figures.plot_speedups:
         assert any(label.startswith("softmax_topk_05_warp_rows") for label in labels)
     plt.close("all")

@@ -114,7 +114,7 @@ def plot_paper(data: dict, provenance_label: str):
             mine = sorted((r["n_cols"], r["paper_total"]) for r in rows if r["k"] == k and r["n_rows"] == batch)
             if mine:
                 x, y = np.array(mine).T
-                left.plot(x, y, style, marker="o", markersize=3, color=shade, label=f"K = {k}, batch {batch}")
+                left.plot(x, y, style, marker="o", markersize=3, color=shade, label=f"k = {k}, batch {batch}")
     left.axhline(1.0, color=color("copy"), linestyle="--", linewidth=1, label="equal time")
     left.set_xscale("log", base=2)
     left.set_xlabel("N (row length)")
@@ -136,7 +136,7 @@ def plot_paper(data: dict, provenance_label: str):
         paper_x = [i for i, k in enumerate(ks_big) if k in PAPER_V100_BY_K]
         right.bar(np.array(paper_x) + 0.3, [PAPER_V100_BY_K[ks_big[i]] for i in paper_x], 0.2,
                   color=color("numpy"), hatch="//", label="total, the paper's V100 figure")
-        right.set_xticks(x, [f"K = {k}" for k in ks_big])
+        right.set_xticks(x, [f"k = {k}" for k in ks_big])
         right.axhline(1.0, color=color("copy"), linestyle="--", linewidth=1, label="equal time")
         right.set_title(f"batch 4000, N = {n_big}: where the gain comes from", fontsize=9)
         right.set_ylabel("ratio of times")

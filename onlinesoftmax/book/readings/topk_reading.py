@@ -76,10 +76,10 @@ def reading_markdown(data: dict | None, host: dict | None = None) -> str:
         ours = ", ".join(f"{r[f'paper_k{k}_total']:.2f}" for k in ks)
         theirs = ", ".join(f"{tf.PAPER_V100_BY_K[k]:g}" for k in ks)
         text = (f"**The paper's comparison.** At batch 4000 and *N* = {r['paper_big_n']} the online fused kernel "
-                f"over the safe unfused path is {ours} for *K* = {', '.join(map(str, ks))}; the paper's V100 "
+                f"over the safe unfused path is {ours} for *k* = {', '.join(map(str, ks))}; the paper's V100 "
                 f"figures are {theirs} (the paper's, against its own baselines).")
         if "paper_k5_fusion" in r:
-            text += (f" At *K* = 5 the fusion alone (02 over 03) gives {r['paper_k5_fusion']:.2f} and the online "
+            text += (f" At *k* = 5 the fusion alone (02 over 03) gives {r['paper_k5_fusion']:.2f} and the online "
                      f"normalizer (03 over 04) {r['paper_k5_online']:.2f}; the paper's split is "
                      f"{tf.PAPER_V100['k5_fusion']:g} and {tf.PAPER_V100['k5_online']:g} (the paper's figures).")
         bullets.append(text)
