@@ -2,7 +2,7 @@
 extern "C" __global__ void row_max(const float* x, float* out, int n_cols) {
     __shared__ float partial[256];                    // one slot per thread of the block
     const float* row = x + (long long)blockIdx.x * n_cols;
-    float m = -3.402823466e38f;                        // below every finite float
+    float m = -3.402823466e38f;                        // the lowest finite float
     for (int j = threadIdx.x; j < n_cols; j += blockDim.x) m = fmaxf(m, row[j]);
     partial[threadIdx.x] = m;
     __syncthreads();                                   // every slot written before any is read
