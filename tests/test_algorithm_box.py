@@ -30,7 +30,7 @@ STEPS = [
     ("the state set", r"set $m = -\infty$, $\ell = 0$, $O = 0$",
      r"m\[i\] = neg_inf\(\); l\[i\] = 0\.0f;.*?o\[i\]\[c\] = 0\.0f"),
     ("key tiles in order, causal bound", r"for each key tile $j = 0, 1, \dots$ of $B_k$ keys, in order (causal: "
-     r"only up to the first key that the tile's last row cannot see)",
+     r"only the tiles holding a key the tile's last row can see)",
      r"last_row = min\(q0 \+ BLOCK_Q, n_q\) - 1;.*?kv_end = causal \? min\(n_k, last_row \+ 1 \+ n_k - n_q\) : n_k;"
      r".*?for \(int k0 = 0; k0 < kv_end; k0 \+= BLOCK_K\)"),
     ("K and V loaded", r"load $K_j$ and $V_j$ into shared memory", r"Kt\[d \* LD \+ j\] = .*?Vs\[j \* D \+ d\] = "),
